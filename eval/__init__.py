@@ -1,0 +1,1 @@
+"""quarry.eval"""

@@ -1,0 +1,118 @@
+"""Serving settings, parsed once at the edge (CLI, ``serve run`` args, Serve config file)
+and passed down as plain data. Only this module reads the environment."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+
+
+class AuthSettings(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    audience: str = "quarry"
+    issuer: str = "quarry-dev"
+    # At least one verification key. HS256 for development and single-party setups;
+    # RS256 when an identity provider signs tokens and we hold only its public key.
+    hs256_secret: SecretStr | None = None
+    rs256_public_key_pem: str | None = None
+    leeway_s: int = Field(default=0, ge=0, le=300)
+
+    @model_validator(mode="after")
+    def _one_key(self) -> "AuthSettings":
+        if self.hs256_secret is None and not self.rs256_public_key_pem:
+            raise ValueError("configure hs256_secret or rs256_public_key_pem")
+        return self
+
+    @property
+    def algorithms(self) -> tuple[str, ...]:
+        algs = []
+        if self.hs256_secret is not None:
+            algs.append("HS256")
+        if self.rs256_public_key_pem:
+            algs.append("RS256")
+        return tuple(algs)
+
+
+class ServeSettings(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    index_root: str
+    auth: AuthSettings
+    gateway_replicas: int = Field(default=1, ge=1)
+    retriever_replicas: int = Field(default=1, ge=1)
+    max_ongoing_requests: int = Field(default=16, ge=1)
+    # Index cache: at most this many tenants per Retriever replica; CURRENT is re-read at
+    # most every generation_check_ms so a publish is picked up without a restart.
+    lru_tenants: int = Field(default=8, ge=1)
+    generation_check_ms: int = Field(default=1000, ge=0)
+    embedder: str = Field(default="auto", description="auto (from the manifest), hashing, or sentence-transformers")
+    embedder_path: str | None = None
+    hashing_dim: int = 256
+    # Reranker: off until a real one is configured; "module:callable" builds it.
+    reranker_enabled: bool = False
+    reranker_factory: str | None = None
+    reranker_batch_size: int = Field(default=16, ge=1)
+    reranker_num_gpus: float = Field(default=0.0, ge=0)
+    run_budget: int = Field(default=3, ge=1, le=20)
+    top_k_ceiling: int = Field(default=10, ge=1, le=50)
+    trace_capacity: int = Field(default=10_000, ge=10)
+    ray_namespace: str = "quarry"
+    store_name_prefix: str = "quarry"  # RunStore/TraceStore actor names; tests vary it
+
+    @model_validator(mode="after")
+    def _reranker(self) -> "ServeSettings":
+        if self.reranker_enabled and not self.reranker_factory:
+            raise ValueError("reranker_enabled needs reranker_factory ('module:callable')")
+        return self
+
+
+def dev_secret_path() -> Path:
+    return Path(os.environ.get("QUARRY_HOME", Path.home() / ".quarry")) / "dev-jwt-secret"
+
+
+def load_dev_secret(create: bool = True) -> str:
+    """The local development HS256 secret shared by ``quarry serve`` and ``quarry token``:
+    ``QUARRY_JWT_SECRET`` if set, else a random key kept in ``$QUARRY_HOME/dev-jwt-secret``."""
+    env = os.environ.get("QUARRY_JWT_SECRET")
+    if env:
+        return env
+    path = dev_secret_path()
+    if path.exists():
+        return path.read_text().strip()
+    if not create:
+        raise FileNotFoundError(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    key = secrets.token_urlsafe(48)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # never world-readable
+    with os.fdopen(fd, "w") as f:
+        f.write(key)
+    return key
+
+
+def settings_from_args(args: dict[str, Any] | ServeSettings | None = None) -> ServeSettings:
+    """Build settings from ``serve run``/config ``args`` (flat or nested) plus the environment.
+
+    Flat keys ``jwt_secret``, ``jwt_public_key_file``, ``audience`` and ``issuer`` fill the auth
+    block; ``QUARRY_INDEX_ROOT``, ``QUARRY_JWT_PUBLIC_KEY_FILE`` and the dev secret are the
+    fallbacks. Strings from the command line are coerced by pydantic."""
+    if isinstance(args, ServeSettings):
+        return args
+    data = dict(args or {})
+    auth = dict(data.pop("auth", {}) or {})
+    if "jwt_secret" in data:
+        auth["hs256_secret"] = data.pop("jwt_secret")
+    pub_file = data.pop("jwt_public_key_file", None) or os.environ.get("QUARRY_JWT_PUBLIC_KEY_FILE")
+    if pub_file and "rs256_public_key_pem" not in auth:
+        auth["rs256_public_key_pem"] = Path(pub_file).read_text()
+    for k in ("audience", "issuer"):
+        if k in data:
+            auth[k] = data.pop(k)
+    if "hs256_secret" not in auth and "rs256_public_key_pem" not in auth:
+        auth["hs256_secret"] = load_dev_secret()
+    data.setdefault("index_root", os.environ.get("QUARRY_INDEX_ROOT", "indexes"))
+    return ServeSettings(auth=AuthSettings(**auth), **data)

@@ -1,0 +1,98 @@
+import base64
+import json
+import time
+
+import jwt
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+
+from quarry.serve.auth import AuthError, bearer_token, mint_token, verify_token
+from quarry.serve.settings import AuthSettings
+
+pytestmark = pytest.mark.unit
+
+SECRET = "test-secret-of-sufficient-length-0123456789"
+HS = AuthSettings(hs256_secret=SECRET)
+
+
+def _rsa():
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    priv = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    ).decode()
+    pub = key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    ).decode()
+    return priv, pub
+
+
+def test_hs256_roundtrip_and_operator_scope():
+    ident = verify_token(mint_token("acme", "u1", ["eng", "eng", "support"], secret=SECRET), HS)
+    assert ident.principal.tenant == "acme" and ident.principal.subject == "u1"
+    assert ident.principal.groups == {"eng", "support"} and not ident.is_operator
+    op = verify_token(mint_token("acme", "ops", [], secret=SECRET, scope="operator"), HS)
+    assert op.is_operator
+
+
+def test_rs256_roundtrip_and_forgeries():
+    priv, pub = _rsa()
+    rs = AuthSettings(rs256_public_key_pem=pub)
+    assert verify_token(mint_token("acme", "u", ["g"], private_key_pem=priv), rs).principal.tenant == "acme"
+    other_priv, _ = _rsa()
+    with pytest.raises(AuthError):
+        verify_token(mint_token("acme", "u", ["g"], private_key_pem=other_priv), rs)
+    # classic confusion attack: HS256 signed with the public key as the secret
+    payload = {"iss": "quarry-dev", "aud": "quarry", "sub": "u", "iat": int(time.time()),
+               "exp": int(time.time()) + 60, "tenant": "acme", "groups": ["g"]}
+    forged = (
+        base64.urlsafe_b64encode(json.dumps({"alg": "HS256", "typ": "JWT"}).encode()).rstrip(b"=").decode()
+        + "." + base64.urlsafe_b64encode(json.dumps(payload).encode()).rstrip(b"=").decode() + ".sig"
+    )
+    with pytest.raises(AuthError):
+        verify_token(forged, rs)
+
+
+def _claims(**over):
+    now = int(time.time())
+    c = {"iss": "quarry-dev", "aud": "quarry", "sub": "u", "iat": now, "exp": now + 60,
+         "tenant": "acme", "groups": ["g"]}
+    c.update(over)
+    return {k: v for k, v in c.items() if v is not None}
+
+
+@pytest.mark.parametrize(
+    "token",
+    [
+        "",
+        "not-a-jwt",
+        jwt.encode(_claims(), "some-other-secret-0123456789-0123456789", algorithm="HS256"),  # forged
+        jwt.encode(_claims(exp=int(time.time()) - 10), SECRET, algorithm="HS256"),  # expired
+        jwt.encode(_claims(aud="other"), SECRET, algorithm="HS256"),  # wrong audience
+        jwt.encode(_claims(iss="evil"), SECRET, algorithm="HS256"),  # wrong issuer
+        jwt.encode(_claims(exp=None), SECRET, algorithm="HS256"),  # no exp
+        jwt.encode(_claims(iat=None), SECRET, algorithm="HS256"),  # no iat
+        jwt.encode(_claims(sub=None), SECRET, algorithm="HS256"),  # no sub
+        jwt.encode(_claims(tenant=None), SECRET, algorithm="HS256"),  # no tenant
+        jwt.encode(_claims(tenant="Bad Tenant"), SECRET, algorithm="HS256"),
+        jwt.encode(_claims(groups="eng"), SECRET, algorithm="HS256"),  # not a list
+        jwt.encode(_claims(groups=["*"]), SECRET, algorithm="HS256"),  # wildcard as group
+        jwt.encode(_claims(), None, algorithm="none"),  # alg none
+        jwt.encode(_claims(), SECRET, algorithm="HS512"),  # alg not configured
+    ],
+)
+def test_rejected(token):
+    with pytest.raises(AuthError):
+        verify_token(token, HS)
+
+
+def test_bearer_header_parsing():
+    assert bearer_token("Bearer abc") == "abc"
+    for bad in (None, "", "Basic abc", "Bearer ", "abc"):
+        with pytest.raises(AuthError):
+            bearer_token(bad)
+
+
+def test_settings_need_a_key():
+    with pytest.raises(ValueError):
+        AuthSettings()

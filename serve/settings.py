@@ -56,8 +56,10 @@ class ServeSettings(BaseModel):
     # Reranker: off until a real one is configured; "module:callable" builds it.
     reranker_enabled: bool = False
     reranker_factory: str | None = None
+    reranker_options: dict[str, Any] = Field(default_factory=dict)  # kwargs for the factory
     reranker_batch_size: int = Field(default=16, ge=1)
     reranker_num_gpus: float = Field(default=0.0, ge=0)
+    search: dict[str, Any] = Field(default_factory=dict)  # quarry.core.search.SearchSettings overrides
     run_budget: int = Field(default=3, ge=1, le=20)
     top_k_ceiling: int = Field(default=10, ge=1, le=50)
     trace_capacity: int = Field(default=10_000, ge=10)

@@ -1,0 +1,48 @@
+"""Session-wide fixtures: paths, the sample corpus, and one local Spark session.
+
+Spark starts at most once per test session (it costs ~10 s here); tests that need it
+take the ``spark`` fixture. Ray/Serve fixtures live in tests/serve/conftest.py.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+SCIFACT = SHARED / "data" / "beir" / "scifact"
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/llm_server.py and friends
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+@pytest.fixture(scope="session")
+def scifact_dir() -> Path:
+    if not (SCIFACT / "corpus.jsonl").exists():
+        pytest.skip(f"BEIR SciFact not found at {SCIFACT} (it is provided read-only in ../shared)")
+    return SCIFACT
+
+
+@pytest.fixture(scope="session")
+def sample_docs():
+    from quarry.core.sources import SAMPLE_CORPUS, load_documents
+
+    docs, bad = load_documents(SAMPLE_CORPUS)
+    assert not bad, bad
+    return docs
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory):
+    """One local Spark session for the whole test run."""
+    from quarry.jobs.spark import get_spark
+
+    session = get_spark("local[2]", app_name="quarry-tests",
+                        local_dir=str(tmp_path_factory.mktemp("spark-local")))
+    yield session
+    session.stop()

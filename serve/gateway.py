@@ -5,7 +5,6 @@ agent's inputs only; not the query string, so it stays out of access logs). Not-
 not-permitted share one response everywhere: ``404 {"detail": "not found"}``.
 """
 
-from __future__ import annotations
 
 import hashlib
 import time

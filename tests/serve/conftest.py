@@ -1,0 +1,160 @@
+"""One Ray + Serve application per test session, on an ephemeral loopback port, over a
+small index built in a tmp dir from the sample corpus plus a few controlled documents."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import httpx
+import numpy as np
+import pytest
+
+from quarry.core.records import DEFAULT_AUTHORITY, Envelope, ParentSection, Passage, SourceDocument
+
+SECRET = "serve-test-secret-0123456789-0123456789-0123456789-0123456789"
+PREFIX = "quarrytest"
+
+# Controlled evidence the assertions rely on (exact text, ids, ACLs).
+FIXTURE_DOCS = [
+    dict(doc_id="cutover-window", tenant="acme", acl=("*",), doc_type="runbook", title="Acme settlement window",
+         text="Until the Acme cutover completes, the settlement batch for Acme runs daily at 16:00 UTC "
+              "and refunds above 2.5% need approval. zebrafinch marker one."),
+    dict(doc_id="pay-bands", tenant="acme", acl=("hr",), doc_type="policy", title="Pay bands",
+         text="Pay bands for engineering levels are reviewed every April. quokkaband secret ranges apply."),
+    dict(doc_id="globex-pay", tenant="globex", acl=("*",), doc_type="policy", title="Globex pay bands",
+         text="Globex pay bands are confidential to globex staff. quokkaband globex ranges apply."),
+]
+
+
+def _chunking_shim() -> None:
+    """Until quarry.core.chunking lands (another engineer's file), core.search needs its
+    count_tokens; install a whitespace stand-in in each Ray worker. Removed once it exists."""
+    import importlib.util
+    import sys
+    import types
+
+    if importlib.util.find_spec("quarry.core.chunking") is None and "quarry.core.chunking" not in sys.modules:
+        mod = types.ModuleType("quarry.core.chunking")
+        mod.count_tokens = lambda text: len(text.split())
+        sys.modules["quarry.core.chunking"] = mod
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def to_passages(doc: SourceDocument, suffix: str = "") -> tuple[list[Passage], list[ParentSection]]:
+    """One passage per document: enough for serving tests. Uses the real chunker when it exists."""
+    try:
+        from quarry.core.chunking import chunk_document
+
+        if not suffix:
+            return chunk_document(doc)
+    except ImportError:
+        pass
+    auth = doc.authority or doc.doc_type
+    env = Envelope(doc_id=doc.doc_id, version=doc.version, tenant=doc.tenant, title=doc.title, acl=doc.acl,
+                   entities=doc.entities, doc_type=doc.doc_type, authority=auth,
+                   authority_rank=DEFAULT_AUTHORITY.get(auth, 0), source_url=doc.source_url,
+                   effective_from=doc.effective_from, effective_to=doc.effective_to, events=doc.events)
+    text = doc.text + suffix
+    parent = ParentSection(parent_id=f"{doc.key}#doc", anchor="doc", text=text, token_count=len(text.split()),
+                           envelope=env)
+    p = Passage(passage_id=f"{doc.key}#p0", anchor="p0", parent_id=parent.parent_id, text=text,
+                chunker_version="serve-test", token_count=len(text.split()), envelope=env)
+    return [p], [parent]
+
+
+def build(root: str, tenant: str, docs: list[SourceDocument], suffix: str = "") -> int:
+    from quarry.core.embedding import HashingEmbedder, passage_text_for_embedding
+    from quarry.core.index import build_tenant_index
+
+    emb = HashingEmbedder(dim=64)
+    passages, parents = [], []
+    for d in docs:
+        ps, pa = to_passages(d, suffix)
+        passages += ps
+        parents += pa
+    vecs = emb.encode([passage_text_for_embedding(p) for p in passages]) if passages else np.zeros((0, 64))
+    return build_tenant_index(root, tenant, passages, parents, vecs, embedder_name=emb.name)
+
+
+def corpus() -> dict[str, list[SourceDocument]]:
+    from quarry.core.sources import SAMPLE_CORPUS, load_documents
+
+    docs, _bad = load_documents(SAMPLE_CORPUS)
+    docs += [SourceDocument(**d) for d in FIXTURE_DOCS]
+    by_tenant: dict[str, list[SourceDocument]] = {}
+    for d in docs:
+        by_tenant.setdefault(d.tenant, []).append(d)
+    return by_tenant
+
+
+class Client:
+    def __init__(self, base: str, root: str, docs):
+        self.base, self.root, self.docs = base, root, docs
+        self.secret, self.build = SECRET, build
+        self.http = httpx.Client(base_url=base, timeout=60)
+
+    def token(self, tenant="acme", subject="u1", groups=("support",), **kw) -> str:
+        from quarry.serve.auth import mint_token
+
+        return mint_token(tenant, subject, groups, secret=SECRET, **kw)
+
+    def h(self, token: str | None = None, run: str | None = None, **kw) -> dict[str, str]:
+        h = {"Authorization": f"Bearer {token or self.token(**kw)}"}
+        if run:
+            h[RUN_HEADER] = run
+        return h
+
+    def new_run(self, token: str) -> str:
+        r = self.http.post("/v1/runs", headers={"Authorization": f"Bearer {token}"})
+        assert r.status_code == 200, r.text
+        return r.json()["run_id"]
+
+    def search(self, token: str, run: str, query: str, **body):
+        return self.http.post("/v1/search", headers=self.h(token, run), json={"query": query, **body})
+
+    def trace(self, trace_id: str, tenant="acme"):
+        op = self.token(tenant=tenant, subject="ops", groups=(), scope="operator")
+        return self.http.get(f"/v1/trace/{trace_id}", headers=self.h(op))
+
+
+RUN_HEADER = "X-Quarry-Run"
+
+
+@pytest.fixture(scope="session")
+def quarry_app(tmp_path_factory):
+    ray = pytest.importorskip("ray")
+    from ray import serve
+
+    from quarry.serve.app import build_app
+    from quarry.serve.settings import AuthSettings, ServeSettings
+
+    root = str(tmp_path_factory.mktemp("indexes"))
+    docs = corpus()
+    for tenant, ds in docs.items():
+        build(root, tenant, ds)
+    port = _free_port()
+    ray.init(num_cpus=2, include_dashboard=False, namespace="quarry-test", log_to_driver=False,
+             configure_logging=False, runtime_env={"worker_process_setup_hook": _chunking_shim})
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    settings = ServeSettings(index_root=root, auth=AuthSettings(hs256_secret=SECRET), gateway_replicas=2,
+                             generation_check_ms=200, ray_namespace="quarry-test", store_name_prefix=PREFIX)
+    serve.run(build_app(settings), name="quarry", route_prefix="/")
+    client = Client(f"http://127.0.0.1:{port}", root, docs)
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        try:
+            if client.http.get("/healthz").status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    yield client
+    client.http.close()
+    serve.shutdown()
+    ray.shutdown()

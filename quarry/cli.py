@@ -20,15 +20,19 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """All subcommands are listed; only ``command``'s module is imported (help stays fast)."""
     p = argparse.ArgumentParser(prog="quarry", description="Quarry: multi-tenant evidence retrieval for AI agents.")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (module, help_) in COMMANDS.items():
         sp = sub.add_parser(name, help=help_, description=help_)
+        if name != command:
+            continue
         try:
             mod = importlib.import_module(module)
         except ImportError as e:  # an optional extra is missing: say which
-            sp.set_defaults(_missing=f"`quarry {name}` is unavailable: {e}. Install the extras: pip install -e '.[spark,serve]'")
+            sp.set_defaults(_missing=f"`quarry {name}` is unavailable: {e}. "
+                                     "Install the extras: pip install -e '.[spark,serve]'")
             continue
         mod.add_arguments(sp)
         sp.set_defaults(_run=mod.run)
@@ -36,7 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = next((a for a in argv if not a.startswith("-")), None)
+    args = build_parser(command if command in COMMANDS else None).parse_args(argv)
     if getattr(args, "_missing", None):
         print(args._missing, file=sys.stderr)
         return 2

@@ -1,0 +1,226 @@
+"""BEIR runner: build (or reuse) a dataset's index and measure each stage on its own.
+
+Stages: ``lexical`` (the BM25 leg alone), ``dense`` (the embedding leg alone), ``hybrid``
+(both legs fused by RRF), ``context`` (hybrid over passages with extractive preambles),
+``rerank`` (a learned second stage trained on the train split, gated). Metrics are
+nDCG@10 and recall@100 at document level (a document ranks at its best passage).
+Throughput compares the lexical leg, filters on, with raw bm25s on the same corpus in
+the same run.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from quarry.core import layout
+from quarry.core.records import Principal
+from quarry.eval.metrics import doc_ranking, mean, ndcg_at_k, recall_at_k
+
+WIDTH = 100  # each leg's width and the candidate width, so recall@100 is measurable
+CHUNK_TOKENS = 512  # BEIR documents are abstracts: keep most of them whole
+
+
+@dataclass(frozen=True)
+class Dataset:
+    name: str
+    queries: dict[str, str]
+    qrels: dict[str, dict[str, int]]
+
+
+def load_dataset(dataset_dir: str | Path, split: str = "test") -> Dataset:
+    from quarry.core.sources import load_beir_queries, load_qrels
+
+    d = Path(dataset_dir)
+    queries = load_beir_queries(d)
+    qrels = {q: r for q, r in load_qrels(d, split).items() if q in queries}
+    return Dataset(d.name, queries, qrels)
+
+
+def log(msg: str) -> None:
+    print(f"[eval] {msg}", file=sys.stderr, flush=True)
+
+
+def ensure_index(dataset_dir: Path, index_root: str, tenant: str, contextualizer: str, embedder) -> int:
+    """Build the dataset's index unless a generation with the same recipe is live."""
+    gen = layout.current_generation(index_root, tenant)
+    recipe = {"dataset": str(Path(dataset_dir).resolve()), "contextualizer": contextualizer,
+              "embedder": embedder.name, "chunk_tokens": CHUNK_TOKENS}
+    if gen is not None and layout.read_manifest(index_root, tenant, gen).get("recipe") == recipe:
+        log(f"reusing {tenant} gen-{gen} under {index_root}")
+        return gen
+    from quarry.core.chunking import ChunkSettings
+    from quarry.core.contextualize import make_contextualizer
+    from quarry.core.pipeline import build_corpus
+    from quarry.core.sources import load_beir_corpus
+
+    t0 = time.perf_counter()
+    docs = load_beir_corpus(dataset_dir, tenant)
+    gen = build_corpus(docs, index_root, embedder, make_contextualizer(contextualizer),
+                       ChunkSettings(max_tokens=CHUNK_TOKENS), extra={"recipe": recipe}, progress=log)[tenant]
+    log(f"{tenant}: built gen-{gen} in {time.perf_counter() - t0:.1f}s")
+    return gen
+
+
+def _score(rankings: dict[str, list[str]], ds: Dataset) -> dict[str, float]:
+    nd = [ndcg_at_k(rankings[q], ds.qrels[q], 10) for q in ds.qrels]
+    rc = [recall_at_k(rankings[q], ds.qrels[q], 100) for q in ds.qrels]
+    return {"ndcg@10": round(mean(nd), 4), "recall@100": round(mean(rc), 4)}
+
+
+def run_stages(index, ds: Dataset, embedder, second_stage=None) -> dict[str, dict[str, float]]:
+    """Lexical, dense and hybrid (and rerank when a second stage is given) over the queries."""
+    from quarry.core.search import SearchSettings, dense_leg, fuse, lexical_leg
+
+    settings = SearchSettings(lexical_width=WIDTH, dense_width=WIDTH, candidate_width=WIDTH)
+    principal = Principal(tenant=index.tenant, subject="eval")
+    masks = index.masks(principal)
+    qids = list(ds.qrels)
+    qvecs = embedder.encode([ds.queries[q] for q in qids])
+    docs_of = lambda rows: doc_ranking([index.passage_at(r).doc_id for r in rows])  # noqa: E731
+    out: dict[str, dict[str, list[str]]] = {"lexical": {}, "dense": {}, "hybrid": {}}
+    if second_stage is not None:
+        out["rerank"] = {}
+    for qi, q in enumerate(qids):
+        lex = lexical_leg(index, masks, ds.queries[q], WIDTH, settings.lexical_floor)
+        den = dense_leg(index, masks, qvecs[qi], WIDTH, settings.dense_floor)
+        cands = fuse(lex, den, index, settings)
+        out["lexical"][q] = doc_ranking([c for c in (index.passage_at(r).doc_id for r in lex.rows)])
+        out["dense"][q] = docs_of(den.rows)
+        out["hybrid"][q] = doc_ranking([c.doc_id for c in cands])
+        if second_stage is not None:
+            passages = [index.passage_at(c.row) for c in cands]
+            ranked = second_stage(ds.queries[q], cands, passages, len(cands))
+            out["rerank"][q] = doc_ranking([c.doc_id for c in ranked])
+    return {name: _score(r, ds) for name, r in out.items()}
+
+
+def _best_time(fn: Callable[[], Any], repeats: int = 3) -> float:
+    best = float("inf")
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+def throughput(index, dataset_dir: Path, ds: Dataset) -> dict[str, float]:
+    """Queries/s of the lexical leg with the principal's filter mask applied, against raw
+    bm25s (its own tokenizer, stemmer and stopwords) over the same texts, same run."""
+    import bm25s
+    import Stemmer
+
+    from quarry.core.index import lexical_text
+    from quarry.core.search import lexical_leg
+
+    texts, rows = [], []
+    for si, sh in enumerate(index.shards):
+        for r in range(len(sh)):
+            texts.append(lexical_text(sh.passage(r)))
+    stemmer = Stemmer.Stemmer("english")
+    raw = bm25s.BM25()
+    raw.index(bm25s.tokenize(texts, stopwords="en", stemmer=stemmer, show_progress=False), show_progress=False)
+    queries = [ds.queries[q] for q in ds.qrels]
+    principal = Principal(tenant=index.tenant, subject="eval", groups=frozenset({"eval"}))
+
+    def ours():
+        masks = index.masks(principal)  # filters on: the mask is built (cached) and applied in-leg
+        for q in queries:
+            lexical_leg(index, masks, q, WIDTH, 0.0)
+
+    def baseline():
+        for q in queries:
+            raw.retrieve(bm25s.tokenize([q], stopwords="en", stemmer=stemmer, show_progress=False),
+                         k=WIDTH, show_progress=False, n_threads=1)
+
+    ours(), baseline()  # warm caches
+    t_ours, t_raw = _best_time(ours), _best_time(baseline)
+    return {"lexical_qps": round(len(queries) / t_ours, 1), "raw_bm25s_qps": round(len(queries) / t_raw, 1),
+            "ratio": round(t_raw / t_ours, 3)}
+
+
+def evaluate(dataset_dir: str | Path, index_root: str, contextualizer: str | None = None,
+             train_split: str | None = None, embedder=None, split: str = "test") -> dict[str, Any]:
+    from quarry.core.embedding import SentenceTransformerEmbedder
+    from quarry.core.index import TenantIndex
+
+    dataset_dir = Path(dataset_dir)
+    embedder = embedder or SentenceTransformerEmbedder()
+    ds = load_dataset(dataset_dir, split)
+    tenant = ds.name.lower()
+    ensure_index(dataset_dir, index_root, tenant, "none", embedder)
+    index = TenantIndex.load(index_root, tenant)
+    second_stage, gate = None, None
+    if train_split:
+        second_stage, gate = train_second_stage(index, dataset_dir, train_split, embedder)
+    log(f"running {len(ds.qrels)} {split} queries")
+    stages = run_stages(index, ds, embedder, second_stage)
+    if train_split and second_stage is None:
+        stages["rerank"] = dict(stages["hybrid"])  # the gate kept the fused order
+    if contextualizer and contextualizer != "none":
+        ctenant = f"{tenant}-ctx-{contextualizer}"
+        ensure_index(dataset_dir, index_root, ctenant, contextualizer, embedder)
+        stages["context"] = run_stages(TenantIndex.load(index_root, ctenant), ds, embedder)["hybrid"]
+    result: dict[str, Any] = {"dataset": ds.name, "split": split, "queries": len(ds.qrels), "stages": stages,
+                              "throughput": throughput(index, dataset_dir, ds), "embedder": embedder.name,
+                              "generation": index.generation}
+    if gate is not None:
+        result["gate"] = gate
+    return result
+
+
+def train_second_stage(index, dataset_dir: Path, split: str, embedder):
+    """Train the learned ranker on ``split`` qrels only (never the test split) and gate it."""
+    if split == "test":
+        raise ValueError("--train-split must not be the test split")
+    from quarry.core.learned import train_and_gate  # lands with the learned-ranker work
+
+    ds = load_dataset(dataset_dir, split)
+    principal = Principal(tenant=index.tenant, subject="eval")
+    ranker, decision, report = train_and_gate(index, principal, embedder,
+                                              {q: ds.queries[q] for q in ds.qrels}, ds.qrels)
+    gate = {"decision": decision.__dict__ if hasattr(decision, "__dict__") else decision, "report": report}
+    return (ranker.as_second_stage() if ranker is not None and decision.enabled else None), gate
+
+
+def format_table(result: dict[str, Any]) -> str:
+    lines = [f"{result['dataset']} ({result['queries']} {result.get('split', 'test')} queries)",
+             "| stage | nDCG@10 | recall@100 |", "|---|---:|---:|"]
+    for name, m in result["stages"].items():
+        lines.append(f"| {name} | {m['ndcg@10']:.4f} | {m['recall@100']:.4f} |")
+    t = result["throughput"]
+    lines.append(f"\nlexical leg (filters on): {t['lexical_qps']} q/s; raw bm25s: {t['raw_bm25s_qps']} q/s "
+                 f"(ratio {t['ratio']})")
+    return "\n".join(lines)
+
+
+def add_arguments(p) -> None:
+    p.add_argument("dataset_dir", help="a BEIR dataset folder (corpus.jsonl, queries.jsonl, qrels/)")
+    p.add_argument("--index-root", required=True, help="where to build/reuse the dataset's index")
+    p.add_argument("--split", default="test", help="qrels split to evaluate (default: test)")
+    p.add_argument("--contextualizer", choices=["none", "extractive"], default=None,
+                   help="also build a contextualized index and report stage 'context'")
+    p.add_argument("--train-split", default=None,
+                   help="train the learned ranker on this qrels split (e.g. train) and report stage 'rerank'")
+    p.add_argument("--embedder", default=None, help="local sentence-transformers model dir, or 'hashing'")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def run(args) -> int:
+    from quarry.core.embedding import HashingEmbedder, SentenceTransformerEmbedder
+
+    d = Path(args.dataset_dir)
+    if not (d / "corpus.jsonl").exists():
+        print(f"error: {d} is not a BEIR dataset folder (no corpus.jsonl)", file=sys.stderr)
+        return 2
+    emb = HashingEmbedder() if args.embedder == "hashing" else SentenceTransformerEmbedder(args.embedder)
+    result = evaluate(d, args.index_root, args.contextualizer, args.train_split, emb, args.split)
+    print(json.dumps(result) if args.json else format_table(result))
+    return 0

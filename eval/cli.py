@@ -1,0 +1,16 @@
+"""``quarry eval <suite>``: evaluation entry points."""
+
+from __future__ import annotations
+
+
+def add_arguments(p) -> None:
+    from quarry.eval import beir
+
+    sub = p.add_subparsers(dest="suite", metavar="SUITE", required=True)
+    b = sub.add_parser("beir", help="nDCG@10 / recall@100 per stage on a BEIR dataset, plus lexical throughput")
+    beir.add_arguments(b)
+    b.set_defaults(_suite_run=beir.run)
+
+
+def run(args) -> int:
+    return args._suite_run(args)

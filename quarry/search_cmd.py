@@ -1,0 +1,73 @@
+"""``quarry search``: operators search a published index in-process as a given principal."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import sys
+
+
+def add_arguments(p) -> None:
+    p.add_argument("query", help="the search text (words or exact identifiers)")
+    p.add_argument("--index-root", required=True, help="index root (local path or fsspec URI)")
+    p.add_argument("--tenant", required=True, help="tenant whose index to search")
+    p.add_argument("--groups", default="", help="comma-separated groups of the principal (e.g. all-staff,support)")
+    p.add_argument("--subject", default="operator", help="subject recorded for the search")
+    p.add_argument("--doc-type", default=None, help="comma-separated doc types to keep (e.g. policy,runbook)")
+    p.add_argument("--valid-at", default=None, help="only evidence in force on this date (YYYY-MM-DD)")
+    p.add_argument("--top-k", type=int, default=4, help="excerpts to return (default 4)")
+    p.add_argument("--embedder", default=None, help="local sentence-transformers dir, or 'hashing' (default: the index's)")
+    p.add_argument("--json", action="store_true", help="print the full result as JSON")
+
+
+def make_embedder(spec: str | None, manifest: dict):
+    from quarry.core.embedding import HashingEmbedder, SentenceTransformerEmbedder
+
+    name = spec or manifest.get("embedder", {}).get("name", "")
+    if name.startswith("hashing"):
+        dim = manifest.get("embedder", {}).get("dim", 256)
+        return HashingEmbedder(dim=dim)
+    return SentenceTransformerEmbedder(spec if spec and spec != name else None)
+
+
+def format_result(result) -> str:
+    if not result.excerpts:
+        return result.message
+    out = []
+    for i, e in enumerate(result.excerpts, 1):
+        dates = f"{e.effective_from or '?'}..{e.effective_to or ''}"
+        head = " > ".join((e.title, *e.heading_path))
+        flags = (" [truncated]" if e.truncated else "") + (f" [{e.validity}]" if e.validity else "")
+        out.append(f"[{i}] {e.passage_id}  ({e.doc_type}, authority {e.authority}, effective {dates}){flags}\n"
+                   f"    {head}\n    " + e.text.replace("\n", "\n    "))
+    out.append("stages: " + ", ".join(f"{s.name}={s.kept}" for s in result.stages)
+               + f"; delivered {result.delivered_tokens} tokens; generation {result.generation}")
+    return "\n".join(out)
+
+
+def run(args) -> int:
+    from pydantic import ValidationError
+
+    from quarry.core.index import TenantIndex
+    from quarry.core.records import Principal, SearchRequest
+    from quarry.core.search import hybrid_search
+
+    try:
+        request = SearchRequest(
+            query=args.query, top_k=args.top_k,
+            doc_type=tuple(t for t in args.doc_type.split(",") if t) if args.doc_type else None,
+            valid_at=dt.date.fromisoformat(args.valid_at) if args.valid_at else None,
+        )
+    except (ValidationError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    try:
+        index = TenantIndex.load(args.index_root, args.tenant)
+    except FileNotFoundError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    principal = Principal(tenant=args.tenant, subject=args.subject,
+                          groups=frozenset(g for g in args.groups.split(",") if g))
+    result = hybrid_search(index, principal, request, make_embedder(args.embedder, index.manifest))
+    print(result.model_dump_json(indent=2) if args.json else format_result(result))
+    return 0

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# README command 2: set up, then run the test suite (pass pytest arguments through,
+# e.g. ./test.sh -m "not slow").
+set -euo pipefail
+cd "$(dirname "$0")"
+bash scripts/setup.sh
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+exec .venv/bin/python -m pytest "$@"

@@ -46,3 +46,21 @@ def spark(tmp_path_factory):
                         local_dir=str(tmp_path_factory.mktemp("spark-local")))
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def minilm():
+    from quarry.core.embedding import SentenceTransformerEmbedder
+
+    return SentenceTransformerEmbedder().load()
+
+
+@pytest.fixture(scope="session")
+def sample_index_root(tmp_path_factory, sample_docs, minilm) -> str:
+    """The sample corpus built once with the packaged MiniLM and extractive preambles."""
+    from quarry.core.contextualize import ExtractiveContextualizer
+    from quarry.core.pipeline import build_corpus
+
+    root = str(tmp_path_factory.mktemp("sample-index"))
+    build_corpus(sample_docs, root, minilm, ExtractiveContextualizer())
+    return root

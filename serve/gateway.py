@@ -52,6 +52,13 @@ def _not_found() -> _Reject:
     return _Reject(404, NOT_FOUND_BODY)
 
 
+def _jsonable(errors: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    out = []
+    for e in errors or []:
+        out.append({"loc": ["body", *e.get("loc", ())], "type": e.get("type"), "msg": e.get("msg")})
+    return out
+
+
 def _metrics():
     from ray.util.metrics import Counter, Histogram
 
@@ -266,13 +273,6 @@ class Gateway:
         if t is None:
             raise _not_found()
         return t
-
-
-def _jsonable(errors: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
-    out = []
-    for e in errors or []:
-        out.append({"loc": ["body", *e.get("loc", ())], "type": e.get("type"), "msg": e.get("msg")})
-    return out
 
 
 @api.exception_handler(RequestValidationError)

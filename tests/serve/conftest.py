@@ -139,6 +139,11 @@ def quarry_app(tmp_path_factory):
     for tenant, ds in docs.items():
         build(root, tenant, ds)
     port = _free_port()
+    # conftest is not importable in workers: ship the hook by value.
+    from ray import cloudpickle
+    import sys
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
     ray.init(num_cpus=2, include_dashboard=False, namespace="quarry-test", log_to_driver=False,
              configure_logging=False, runtime_env={"worker_process_setup_hook": _chunking_shim})
     serve.start(http_options={"host": "127.0.0.1", "port": port})

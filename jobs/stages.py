@@ -1,0 +1,324 @@
+"""Executor-side stage functions of the build job (DESIGN §7).
+
+Each function here runs inside a Spark Python worker (``mapInPandas``/``applyInPandas``)
+and delegates to ``quarry.core`` in a few lines. Records travel between stages as JSON
+strings (``model_dump_json``/``model_validate_json``) next to the scalar columns Spark
+needs to partition and group (tenant, doc_id, shard). Nothing here runs on the driver
+except the schema constants.
+
+Module-level caches (``_EMBEDDERS``, ``_CONTEXTUALIZERS``) live as long as the Python
+worker: with ``spark.python.worker.reuse=true`` a model is loaded once per worker, not
+once per task or batch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import re
+import tempfile
+import threading
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from pydantic import ValidationError
+
+from quarry.core import layout
+from quarry.core.records import ParentSection, Passage, SourceDocument, validation_reason
+
+UNKNOWN_TENANT = "_unknown"
+_SLUG = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")  # the tenant rule of core.records
+
+# --------------------------------------------------------------------------- schemas (DDL)
+
+FILES_SCHEMA = "file_idx long, path string"
+RAW_SCHEMA = "file_idx long, rec_idx long, source string, raw binary"
+VALIDATED_SCHEMA = (
+    "kind string, tenant string, doc_id string, version string, file_idx long, rec_idx long, "
+    "source string, record_id string, reason string, doc_json string"
+)
+QUARANTINE_IN = "tenant string, record_id string, source string, reason string"
+QUARANTINE_OUT = "tenant string, n long"
+CHUNKED_SCHEMA = (
+    "tenant string, doc_id string, shard int, doc_json string, passages array<string>, "
+    "parents array<string>, n_passages int, n_parents int"
+)
+COST_COLUMNS = (
+    "documents", "passages", "requests", "input_tokens", "output_tokens",
+    "estimated_usage", "retries", "failures", "fallbacks",
+)  # fmt: skip
+CONTEXT_SCHEMA = (
+    "tenant string, doc_id string, shard int, passages array<string>, parents array<string>, "
+    "n_passages int, n_parents int, " + ", ".join(f"ctx_{c} long" for c in COST_COLUMNS)
+)
+EMBEDDED_SCHEMA = (
+    "tenant string, shard int, doc_id string, passage_id string, passage_json string, "
+    "embedding binary, embed_tokens long, worker_pid long, model_loads long"
+)
+SHARD_INFO_SCHEMA = (
+    "tenant string, shard int, passages long, parents long, documents long, dense_kind string, "
+    "dim int, checksums string"
+)
+
+
+def tenant_of_raw(raw: Mapping[str, Any]) -> str:
+    """Which tenant an input record is accounted under: its ``tenant`` when that is a
+    valid tenant slug, else ``_unknown`` (a record whose tenant cannot be read)."""
+    t = raw.get("tenant") if isinstance(raw, Mapping) else None
+    return t if isinstance(t, str) and _SLUG.match(t) else UNKNOWN_TENANT
+
+
+# --------------------------------------------------------------------------- read
+
+
+def read_files(batches: Iterator[pd.DataFrame], root: str) -> Iterator[pd.DataFrame]:
+    """(file_idx, path) -> one row per raw record, the record pickled as-is.
+
+    Uses core's per-format readers with the source root, so Markdown doc ids derived from
+    relative paths, ``_source`` strings and unparseable-record markers are exactly those of
+    ``core.sources.read_records(root)``.
+    """
+    from quarry.core.sources import _reader_for  # the per-file reader read_records uses
+
+    base = Path(root)
+    for pdf in batches:
+        for file_idx, path in zip(pdf["file_idx"], pdf["path"]):
+            f = Path(path)
+            rows = {"file_idx": [], "rec_idx": [], "source": [], "raw": []}
+            for i, raw in enumerate(_reader_for(f)(f, base if base.is_dir() else f.parent)):
+                rows["file_idx"].append(int(file_idx))
+                rows["rec_idx"].append(i)
+                rows["source"].append(str(raw.get("_source", path)))
+                rows["raw"].append(pickle.dumps(raw, protocol=pickle.HIGHEST_PROTOCOL))
+                if len(rows["raw"]) >= 2048:
+                    yield pd.DataFrame(rows)
+                    rows = {k: [] for k in rows}
+            if rows["raw"]:
+                yield pd.DataFrame(rows)
+
+
+# --------------------------------------------------------------------------- validate
+
+
+def validate_records(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+    """Raw record -> ('doc', tenant, doc_id, version, doc_json) or ('bad', ..., reason)."""
+    from quarry.core.sources import _record_id, validate
+
+    for pdf in batches:
+        out: dict[str, list] = {k: [] for k in (
+            "kind", "tenant", "doc_id", "version", "file_idx", "rec_idx", "source", "record_id", "reason", "doc_json")}
+        for fi, ri, src, blob in zip(pdf["file_idx"], pdf["rec_idx"], pdf["source"], pdf["raw"]):
+            raw = pickle.loads(blob)
+            try:
+                doc = validate(raw)
+            except ValidationError as e:
+                row = ("bad", tenant_of_raw(raw), None, None, _record_id(raw), validation_reason(e), None)
+            else:
+                row = ("doc", doc.tenant, doc.doc_id, doc.version, doc.key, None, doc.model_dump_json())
+            kind, tenant, doc_id, version, rid, reason, dj = row
+            for k, v in (("kind", kind), ("tenant", tenant), ("doc_id", doc_id), ("version", version),
+                         ("file_idx", int(fi)), ("rec_idx", int(ri)), ("source", src), ("record_id", rid),
+                         ("reason", reason), ("doc_json", dj)):
+                out[k].append(v)
+        yield pd.DataFrame(out)
+
+
+def write_quarantine(batches: Iterator[pd.DataFrame], out_uri: str) -> Iterator[pd.DataFrame]:
+    """Write this partition's quarantined records as one JSONL part file under
+    ``<index-root>/_quarantine/<run-id>/`` (a retried task overwrites its own part) and
+    return per-tenant counts. Works for local paths and object stores alike (fsspec)."""
+    from pyspark import TaskContext
+
+    frames = [pdf for pdf in batches if len(pdf)]
+    if not frames:
+        return
+    pdf = pd.concat(frames, ignore_index=True)
+    ctx = TaskContext.get()
+    part = ctx.partitionId() if ctx is not None else os.getpid()
+    lines = [
+        json.dumps({"tenant": t, "record_id": r, "source": s, "reason": why}, sort_keys=True)
+        for t, r, s, why in zip(pdf["tenant"], pdf["record_id"], pdf["source"], pdf["reason"])
+    ]
+    layout.write_atomic(layout.join(out_uri, f"part-{part:05d}.jsonl"), ("\n".join(lines) + "\n").encode())
+    counts = pdf.groupby("tenant").size()
+    yield pd.DataFrame({"tenant": list(counts.index), "n": [int(x) for x in counts.values]})
+
+
+# --------------------------------------------------------------------------- chunk
+
+
+def chunk_docs(batches: Iterator[pd.DataFrame], n_shards: Mapping[str, int]) -> Iterator[pd.DataFrame]:
+    """One row per document: its passages and parent sections (JSON) and its shard."""
+    from quarry.core.chunking import chunk_document
+    from quarry.core.index import shard_of
+
+    for pdf in batches:
+        rows = []
+        for tenant, doc_id, dj in zip(pdf["tenant"], pdf["doc_id"], pdf["doc_json"]):
+            passages, parents = chunk_document(SourceDocument.model_validate_json(dj))
+            rows.append((tenant, doc_id, shard_of(doc_id, n_shards[tenant]), dj,
+                         [p.model_dump_json() for p in passages], [s.model_dump_json() for s in parents],
+                         len(passages), len(parents)))
+        yield pd.DataFrame(rows, columns=["tenant", "doc_id", "shard", "doc_json", "passages", "parents",
+                                          "n_passages", "n_parents"])
+
+
+# --------------------------------------------------------------------------- contextualize
+
+_CONTEXTUALIZERS: dict[str, Any] = {}
+_CTX_LOCK = threading.Lock()
+
+
+def get_contextualizer(kind: str, llm_json: str | None, api_key: Any):
+    """One contextualizer per Python worker and configuration."""
+    from quarry.core.contextualize import LLMSettings, make_contextualizer
+
+    key = f"{kind}|{llm_json}"
+    with _CTX_LOCK:
+        c = _CONTEXTUALIZERS.get(key)
+        if c is None:
+            llm = LLMSettings.model_validate_json(llm_json) if llm_json else None
+            c = _CONTEXTUALIZERS[key] = make_contextualizer(kind, llm=llm, api_key=api_key)
+        return c
+
+
+def contextualize_docs(batches: Iterator[pd.DataFrame], kind: str, llm_json: str | None,
+                       api_key: Any) -> Iterator[pd.DataFrame]:
+    """Set each passage's ``context``, per document (the document is sent once to an LLM).
+
+    The cost account's delta for each (batch, tenant) lands on that group's first row, so
+    the driver sums exact per-tenant costs with one aggregate; a retried task recomputes
+    its rows, so nothing is counted twice.
+    """
+    from quarry.core.contextualize import with_context
+
+    ctx = get_contextualizer(kind, llm_json, api_key)
+    for pdf in batches:
+        out = []
+        for tenant, idx in pdf.groupby("tenant", sort=False).groups.items():
+            sub = pdf.loc[idx]
+            items = [(SourceDocument.model_validate_json(dj), [Passage.model_validate_json(p) for p in ps])
+                     for dj, ps in zip(sub["doc_json"], sub["passages"])]
+            before = ctx.account.snapshot()
+            preambles = ctx.contextualize_many(items)
+            after = ctx.account.snapshot()
+            delta = {c: int(after[c]) - int(before[c]) for c in COST_COLUMNS}
+            for j, ((doc, ps), pre, (_, r)) in enumerate(zip(items, preambles, sub.iterrows())):
+                row = {
+                    "tenant": tenant, "doc_id": r["doc_id"], "shard": int(r["shard"]),
+                    "passages": [p.model_dump_json() for p in with_context(ps, pre)],
+                    "parents": list(r["parents"]), "n_passages": int(r["n_passages"]),
+                    "n_parents": int(r["n_parents"]),
+                }
+                for c in COST_COLUMNS:
+                    row[f"ctx_{c}"] = delta[c] if j == 0 else 0
+                out.append(row)
+        yield pd.DataFrame(out, columns=[c.split()[0] for c in CONTEXT_SCHEMA.split(", ")])
+
+
+# --------------------------------------------------------------------------- embed
+
+_EMBEDDERS: dict[tuple[str, int], Any] = {}
+_EMBED_LOADS: dict[tuple[str, int], int] = {}
+_EMB_LOCK = threading.Lock()
+
+
+def make_embedder(spec: str, batch_size: int = 64):
+    """``hashing`` / ``hashing:<dim>`` (deterministic, no model), ``default`` (the packaged
+    all-MiniLM-L6-v2) or a local sentence-transformers model directory."""
+    from quarry.core.embedding import HashingEmbedder, SentenceTransformerEmbedder
+
+    if spec == "hashing" or spec.startswith("hashing:"):
+        dim = int(spec.split(":", 1)[1]) if ":" in spec else 256
+        return HashingEmbedder(dim)
+    return SentenceTransformerEmbedder(None if spec in ("default", "") else spec, batch_size=batch_size)
+
+
+def get_embedder(spec: str, batch_size: int):
+    """The worker's cached embedder (loaded once per Python worker, on GPU when present)."""
+    key = (spec, batch_size)
+    with _EMB_LOCK:
+        e = _EMBEDDERS.get(key)
+        if e is None:
+            e = make_embedder(spec, batch_size)
+            if hasattr(e, "load"):
+                e.load()
+            _EMBEDDERS[key] = e
+            _EMBED_LOADS[key] = _EMBED_LOADS.get(key, 0) + 1
+        return e, _EMBED_LOADS[key]
+
+
+def embed_passages(batches: Iterator[pd.DataFrame], spec: str, batch_size: int) -> Iterator[pd.DataFrame]:
+    """(tenant, shard, doc_id, passage_json) -> + float32 embedding bytes, in batches."""
+    from quarry.core.chunking import count_tokens
+    from quarry.core.embedding import passage_text_for_embedding
+
+    emb, loads = get_embedder(spec, batch_size)
+    pid = os.getpid()
+    for pdf in batches:
+        if not len(pdf):
+            continue
+        passages = [Passage.model_validate_json(p) for p in pdf["passage_json"]]
+        texts = [passage_text_for_embedding(p) for p in passages]
+        vecs = np.asarray(emb.encode(texts), dtype=np.float32)
+        yield pd.DataFrame({
+            "tenant": pdf["tenant"].to_numpy(), "shard": pdf["shard"].to_numpy(),
+            "doc_id": pdf["doc_id"].to_numpy(), "passage_id": [p.passage_id for p in passages],
+            "passage_json": pdf["passage_json"].to_numpy(),
+            "embedding": [v.tobytes() for v in vecs],
+            "embed_tokens": [count_tokens(t) for t in texts],
+            "worker_pid": pid, "model_loads": loads,
+        })
+
+
+# --------------------------------------------------------------------------- term stats
+
+
+def partial_term_stats(rows: Iterator) -> Iterator[dict]:
+    """One partition's per-tenant TermStats (RDD mapPartitions; merged by treeReduce)."""
+    from quarry.core.index import TermStats, lexical_text
+    from quarry.core.tokenizer import tokenize
+
+    tokens: dict[str, list[list[str]]] = {}
+    for tenant, pj in rows:
+        tokens.setdefault(tenant, []).append(tokenize(lexical_text(Passage.model_validate_json(pj))))
+    yield {t: TermStats.from_tokens(tl) for t, tl in tokens.items()}
+
+
+def merge_term_stats(a: dict, b: dict) -> dict:
+    out = dict(a)
+    for t, s in b.items():
+        out[t] = out[t].merge(s) if t in out else s
+    return out
+
+
+# --------------------------------------------------------------------------- build shards
+
+
+def build_one_shard(key, passages_pdf: pd.DataFrame, parents_pdf: pd.DataFrame, *, root: str,
+                    generations: Mapping[str, int], stats_bc, dim: int, approx_threshold: int) -> pd.DataFrame:
+    """cogroup(passages, parents) by (tenant, shard): build the shard locally with
+    ``core.index.build_shard`` and upload it into the tenant's new generation folder."""
+    from quarry.core.index import build_shard
+
+    tenant, shard = str(key[0]), int(key[1])
+    passages = [Passage.model_validate_json(p) for p in passages_pdf["passage_json"]]
+    parents = [ParentSection.model_validate_json(p) for p in parents_pdf["parent_json"]]
+    if len(passages):
+        emb = np.stack([np.frombuffer(b, dtype=np.float32) for b in passages_pdf["embedding"]])
+    else:
+        emb = np.zeros((0, dim), np.float32)
+    gen = generations[tenant]
+    with tempfile.TemporaryDirectory(prefix="quarry-shard-") as tmp:
+        local = Path(tmp) / f"shard-{shard}"
+        info = build_shard(tenant, shard, passages, parents, emb, stats_bc.value[tenant], local, approx_threshold)
+        layout.upload_dir(local, layout.shard_dir(root, tenant, gen, shard))
+    return pd.DataFrame([{
+        "tenant": tenant, "shard": shard, "passages": info.passages, "parents": info.parents,
+        "documents": info.documents, "dense_kind": info.dense_kind, "dim": int(emb.shape[1]) if emb.ndim == 2 else dim,
+        "checksums": json.dumps(info.checksums, sort_keys=True),
+    }])

@@ -182,6 +182,8 @@ def run_build(settings: BuildSettings, spark=None) -> BuildReport:
     """
     _check_paths(settings)
     files = list_source_files(settings.source.removeprefix("file://"))
+    if not files:
+        raise BuildError(f"--source {settings.source}: no .jsonl, .ndjson, .parquet or .md files found")
     own = spark is None
     if own:
         from quarry.jobs.spark import get_spark
@@ -240,8 +242,6 @@ def _run(s: BuildSettings, spark, files: list[str]) -> BuildReport:
     try:
         # ---- read
         stage("read")
-        if not files:
-            raise BuildError(f"--source {s.source}: no .jsonl, .parquet or .md files found")
         files_df = spark.createDataFrame(list(enumerate(files)), st.FILES_SCHEMA)
         files_df = files_df.repartition(min(len(files), par))
         read_root = s.source.removeprefix("file://")

@@ -127,6 +127,11 @@ def validate_records(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         yield pd.DataFrame(out)
 
 
+def _none(v: Any) -> Any:
+    """pandas turns a null string into NaN; JSON output wants null."""
+    return None if v is None or (isinstance(v, float) and v != v) else v
+
+
 def write_quarantine(batches: Iterator[pd.DataFrame], out_uri: str) -> Iterator[pd.DataFrame]:
     """Write this partition's quarantined records as one JSONL part file under
     ``<index-root>/_quarantine/<run-id>/`` (a retried task overwrites its own part) and
@@ -140,7 +145,7 @@ def write_quarantine(batches: Iterator[pd.DataFrame], out_uri: str) -> Iterator[
     ctx = TaskContext.get()
     part = ctx.partitionId() if ctx is not None else os.getpid()
     lines = [
-        json.dumps({"tenant": t, "record_id": r, "source": s, "reason": why}, sort_keys=True)
+        json.dumps({"tenant": t, "record_id": _none(r), "source": s, "reason": why}, sort_keys=True)
         for t, r, s, why in zip(pdf["tenant"], pdf["record_id"], pdf["source"], pdf["reason"])
     ]
     layout.write_atomic(layout.join(out_uri, f"part-{part:05d}.jsonl"), ("\n".join(lines) + "\n").encode())

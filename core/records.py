@@ -229,6 +229,7 @@ class Candidate(Frozen):
     dense_score: float | None = None
     fused_rank: int
     fused_score: float
+    exact_match: bool = False  # holds every identifier of the query verbatim (pinned ahead)
     rerank_score: float | None = None
     rerank_rank: int | None = None
 

@@ -27,7 +27,7 @@ from quarry.core.records import (
     SearchResult,
     StageReport,
 )
-from quarry.core.tokenizer import tokenize
+from quarry.core.tokenizer import identifiers, tokenize
 
 
 class SearchSettings(BaseModel):
@@ -46,6 +46,7 @@ class SearchSettings(BaseModel):
     top_k_ceiling: int = Field(20, ge=1)
     delivered_token_ceiling: int = Field(1500, ge=16)
     expand: bool = True
+    pin_identifiers: bool = Field(True, description="passages holding the query's identifiers verbatim rank first")
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,7 @@ class LegHits:
     rows: tuple[int, ...]
     scores: tuple[float, ...]
     dropped: int  # visible hits the floor removed
+    exact: frozenset[int] = frozenset()  # rows holding every identifier of the query verbatim
 
     def ranks(self) -> dict[int, int]:
         return {r: i for i, r in enumerate(self.rows, start=1)}
@@ -73,14 +75,25 @@ def _merge(index: TenantIndex, per_shard, width: int) -> tuple[tuple[int, ...], 
 
 def lexical_leg(index: TenantIndex, masks: Sequence[np.ndarray], query: str, width: int, floor: float) -> LegHits:
     tokens = tokenize(query)
-    per_shard, dropped = [], 0
-    for sh, m in zip(index.shards, masks):
+    idents = identifiers(tokens)
+    per_shard, dropped, exact = [], 0, set()
+    for si, (sh, m) in enumerate(zip(index.shards, masks)):
         rows, scores = sh.lexical(sh.vocab_ids(tokens), m, width, floor=0.0)
         keep = scores > floor
         dropped += int((~keep).sum())
-        per_shard.append((rows[keep], scores[keep]))
+        rows, scores = rows[keep], scores[keep]
+        per_shard.append((rows, scores))
+        if idents and rows.size:
+            has_all = np.ones(rows.size, dtype=bool)
+            for ident in idents:
+                ids = sh.vocab_ids([ident])
+                if not ids:
+                    has_all[:] = False
+                    break
+                has_all &= sh.bm25.get_scores_from_ids(ids)[rows] > 0
+            exact.update(pack_row(si, int(r)) for r in rows[has_all])
     rows, scores = _merge(index, per_shard, width)
-    return LegHits(rows, scores, dropped)
+    return LegHits(rows, scores, dropped, frozenset(exact) & frozenset(rows))
 
 
 def dense_leg(index: TenantIndex, masks: Sequence[np.ndarray], qvec: np.ndarray, width: int, floor: float) -> LegHits:
@@ -99,6 +112,9 @@ def fuse(lex: LegHits, den: LegHits, index: TenantIndex, settings: SearchSetting
     pid = lambda gid: index.shards[gid >> 32].passage_ids[gid & 0xFFFFFFFF]  # noqa: E731
     lists = [[pid(r) for r in lex.rows], [pid(r) for r in den.rows]]
     fused = rrf(lists, k=settings.rrf_k, weights=[settings.lexical_weight, settings.dense_weight])
+    if settings.pin_identifiers and lex.exact:
+        exact_ids = {pid(r) for r in lex.exact}
+        fused.sort(key=lambda kv: kv[0] not in exact_ids)  # stable: RRF order within each tier
     lr, dr = lex.ranks(), den.ranks()
     ls = dict(zip(lex.rows, lex.scores))
     ds = dict(zip(den.rows, den.scores))
@@ -108,7 +124,7 @@ def fuse(lex: LegHits, den: LegHits, index: TenantIndex, settings: SearchSetting
         out.append(Candidate(
             passage_id=passage_id, doc_id=index.shards[gid >> 32].doc_ids[gid & 0xFFFFFFFF], row=gid,
             lexical_rank=lr.get(gid), lexical_score=ls.get(gid), dense_rank=dr.get(gid), dense_score=ds.get(gid),
-            fused_rank=rank, fused_score=score,
+            fused_rank=rank, fused_score=score, exact_match=gid in lex.exact,
         ))
     return out
 

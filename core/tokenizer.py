@@ -54,3 +54,8 @@ def tokenize(text: str) -> list[str]:
 
 def tokenize_many(texts: list[str]) -> list[list[str]]:
     return [tokenize(t) for t in texts]
+
+
+def identifiers(tokens: list[str]) -> list[str]:
+    """The whole-identifier tokens among ``tokens`` (those joined by - _ . /)."""
+    return [t for t in tokens if not _PART.fullmatch(t)]

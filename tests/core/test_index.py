@@ -1,0 +1,109 @@
+"""Shard index: sharding invariance, layout and publish, approximate dense recall."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from quarry.core import layout
+from quarry.core.embedding import HashingEmbedder, passage_text_for_embedding
+from quarry.core.index import TenantIndex, build_tenant_index
+from quarry.core.pipeline import prepare
+from quarry.core.records import Principal
+from quarry.core.search import dense_leg, lexical_leg
+
+pytestmark = pytest.mark.unit
+EMB = HashingEmbedder(dim=64)
+QUERIES = ["settlement cutoff EUR", "E-4471", "refund policy days", "SSO security add-on",
+           "reconcile_settlement failed", "payout batch migration", "cutover completed"]
+
+
+@pytest.fixture(scope="module")
+def acme(sample_docs):
+    docs = [d for d in sample_docs if d.tenant == "acme"]
+    passages, parents = prepare(docs)
+    emb = EMB.encode([passage_text_for_embedding(p) for p in passages])
+    return passages, parents, emb
+
+
+def legs(idx, principal, q):
+    masks = idx.masks(principal)
+    lex = lexical_leg(idx, masks, q, 20, 0.0)
+    den = dense_leg(idx, masks, EMB.encode([q])[0], 20, -1.0)
+    pid = lambda r: idx.passage_at(r).passage_id  # noqa: E731
+    return ([pid(r) for r in lex.rows], np.array(lex.scores)), ([pid(r) for r in den.rows], np.array(den.scores))
+
+
+def test_sharding_invariance(tmp_path, acme):
+    passages, parents, emb = acme
+    principal = Principal(tenant="acme", subject="u", groups=frozenset({"all-staff", "support", "finance-admins"}))
+    results = {}
+    for n in (1, 2, 4):
+        root = str(tmp_path / f"s{n}")
+        build_tenant_index(root, "acme", passages, parents, emb, n_shards=n)
+        idx = TenantIndex.load(root, "acme")
+        assert len(idx.shards) == n and len(idx) == len(passages)
+        results[n] = {q: legs(idx, principal, q) for q in QUERIES}
+    for n in (2, 4):
+        for q in QUERIES:
+            (l1, ls1), (d1, ds1) = results[1][q]
+            (ln, lsn), (dn, dsn) = results[n][q]
+            assert l1 == ln, (n, q)
+            np.testing.assert_allclose(ls1, lsn, atol=1e-5)
+            assert d1 == dn, (n, q)
+            np.testing.assert_allclose(ds1, dsn, atol=1e-5)
+
+
+def test_layout_publish_and_crashed_generation(tmp_path, acme):
+    passages, parents, emb = acme
+    root = str(tmp_path)
+    g1 = build_tenant_index(root, "acme", passages, parents, emb)
+    assert layout.current_generation(root, "acme") == g1
+    # A build that never wrote its manifest cannot be published and does not change CURRENT.
+    g2 = build_tenant_index(root, "acme", passages, parents, emb, publish=False)
+    (tmp_path / "acme" / f"gen-{g2}" / "manifest.json").unlink()
+    with pytest.raises(FileNotFoundError):
+        layout.publish(root, "acme", g2)
+    assert layout.current_generation(root, "acme") == g1
+    # A tampered shard file fails verification at publish time.
+    g3 = build_tenant_index(root, "acme", passages, parents, emb, publish=False)
+    bad = tmp_path / "acme" / f"gen-{g3}" / "shard-0" / "passages.parquet"
+    bad.write_bytes(bad.read_bytes()[:-10])
+    with pytest.raises(RuntimeError, match="checksum"):
+        layout.publish(root, "acme", g3)
+    assert layout.current_generation(root, "acme") == g1
+    assert layout.next_generation(root, "acme") == g3 + 1  # crashed folders are never reused
+    m = json.loads((tmp_path / "acme" / "manifest.json").read_text())
+    assert m["generation"] == g1 and m["counts"]["passages"] == len(passages)
+    assert TenantIndex.load(root, "acme").generation == g1
+
+
+def test_approximate_dense_index_recall_is_measured(tmp_path):
+    """HNSW above the size threshold: recall@10 against exact search, filters on."""
+    from quarry.core.filters import FilterColumns  # noqa: F401  (mask path shared with flat)
+    from quarry.core.records import Envelope, Passage
+
+    rng = np.random.default_rng(0)
+    n, dim = 3000, 32
+    vecs = rng.standard_normal((n, dim)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    passages = [Passage(passage_id=f"d{i}@1#top.1", anchor="top.1", parent_id=f"d{i}@1#top", text=f"doc {i}",
+                        chunker_version="t", token_count=2,
+                        envelope=Envelope(doc_id=f"d{i}", version="1", tenant="t",
+                                          acl=("g1",) if i % 2 else ("g2",)))
+                for i in range(n)]
+    for name, thr in (("flat", 10**9), ("hnsw", 1000)):
+        build_tenant_index(str(tmp_path / name), "t", passages, [], vecs, approx_threshold=thr)
+    flat, hnsw = TenantIndex.load(str(tmp_path / "flat"), "t"), TenantIndex.load(str(tmp_path / "hnsw"), "t")
+    assert hnsw.shards[0].dense_kind.startswith("hnsw") and flat.shards[0].dense_kind == "flat"
+    principal = Principal(tenant="t", subject="u", groups=frozenset({"g1"}))
+    recalls = []
+    for q in rng.standard_normal((50, dim)).astype(np.float32):
+        q /= np.linalg.norm(q)
+        exact = set(dense_leg(flat, flat.masks(principal), q, 10, -1.0).rows)
+        approx = dense_leg(hnsw, hnsw.masks(principal), q, 10, -1.0)
+        assert all(hnsw.passage_at(r).envelope.acl == ("g1",) for r in approx.rows)
+        recalls.append(len(exact & set(approx.rows)) / 10)
+    assert np.mean(recalls) >= 0.9, np.mean(recalls)

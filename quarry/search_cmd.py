@@ -31,12 +31,14 @@ def make_embedder(spec: str | None, manifest: dict):
 
 
 def format_result(result) -> str:
+    from quarry.core.embedding import heading_trail
+
     if not result.excerpts:
         return result.message
     out = []
     for i, e in enumerate(result.excerpts, 1):
         dates = f"{e.effective_from or '?'}..{e.effective_to or ''}"
-        head = " > ".join((e.title, *e.heading_path))
+        head = " > ".join(heading_trail(e.title, e.heading_path))
         flags = (" [truncated]" if e.truncated else "") + (f" [{e.validity}]" if e.validity else "")
         out.append(f"[{i}] {e.passage_id}  ({e.doc_type}, authority {e.authority}, effective {dates}){flags}\n"
                    f"    {head}\n    " + e.text.replace("\n", "\n    "))

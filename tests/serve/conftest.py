@@ -7,10 +7,9 @@ import socket
 import time
 
 import httpx
-import numpy as np
 import pytest
 
-from quarry.core.records import DEFAULT_AUTHORITY, Envelope, ParentSection, Passage, SourceDocument
+from quarry.core.records import SourceDocument
 
 SECRET = "serve-test-secret-0123456789-0123456789-0123456789-0123456789"
 PREFIX = "quarrytest"
@@ -27,59 +26,21 @@ FIXTURE_DOCS = [
 ]
 
 
-def _chunking_shim() -> None:
-    """Until quarry.core.chunking lands (another engineer's file), core.search needs its
-    count_tokens; install a whitespace stand-in in each Ray worker. Removed once it exists."""
-    import importlib.util
-    import sys
-    import types
-
-    if importlib.util.find_spec("quarry.core.chunking") is None and "quarry.core.chunking" not in sys.modules:
-        mod = types.ModuleType("quarry.core.chunking")
-        mod.count_tokens = lambda text: len(text.split())
-        sys.modules["quarry.core.chunking"] = mod
-
-
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
-def to_passages(doc: SourceDocument, suffix: str = "") -> tuple[list[Passage], list[ParentSection]]:
-    """One passage per document: enough for serving tests. Uses the real chunker when it exists."""
-    try:
-        from quarry.core.chunking import chunk_document
-
-        if not suffix:
-            return chunk_document(doc)
-    except ImportError:
-        pass
-    auth = doc.authority or doc.doc_type
-    env = Envelope(doc_id=doc.doc_id, version=doc.version, tenant=doc.tenant, title=doc.title, acl=doc.acl,
-                   entities=doc.entities, doc_type=doc.doc_type, authority=auth,
-                   authority_rank=DEFAULT_AUTHORITY.get(auth, 0), source_url=doc.source_url,
-                   effective_from=doc.effective_from, effective_to=doc.effective_to, events=doc.events)
-    text = doc.text + suffix
-    parent = ParentSection(parent_id=f"{doc.key}#doc", anchor="doc", text=text, token_count=len(text.split()),
-                           envelope=env)
-    p = Passage(passage_id=f"{doc.key}#p0", anchor="p0", parent_id=parent.parent_id, text=text,
-                chunker_version="serve-test", token_count=len(text.split()), envelope=env)
-    return [p], [parent]
-
-
 def build(root: str, tenant: str, docs: list[SourceDocument], suffix: str = "") -> int:
-    from quarry.core.embedding import HashingEmbedder, passage_text_for_embedding
-    from quarry.core.index import build_tenant_index
+    """Build and publish one generation of ``tenant`` with the real in-process pipeline
+    (structure-aware chunker, parents, tenant-wide stats). ``suffix`` is appended to every
+    document's text: the hot-swap test uses it to mark a new generation's passages."""
+    from quarry.core.embedding import HashingEmbedder
+    from quarry.core.pipeline import build_corpus
 
-    emb = HashingEmbedder(dim=64)
-    passages, parents = [], []
-    for d in docs:
-        ps, pa = to_passages(d, suffix)
-        passages += ps
-        parents += pa
-    vecs = emb.encode([passage_text_for_embedding(p) for p in passages]) if passages else np.zeros((0, 64))
-    return build_tenant_index(root, tenant, passages, parents, vecs, embedder_name=emb.name)
+    docs = [d.model_copy(update={"text": d.text + suffix}) if suffix else d for d in docs if d.tenant == tenant]
+    return build_corpus(docs, root, HashingEmbedder(dim=64))[tenant]
 
 
 def corpus() -> dict[str, list[SourceDocument]]:
@@ -139,13 +100,8 @@ def quarry_app(tmp_path_factory):
     for tenant, ds in docs.items():
         build(root, tenant, ds)
     port = _free_port()
-    # conftest is not importable in workers: ship the hook by value.
-    from ray import cloudpickle
-    import sys
-
-    cloudpickle.register_pickle_by_value(sys.modules[__name__])
     ray.init(num_cpus=2, include_dashboard=False, namespace="quarry-test", log_to_driver=False,
-             configure_logging=False, runtime_env={"worker_process_setup_hook": _chunking_shim})
+             configure_logging=False)
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     settings = ServeSettings(index_root=root, auth=AuthSettings(hs256_secret=SECRET), gateway_replicas=2,
                              generation_check_ms=200, ray_namespace="quarry-test", store_name_prefix=PREFIX)

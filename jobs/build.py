@@ -334,7 +334,8 @@ def _run(s: BuildSettings, spark, files: list[str]) -> BuildReport:
         stage("embed")
         exploded = ctxd.select("tenant", "shard", "doc_id", F.explode("passages").alias("passage_json"))
         embedded = keep(exploded.repartition(par).mapInPandas(
-            functools.partial(st.embed_passages, spec=s.embedder, batch_size=s.batch_size), st.EMBEDDED_SCHEMA))
+            functools.partial(st.embed_passages, spec=s.embedder, batch_size=s.batch_size,
+                              torch_threads=int(sc.getConf().get("spark.task.cpus", "1"))), st.EMBEDDED_SCHEMA))
         t_embed = time.monotonic()
         emb_rows = embedded.groupBy("tenant").agg(F.count("*").alias("n"), F.sum("embed_tokens").alias("tok")).collect()
         embed_s = time.monotonic() - t_embed

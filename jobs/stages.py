@@ -243,26 +243,35 @@ def make_embedder(spec: str, batch_size: int = 64):
     return SentenceTransformerEmbedder(None if spec in ("default", "") else spec, batch_size=batch_size)
 
 
-def get_embedder(spec: str, batch_size: int):
-    """The worker's cached embedder (loaded once per Python worker, on GPU when present)."""
+def get_embedder(spec: str, batch_size: int, torch_threads: int | None = None):
+    """The worker's cached embedder (loaded once per Python worker, on GPU when present).
+
+    ``torch_threads``: CPU threads per task (``spark.task.cpus``), so N concurrent tasks
+    on N cores do not oversubscribe the CPU with N x N torch threads.
+    """
     key = (spec, batch_size)
     with _EMB_LOCK:
         e = _EMBEDDERS.get(key)
         if e is None:
             e = make_embedder(spec, batch_size)
             if hasattr(e, "load"):
+                if torch_threads:
+                    import torch
+
+                    torch.set_num_threads(torch_threads)
                 e.load()
             _EMBEDDERS[key] = e
             _EMBED_LOADS[key] = _EMBED_LOADS.get(key, 0) + 1
         return e, _EMBED_LOADS[key]
 
 
-def embed_passages(batches: Iterator[pd.DataFrame], spec: str, batch_size: int) -> Iterator[pd.DataFrame]:
+def embed_passages(batches: Iterator[pd.DataFrame], spec: str, batch_size: int,
+                   torch_threads: int | None = None) -> Iterator[pd.DataFrame]:
     """(tenant, shard, doc_id, passage_json) -> + float32 embedding bytes, in batches."""
     from quarry.core.chunking import count_tokens
     from quarry.core.embedding import passage_text_for_embedding
 
-    emb, loads = get_embedder(spec, batch_size)
+    emb, loads = get_embedder(spec, batch_size, torch_threads)
     pid = os.getpid()
     for pdf in batches:
         if not len(pdf):

@@ -1,60 +1,104 @@
-"""Entry points the ``quarry`` CLI wires to ``quarry serve`` and ``quarry token``."""
+"""``quarry serve``: start Ray (in this process, or connect to a cluster) and serve the
+Quarry application until interrupted.
+
+The same application deploys without this command: ``serve run
+quarry.serve.app:build_app index_root=...`` or ``serve deploy infra/serve/quarry-serve.yaml``.
+"""
 
 from __future__ import annotations
 
+import argparse
 import os
-import time
+import signal
+import sys
+import threading
 from pathlib import Path
 from typing import Any
 
+EPILOG = """\
+examples:
+  quarry serve --index-root var/demo-index
+  quarry serve --index-root s3://bucket/indexes --config infra/serve/quarry-serve.yaml \\
+      --address auto --host 0.0.0.0
 
-def _config_args(config: str | None) -> dict[str, Any]:
+Tokens: `quarry token --tenant acme --subject alice --groups all-staff` mints one signed
+with the same local key (QUARRY_JWT_SECRET, else $QUARRY_HOME/dev-jwt-secret). For
+RS256, set `jwt_public_key_file` in the config (or QUARRY_JWT_PUBLIC_KEY_FILE).
+OpenAPI docs: http://HOST:PORT/docs; agent tool schemas: GET /v1/tools.
+"""
+
+
+def config_args(config: str | None) -> dict[str, Any]:
+    """Application args from ``--config``: a flat mapping of ServeSettings fields, or a Serve
+    config file (the first application's ``args``, as in infra/serve/quarry-serve.yaml)."""
     if not config:
         return {}
     import yaml
 
     data = yaml.safe_load(Path(config).read_text()) or {}
-    # Accept either a flat args mapping or a full Serve config file.
+    if not isinstance(data, dict):
+        raise ValueError(f"{config}: expected a mapping")
     apps = data.get("applications")
-    return dict(apps[0].get("args", {})) if apps else dict(data)
+    if apps:
+        mine = [a for a in apps if a.get("import_path", "").startswith("quarry.serve.app")] or apps
+        return dict(mine[0].get("args") or {})
+    return dict(data)
 
 
-def serve_main(index_root: str, host: str = "127.0.0.1", port: int = 8000, config: str | None = None) -> None:
-    """Start Ray (in-process, or the cluster at ``RAY_ADDRESS``) and serve until interrupted."""
-    import ray
-    from ray import serve
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.epilog = EPILOG
+    p.add_argument("--index-root", required=True,
+                   help="where published per-tenant indexes live: a local path or fsspec URI (s3://...). "
+                        "Each tenant's CURRENT is re-read, so new generations are served without a restart")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="interface for the HTTP proxy (default 127.0.0.1; 0.0.0.0 to accept remote callers)")
+    p.add_argument("--port", type=int, default=8000, help="HTTP port (default 8000)")
+    p.add_argument("--config", default=None,
+                   help="YAML with ServeSettings fields (replicas, reranker, run_budget, top_k_ceiling, "
+                        "candidate_width_ceiling, auth keys...), flat or as a Serve config file whose "
+                        "first application's args are used; --index-root overrides its index_root")
+    p.add_argument("--address", default=None,
+                   help="Ray cluster to join ('auto', 'HOST:6379' or 'ray://HOST:10001'); default: "
+                        "$RAY_ADDRESS, else start Ray in this process")
 
-    from .app import build_app
 
-    args = {**_config_args(config), "index_root": index_root}
-    app = build_app(args)  # validate settings before starting anything
-    ray.init(address=os.environ.get("RAY_ADDRESS"), namespace=args.get("ray_namespace", "quarry"),
-             ignore_reinit_error=True)
-    serve.start(http_options={"host": host, "port": port})
-    serve.run(app, name="quarry", route_prefix="/")
-    print(f"quarry serving {index_root} on http://{host}:{port} (docs at /docs); Ctrl-C to stop", flush=True)
+def run(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
+    from . import launch
+    from .settings import settings_from_args
+
     try:
-        while True:
-            time.sleep(3600)
-    except KeyboardInterrupt:
-        serve.shutdown()
+        data = {**config_args(args.config), "index_root": launch.absolute_root(args.index_root)}
+        settings = settings_from_args(data)
+    except (OSError, ValueError, ValidationError) as e:
+        print(f"quarry serve: error: {e}", file=sys.stderr)
+        return 2
+    address = args.address or os.environ.get("RAY_ADDRESS") or None
+    where = f"Ray cluster at {address}" if address else "Ray in this process"
+    print(f"quarry serve: starting {where}; index root {settings.index_root}", flush=True)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        base = launch.start(settings, args.host, args.port, address)
+    except Exception as e:  # noqa: BLE001 - startup failures are reported, not raised
+        print(f"quarry serve: failed to start: {type(e).__name__}: {e}", file=sys.stderr)
+        launch.stop(connected=bool(address))
+        return 1
+    print(f"quarry serve: serving on {base} (docs {base}/docs, tools {base}/v1/tools, health {base}/healthz); "
+          "Ctrl-C to stop", flush=True)
+    try:
+        stop.wait()
+    finally:
+        print("quarry serve: shutting down", flush=True)
+        # On a shared cluster, delete our application but leave the cluster's Serve alone.
+        launch.stop(connected=bool(address))
+    return 0
 
 
-def token_main(tenant: str, subject: str, groups: str | list[str], ttl: int = 3600, scope: str | None = None,
-               audience: str = "quarry", issuer: str = "quarry-dev") -> str:
-    """Print and return a development token signed with the local key: RS256 when
-    ``QUARRY_JWT_PRIVATE_KEY_FILE`` is set, else the HS256 dev secret ``quarry serve`` uses."""
-    from .auth import mint_token
-    from .settings import load_dev_secret
-
-    gs = [g.strip() for g in groups.split(",")] if isinstance(groups, str) else list(groups)
-    gs = [g for g in gs if g]
-    key_file = os.environ.get("QUARRY_JWT_PRIVATE_KEY_FILE")
-    if key_file:
-        tok = mint_token(tenant, subject, gs, ttl_s=ttl, audience=audience, issuer=issuer, scope=scope,
-                         private_key_pem=Path(key_file).read_text())
-    else:
-        tok = mint_token(tenant, subject, gs, ttl_s=ttl, audience=audience, issuer=issuer, scope=scope,
-                         secret=load_dev_secret())
-    print(tok)
-    return tok
+def serve_main(index_root: str, host: str = "127.0.0.1", port: int = 8000, config: str | None = None,
+               address: str | None = None) -> int:
+    """Programmatic form of ``quarry serve`` (blocks until SIGINT/SIGTERM)."""
+    return run(argparse.Namespace(index_root=index_root, host=host, port=port, config=config, address=address))

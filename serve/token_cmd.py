@@ -1,0 +1,81 @@
+"""``quarry token``: mint a development bearer token for ``quarry serve``.
+
+The token carries who is searching (tenant, subject, groups, optional scope); the server
+takes the principal only from a verified token, never from tool input. Signed with HS256
+and the local development secret that ``quarry serve`` also reads (``QUARRY_JWT_SECRET``,
+else ``$QUARRY_HOME/dev-jwt-secret``, created on first use with mode 0600), or with RS256
+when a private key file is given. In production an identity provider mints tokens and the
+server holds only its public key.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+EPILOG = """\
+examples:
+  quarry token --tenant acme --subject alice --groups all-staff,support
+  quarry token --tenant acme --subject ops --groups '' --scope operator --ttl 600
+  curl -H "Authorization: Bearer $(quarry token --tenant acme --subject alice --groups all-staff)" \\
+       -X POST http://127.0.0.1:8000/v1/runs
+"""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.description = (p.description or "") + (
+        ". Prints a JWT signed with the local development key (the one `quarry serve` verifies with).")
+    p.epilog = EPILOG
+    p.add_argument("--tenant", required=True, help="tenant the token is for (lowercase slug, e.g. acme)")
+    p.add_argument("--subject", required=True, help="the user or agent identity (the JWT 'sub' claim)")
+    p.add_argument("--groups", required=True,
+                   help="comma-separated access groups, e.g. all-staff,support ('' for none; '*' is not allowed)")
+    p.add_argument("--ttl", type=int, default=3600, help="seconds until the token expires (default 3600)")
+    p.add_argument("--scope", default=None,
+                   help="space-separated scopes; 'operator' may read search traces of its tenant")
+    p.add_argument("--audience", default="quarry", help="'aud' claim; must match the server's (default quarry)")
+    p.add_argument("--issuer", default="quarry-dev", help="'iss' claim; must match the server's (default quarry-dev)")
+    p.add_argument("--private-key-file", default=None,
+                   help="sign RS256 with this PEM private key (default: $QUARRY_JWT_PRIVATE_KEY_FILE, else "
+                        "HS256 with the local dev secret)")
+
+
+def parse_groups(groups: str | list[str]) -> list[str]:
+    gs = [g.strip() for g in groups.split(",")] if isinstance(groups, str) else [g.strip() for g in groups]
+    return sorted({g for g in gs if g})
+
+
+def mint(tenant: str, subject: str, groups: str | list[str], ttl: int = 3600, scope: str | None = None,
+         audience: str = "quarry", issuer: str = "quarry-dev", private_key_file: str | None = None) -> str:
+    """Validate the claims the server will check and return a signed token."""
+    from .auth import _TENANT, mint_token
+    from .settings import load_dev_secret
+
+    gs = parse_groups(groups)
+    if not _TENANT.match(tenant):
+        raise ValueError(f"tenant {tenant!r} is not a lowercase slug ([a-z0-9][a-z0-9_.-]*)")
+    if not subject.strip():
+        raise ValueError("subject must not be empty")
+    if "*" in gs:
+        raise ValueError("'*' is an index ACL wildcard, not a group a token may carry")
+    if ttl <= 0:
+        raise ValueError("--ttl must be positive")
+    key_file = private_key_file or os.environ.get("QUARRY_JWT_PRIVATE_KEY_FILE")
+    kw = dict(ttl_s=ttl, audience=audience, issuer=issuer, scope=scope)
+    if key_file:
+        return mint_token(tenant, subject, gs, private_key_pem=Path(key_file).read_text(), **kw)
+    return mint_token(tenant, subject, gs, secret=load_dev_secret(), **kw)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        tok = mint(args.tenant, args.subject, args.groups, args.ttl, args.scope, args.audience, args.issuer,
+                   args.private_key_file)
+    except (OSError, ValueError) as e:
+        print(f"quarry token: error: {e}", file=sys.stderr)
+        return 2
+    print(tok)
+    return 0

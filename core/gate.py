@@ -38,6 +38,7 @@ __all__ = ["DEFAULT_MARGIN", "GateDecision", "evaluate_gate", "ranker_dir", "rec
 DEFAULT_MARGIN = 0.005  # nDCG@10 points a stage must gain on the held-out split
 RANKER_DIR = "ranker"
 SENTENCE_CACHE = "sentences.npz"
+SERVE_MAX_PASSAGES = 200_000  # sentence-vector cache bound in a serving replica (~3 GB at 10 x 384-d)
 
 
 @dataclass(frozen=True)
@@ -215,7 +216,7 @@ def load_second_stage(
             from quarry.core.embedding import SentenceTransformerEmbedder
 
             embedder = SentenceTransformerEmbedder()
-        sentence = SentenceVectors(embedder)
+        sentence = SentenceVectors(embedder, max_passages=SERVE_MAX_PASSAGES)
         sentence.load(Path(local) / SENTENCE_CACHE)
     ranker = LearnedRanker.load(local, sentence=sentence)
     return ranker.as_second_stage(), decision

@@ -42,6 +42,7 @@ import json
 import math
 import random
 import re
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -135,6 +136,27 @@ def _proximity(q: set[str], toks: Sequence[str]) -> float:
     return need / best if best < math.inf else 0.0
 
 
+_TERMS: OrderedDict[tuple[str, str, str], tuple[frozenset[str], list[str], str]] = OrderedDict()
+_TERMS_MAX = 100_000
+_TERMS_LOCK = threading.Lock()
+
+
+def _passage_terms(p: Passage) -> tuple[frozenset[str], list[str], str]:
+    """(heading tokens, body tokens, lower-cased body) of a passage, memoised by its id and
+    text: the same passage recurs across queries."""
+    head = _head(p)
+    key = (p.passage_id, head, p.text)
+    hit = _TERMS.get(key)
+    if hit is None:
+        body = "\n".join(s for s in (head, p.text) if s)
+        hit = (frozenset(tokenize(head)), tokenize(body), body.lower())
+        with _TERMS_LOCK:
+            _TERMS[key] = hit
+            while len(_TERMS) > _TERMS_MAX:
+                _TERMS.popitem(last=False)
+    return hit
+
+
 def _age(p: Passage, reference_date: dt.date | None) -> float | None:
     e = p.envelope
     d = e.effective_from or e.published_at
@@ -156,11 +178,13 @@ class SentenceVectors:
     one embedder (its name is stored and checked on load).
     """
 
-    def __init__(self, embedder: "Embedder", max_queries: int = 4096):
+    def __init__(self, embedder: "Embedder", max_queries: int = 4096, max_passages: int | None = None):
         self.embedder = embedder
         self._vecs: dict[str, tuple[np.ndarray | None, np.ndarray]] = {}  # id -> (title vec, sentence vecs)
         self._queries: OrderedDict[str, np.ndarray] = OrderedDict()
         self._max_queries = max_queries
+        self._max_passages = max_passages  # None: unbounded (training); serving bounds it
+        self._lock = threading.Lock()
         self.encoded_units = 0  # units embedded by this object (cache misses), for reports
 
     def __len__(self) -> int:
@@ -200,19 +224,25 @@ class SentenceVectors:
                 spans.append((p.passage_id, bool(head), t0, len(texts)))
             vecs = np.asarray(self.embedder.encode(texts), dtype=np.float32)
             self.encoded_units += len(texts)
-            for pid, has_head, a, b in spans:
-                tv = vecs[a] if has_head else None
-                self._vecs[pid] = (tv, vecs[a + 1 if has_head else a : b])
+            with self._lock:
+                for pid, has_head, a, b in spans:
+                    tv = vecs[a] if has_head else None
+                    self._vecs[pid] = (tv, vecs[a + 1 if has_head else a : b])
+                self._evict()
+
+    def _evict(self) -> None:
+        if self._max_passages is not None:
+            while len(self._vecs) > self._max_passages:  # oldest inserted first
+                self._vecs.pop(next(iter(self._vecs)))
 
     def query(self, query: str) -> np.ndarray:
         v = self._queries.get(query)
         if v is None:
             v = np.asarray(self.embedder.encode([query])[0], dtype=np.float32)
-            self._queries[query] = v
-            if len(self._queries) > self._max_queries:
-                self._queries.popitem(last=False)
-        else:
-            self._queries.move_to_end(query)
+            with self._lock:
+                self._queries[query] = v
+                while len(self._queries) > self._max_queries:
+                    self._queries.popitem(last=False)
         return v
 
     def set_query_vectors(self, queries: Mapping[str, np.ndarray]) -> None:
@@ -225,8 +255,13 @@ class SentenceVectors:
         self.ensure(passages)
         qv = self.query(query)
         smax, tsim = [], []
+        got = {p.passage_id: self._vecs.get(p.passage_id) for p in passages}
+        if any(v is None for v in got.values()):  # evicted by a concurrent call: embed again
+            missing = [p for p in passages if got[p.passage_id] is None]
+            self.ensure(missing)
+            got.update({p.passage_id: self._vecs.get(p.passage_id) for p in missing})
         for p in passages:
-            tv, sv = self._vecs[p.passage_id]
+            tv, sv = got[p.passage_id]
             smax.append(float((sv @ qv).max()) if len(sv) else 0.0)
             tsim.append(float(tv @ qv) if tv is not None else 0.0)
         return smax, tsim
@@ -271,11 +306,13 @@ class SentenceVectors:
             ids, offsets, has_title = z["ids"], z["offsets"], z["has_title"]
             titles, sents = z["titles"], z["sentences"]
         n = 0
-        for i, pid in enumerate(ids.tolist()):
-            if pid in self._vecs:
-                continue
-            self._vecs[pid] = (titles[i] if has_title[i] else None, sents[offsets[i] : offsets[i + 1]])
-            n += 1
+        with self._lock:
+            for i, pid in enumerate(ids.tolist()):
+                if pid in self._vecs:
+                    continue
+                self._vecs[pid] = (titles[i] if has_title[i] else None, sents[offsets[i] : offsets[i + 1]])
+                n += 1
+            self._evict()
         return n
 
 
@@ -315,11 +352,7 @@ def candidate_features(
     for c in candidates:
         doc_count[c.doc_id] = doc_count.get(c.doc_id, 0) + 1
     for i, (c, p) in enumerate(zip(candidates, passages)):
-        head = _head(p)
-        htoks = set(tokenize(head))
-        body = "\n".join(s for s in (head, p.text) if s)
-        btoks = tokenize(body)
-        lower = body.lower()
+        htoks, btoks, lower = _passage_terms(p)
         lex_missing = c.lexical_rank is None
         den_missing = c.dense_rank is None
         age = _age(p, reference_date)

@@ -19,7 +19,7 @@ def build_app(args: dict[str, Any] | ServeSettings | None = None) -> Application
         # max_ongoing_requests must cover a full batch or @serve.batch never fills one.
         reranker = Reranker.options(
             max_ongoing_requests=max(s.max_ongoing_requests, 2 * s.reranker_batch_size),
-            ray_actor_options={"num_cpus": 1, "num_gpus": s.reranker_num_gpus},
+            ray_actor_options={"num_cpus": s.reranker_num_cpus, "num_gpus": s.reranker_num_gpus},
         ).bind(s)
     retriever = Retriever.options(
         num_replicas=s.retriever_replicas, max_ongoing_requests=s.max_ongoing_requests,

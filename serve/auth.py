@@ -22,7 +22,8 @@ from quarry.core.records import Principal
 from .settings import AuthSettings
 
 REQUIRED_CLAIMS = ("exp", "iat", "aud", "iss", "sub")
-OPERATOR_SCOPE = "operator"
+OPERATOR_SCOPE = "operator"  # may read its own tenant's traces and health details
+ADMIN_SCOPE = "admin"  # may read health details of every loaded tenant (not their traces)
 _TENANT = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
 
 
@@ -39,6 +40,10 @@ class Identity(BaseModel):
     @property
     def is_operator(self) -> bool:
         return OPERATOR_SCOPE in self.scopes
+
+    @property
+    def is_admin(self) -> bool:
+        return ADMIN_SCOPE in self.scopes
 
 
 def _key_for(alg: str, settings: AuthSettings):

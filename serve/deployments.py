@@ -35,26 +35,182 @@ def load_factory(path: str):
     return getattr(importlib.import_module(mod), attr)
 
 
+def _gate_summary(decision: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The JSON-safe part of a recorded gate decision (no file lists, no training report)."""
+    if not decision:
+        return None
+    keep = ("kind", "enabled", "reason", "metrics", "model_id", "decided_at", "generation")
+    return {k: decision[k] for k in keep if k in decision}
+
+
+class _Stage:
+    """What the Reranker serves for one (tenant, generation)."""
+
+    __slots__ = ("kind", "fn", "info", "checked_at", "lock")
+
+    def __init__(self, kind: str | None, fn: Any, info: dict[str, Any]):
+        self.kind, self.fn, self.info = kind, fn, info
+        self.checked_at = time.monotonic()
+        self.lock = threading.Lock()  # one LightGBM predict at a time per model
+
+
 @serve.deployment(name="Reranker")
 class Reranker:
-    """Second stage behind a handle, batched across concurrent searches.
+    """The second stage behind a handle, chosen per tenant and generation:
 
-    The model comes from ``reranker_factory`` (``module:callable`` returning an object with
-    ``score(query, candidates) -> list[float]``, the ``quarry.core.rerank.Reranker``
-    protocol), so the real cross-encoder plugs in without changing this code.
+    1. the learned ranker that tenant's promotion gate enabled
+       (``quarry.core.gate.load_second_stage``; the model's sha256 must match the decision);
+    2. otherwise the cross-encoder built by ``reranker_factory`` (``module:callable``
+       returning a ``quarry.core.rerank.Reranker``), batched across concurrent searches
+       with ``@serve.batch``; unless the gate recorded a cross-encoder decision that said no;
+    3. otherwise nothing: the fused order stands and the response says the stage was skipped.
+
+    Requests carry ids and small records only (tenant, generation, query, candidate ranks
+    and scores); passages are read here from the same memory-mapped index generation.
     """
 
     def __init__(self, settings: ServeSettings):
-        self.model = load_factory(settings.reranker_factory)(**settings.reranker_options)
+        self.s = settings
+        self.cross = load_factory(settings.reranker_factory)(**settings.reranker_options) \
+            if settings.reranker_factory else None
+        self.cross_name = getattr(self.cross, "name", settings.reranker_factory) if self.cross else None
+        self._stages: OrderedDict[tuple[str, int], _Stage] = OrderedDict()
+        self._indexes: OrderedDict[tuple[str, int], TenantIndex] = OrderedDict()
+        self._lock = threading.Lock()
+        self._key_locks: dict[tuple[str, int], threading.Lock] = {}
         self.score_batch.set_max_batch_size(settings.reranker_batch_size)
+
+    # -- choosing the stage ------------------------------------------------------------
+    def _choose(self, tenant: str, gen: int) -> _Stage:
+        from quarry.core.gate import load_second_stage, read_decision
+
+        try:
+            recorded = read_decision(self.s.index_root, tenant, gen)
+        except Exception as e:  # noqa: BLE001 - an unreadable manifest must not fail searches
+            log.exception("reading the gate decision of %s gen %s failed", tenant, gen)
+            recorded = {"enabled": False, "reason": f"gate decision unreadable ({type(e).__name__})"}
+        base = {"generation": gen, "gate": _gate_summary(recorded)}
+        kind = recorded.get("kind") if recorded.get("decided_at") else None
+        if kind == "cross-encoder":
+            if recorded.get("enabled") and self.cross is not None:
+                return _Stage("cross-encoder", None, {**base, "kind": "cross-encoder", "enabled": True,
+                                                      "name": self.cross_name, "reason": recorded.get("reason"),
+                                                      "model_id": recorded.get("model_id") or self.cross_name})
+            why = recorded.get("reason") if not recorded.get("enabled") else "no cross-encoder configured"
+            return _Stage(None, None, {**base, "kind": None, "enabled": False, "reason": why})
+        if self.s.learned_ranker and recorded.get("enabled"):
+            try:
+                fn, decision = load_second_stage(self.s.index_root, tenant, gen)
+            except Exception as e:  # noqa: BLE001
+                log.exception("loading the learned ranker of %s gen %s failed", tenant, gen)
+                fn, decision = None, {**recorded, "enabled": False,
+                                      "reason": f"loading the learned ranker failed ({type(e).__name__})"}
+            base["gate"] = _gate_summary(decision)
+            if fn is not None:
+                mid = decision.get("model_id") or ""
+                return _Stage("learned", fn, {**base, "kind": "learned", "enabled": True, "name": f"learned:{mid[:12]}",
+                                              "reason": decision.get("reason"), "metrics": decision.get("metrics"),
+                                              "model_id": mid})
+            recorded = decision
+        if self.cross is not None:
+            return _Stage("cross-encoder", None, {
+                **base, "kind": "cross-encoder", "enabled": True, "name": self.cross_name, "model_id": self.cross_name,
+                "reason": "configured cross-encoder (reranker_factory); no gate-promoted learned ranker"})
+        why = recorded.get("reason") or "no second stage configured"
+        if recorded.get("enabled") and not self.s.learned_ranker:
+            why = "learned rankers are switched off in this deployment (learned_ranker: false)"
+        return _Stage(None, None, {**base, "kind": None, "enabled": False, "reason": why})
+
+    def _decision_changed(self, st: _Stage, tenant: str, gen: int) -> bool:
+        from quarry.core.gate import read_decision
+
+        try:
+            now = _gate_summary(read_decision(self.s.index_root, tenant, gen)) or {}
+        except Exception:  # noqa: BLE001 - keep serving what we have
+            return False
+        was = st.info.get("gate") or {}
+        return any(now.get(k) != was.get(k) for k in ("enabled", "model_id", "decided_at", "kind"))
+
+    def _stage(self, tenant: str, gen: int) -> _Stage:
+        """Cached per (tenant, generation); the recorded decision is re-read every
+        ``stage_check_s`` so a ranker promoted (or demoted) for the live generation is
+        picked up without a restart."""
+        key = (tenant, gen)
+        with self._lock:
+            st = self._stages.get(key)
+            if st is not None:
+                self._stages.move_to_end(key)
+                if time.monotonic() - st.checked_at < self.s.stage_check_s:
+                    return st
+            klock = self._key_locks.setdefault(key, threading.Lock())
+        with klock:
+            with self._lock:
+                cur = self._stages.get(key)
+            if cur is not None and cur is not st and time.monotonic() - cur.checked_at < self.s.stage_check_s:
+                return cur
+            if cur is not None and not self._decision_changed(cur, tenant, gen):
+                cur.checked_at = time.monotonic()
+                return cur
+            fresh = self._choose(tenant, gen)
+            with self._lock:
+                self._stages[key] = fresh
+                self._stages.move_to_end(key)
+                while len(self._stages) > 2 * self.s.lru_tenants:
+                    old, _ = self._stages.popitem(last=False)
+                    self._key_locks.pop(old, None)
+            return fresh
+
+    def _index(self, tenant: str, gen: int) -> TenantIndex:
+        key = (tenant, gen)
+        with self._lock:
+            idx = self._indexes.get(key)
+            if idx is not None:
+                self._indexes.move_to_end(key)
+                return idx
+        idx = TenantIndex.load(self.s.index_root, tenant, gen)  # memory-mapped: shares pages with the Retriever
+        with self._lock:
+            self._indexes[key] = idx
+            while len(self._indexes) > 2 * self.s.lru_tenants:
+                self._indexes.popitem(last=False)
+        return idx
+
+    # -- serving -----------------------------------------------------------------------
+    async def describe(self, tenant: str, generation: int) -> dict[str, Any]:
+        """The stage served for this tenant's generation and the gate decision behind it."""
+        return (await asyncio.to_thread(self._stage, tenant, generation)).info
 
     @serve.batch(max_batch_size=16, batch_wait_timeout_s=0.005)
     async def score_batch(self, items: list[tuple[str, list[RerankInput]]]) -> list[list[float]]:
-        # One request = one query's candidates; the batch spans concurrent searches.
-        return await asyncio.to_thread(lambda: [list(map(float, self.model.score(q, c))) for q, c in items])
+        # One item = one query's candidates; the batch spans concurrent searches.
+        return await asyncio.to_thread(lambda: [list(map(float, self.cross.score(q, c))) for q, c in items])
 
-    async def score(self, query: str, candidates: list[RerankInput]) -> list[float]:
-        return await self.score_batch((query, candidates))
+    def _learned(self, st: _Stage, query: str, cands: list[Candidate], passages: list[Passage], top_k: int):
+        with st.lock:
+            return st.fn(query, cands, passages, top_k)
+
+    async def rerank(self, tenant: str, generation: int, query: str, candidates: list[dict[str, Any]],
+                     top_k: int) -> dict[str, Any]:
+        """``{"applied": bool, "info": stage info, "ranked": [{passage_id, rerank_score, rerank_rank}]}``.
+        ``candidates`` are the fused candidates' records (ids, rows, ranks, scores); they
+        were already filtered for the principal by the Retriever."""
+        st = await asyncio.to_thread(self._stage, tenant, generation)
+        if not st.info.get("enabled"):
+            return {"applied": False, "info": st.info, "ranked": []}
+        cands = [Candidate(**c) for c in candidates]
+        index = await asyncio.to_thread(self._index, tenant, generation)
+        passages = [index.passage_at(c.row) for c in cands]
+        for c, p in zip(cands, passages):
+            if c.passage_id != p.passage_id:  # a row from another generation: never rank the wrong text
+                raise ValueError(f"candidate {c.passage_id!r} does not match row {c.row} of {tenant} gen {generation}")
+        if st.kind == "learned":
+            ranked = await asyncio.to_thread(self._learned, st, query, cands, passages, top_k)
+            out = [(c.passage_id, float(c.rerank_score), int(c.rerank_rank)) for c in ranked]
+        else:
+            inputs = [RerankInput(p.passage_id, p.envelope.title, tuple(p.heading_path), p.text) for p in passages]
+            scores = await self.score_batch((query, inputs))
+            out = apply_rerank(scores, [c.passage_id for c in cands], top_k)
+        return {"applied": True, "info": st.info,
+                "ranked": [{"passage_id": pid, "rerank_score": sc, "rerank_rank": r} for pid, sc, r in out]}
 
 
 class _Entry:
@@ -77,6 +233,7 @@ class Retriever:
         self._lock = threading.Lock()
         self._loading: dict[str, threading.Lock] = {}
         self._embedders: dict[str, Any] = {}
+        self._stage_infos: OrderedDict[tuple[str, int], tuple[float, dict[str, Any]]] = OrderedDict()
 
     # -- index cache -------------------------------------------------------------------
     def _load(self, tenant: str, generation: int) -> TenantIndex:
@@ -146,17 +303,54 @@ class Retriever:
         return emb
 
     # -- second stage through the Reranker handle -------------------------------------
-    def _second_stage(self, query: str, cands: list[Candidate], passages: list[Passage], top_k: int) -> list[Candidate]:
-        inputs = [RerankInput(p.passage_id, p.envelope.title, tuple(p.heading_path), p.text) for p in passages]
-        # Called from a worker thread (see search), so blocking on the handle is safe.
-        scores = self.reranker.score.remote(query, inputs).result()
-        by_id = {c.passage_id: c for c in cands}
-        return [
-            by_id[pid].model_copy(update={"rerank_score": sc, "rerank_rank": r})
-            for pid, sc, r in apply_rerank(scores, [c.passage_id for c in cands], top_k)
-        ]
+    def stage_info(self, tenant: str, generation: int) -> dict[str, Any]:
+        """What the Reranker serves for this generation (cached ``stage_check_s``); the
+        Retriever skips the handle call entirely when no stage is enabled."""
+        if self.reranker is None:
+            return {"kind": None, "enabled": False, "generation": generation,
+                    "reason": "second stage off in this deployment (reranker_enabled: false)"}
+        key = (tenant, generation)
+        now = time.monotonic()
+        with self._lock:
+            hit = self._stage_infos.get(key)
+        if hit is not None and now - hit[0] < self.s.stage_check_s:
+            return hit[1]
+        try:
+            info = self.reranker.describe.remote(tenant, generation).result(timeout_s=self.s.reranker_timeout_s)
+        except Exception as e:  # noqa: BLE001 - the fused order is always a valid answer
+            log.warning("Reranker.describe(%s, %s) failed: %s", tenant, generation, e)
+            return {"kind": None, "enabled": False, "generation": generation, "unavailable": True,
+                    "reason": f"second stage unavailable ({type(e).__name__})"}
+        with self._lock:
+            self._stage_infos[key] = (time.monotonic(), info)
+            while len(self._stage_infos) > 2 * self.s.lru_tenants:
+                self._stage_infos.popitem(last=False)
+        return info
 
-    def _search(self, principal: Principal, request: SearchRequest) -> dict[str, Any]:
+    def _make_second_stage(self, tenant: str, generation: int, outcome: dict[str, Any]):
+        def stage(query: str, cands, passages, top_k: int) -> list[Candidate]:
+            # Runs in a worker thread (see search), so blocking on the handle is safe.
+            payload = [c.model_dump(mode="json") for c in cands]
+            try:
+                res = self.reranker.rerank.remote(tenant, generation, query, payload, top_k).result(
+                    timeout_s=self.s.reranker_timeout_s)
+            except Exception as e:  # noqa: BLE001 - degrade to the fused order, say so
+                log.warning("rerank for %s gen %s failed: %s", tenant, generation, e)
+                outcome.update(status="failed", error=type(e).__name__)
+                return list(cands[:top_k])
+            outcome["info"] = res["info"]
+            if not res["applied"]:
+                outcome["status"] = "skipped"
+                return list(cands[:top_k])
+            outcome["status"] = "applied"
+            by_id = {c.passage_id: c for c in cands}
+            return [by_id[r["passage_id"]].model_copy(update={"rerank_score": r["rerank_score"],
+                                                              "rerank_rank": r["rerank_rank"]})
+                    for r in res["ranked"]]
+
+        return stage
+
+    def _search(self, principal: Principal, request: SearchRequest, candidate_width: int | None = None) -> dict[str, Any]:
         t0 = time.perf_counter()
         index = self.index_for(principal.tenant)
         t1 = time.perf_counter()
@@ -165,17 +359,38 @@ class Retriever:
 
             return {"excerpts": [], "candidates": [], "generation": 0, "delivered_tokens": 0, "truncated": False,
                     "stages": [{"name": "filter", "kept": 0, "dropped": 0, "note": ""}],
-                    "message": empty_message(request), "timings_ms": {"index": (t1 - t0) * 1000}}
-        result = hybrid_search(
-            index, principal, request, self._embedder(index), self.search_settings,
-            second_stage=self._second_stage if self.reranker is not None else None,
-        )
-        out = result.model_dump(mode="json")
-        out["timings_ms"] = {"index": (t1 - t0) * 1000, "search": (time.perf_counter() - t1) * 1000}
+                    "message": empty_message(request), "second_stage": {"enabled": False, "status": "skipped"},
+                    "timings_ms": {"index": (t1 - t0) * 1000}}
+        settings = self.search_settings
+        width = max(candidate_width or settings.candidate_width, request.top_k)
+        if width != settings.candidate_width:
+            settings = settings.model_copy(update={"candidate_width": width})
+        info = self.stage_info(principal.tenant, index.generation)
+        outcome: dict[str, Any] = {"status": "skipped", "info": info}
+        stage = self._make_second_stage(principal.tenant, index.generation, outcome) if info.get("enabled") else None
+        t2 = time.perf_counter()
+        result = hybrid_search(index, principal, request, self._embedder(index), settings, second_stage=stage)
+        info = outcome["info"]
+        status = outcome["status"]
+        if status == "applied":
+            note = f"{info.get('kind')} second stage {info.get('name')}" + (
+                " (promoted by this index's gate)" if info.get("kind") == "learned" else "")
+        elif status == "failed":
+            note = "skipped: the second stage was unavailable; fused order stands"
+        else:
+            note = "skipped: no second stage is enabled for this index; fused order stands"
+        stages = [st.model_copy(update={"note": note}) if st.name == "rerank" and stage is not None else st
+                  for st in result.stages]
+        out = result.model_copy(update={"stages": tuple(stages)}).model_dump(mode="json")
+        out["second_stage"] = {**_info_for_trace(info), "status": status, "candidate_width": width,
+                               **({"error": outcome["error"]} if "error" in outcome else {})}
+        out["timings_ms"] = {"index": (t1 - t0) * 1000, "stage_info": (t2 - t1) * 1000,
+                             "search": (time.perf_counter() - t2) * 1000}
         return out
 
-    async def search(self, principal: Principal, request: SearchRequest) -> dict[str, Any]:
-        return await asyncio.to_thread(self._search, principal, request)
+    async def search(self, principal: Principal, request: SearchRequest,
+                     candidate_width: int | None = None) -> dict[str, Any]:
+        return await asyncio.to_thread(self._search, principal, request, candidate_width)
 
     def _fetch(self, principal: Principal, id_: str) -> dict[str, Any] | None:
         index = self.index_for(principal.tenant)
@@ -222,6 +437,29 @@ class Retriever:
     def loaded(self) -> dict[str, int]:
         with self._lock:
             return {t: e.index.generation for t, e in self._cache.items()}
+
+    def _status(self, tenants: list[str] | None) -> dict[str, Any]:
+        out = {}
+        for tenant, gen in self.loaded().items():
+            if tenants is None or tenant in tenants:
+                out[tenant] = {"generation": gen, "second_stage": _info_for_trace(self.stage_info(tenant, gen))}
+        return out
+
+    async def status(self, tenants: list[str] | None = None) -> dict[str, Any]:
+        """Loaded tenants of this replica: live generation and the second stage served
+        (kind, enabled, gate metrics, model id). ``tenants`` limits what is reported."""
+        return await asyncio.to_thread(self._status, tenants)
+
+
+def _info_for_trace(info: dict[str, Any]) -> dict[str, Any]:
+    """Stage info as recorded in traces and /healthz: kind, enabled, why, gate metrics, model id."""
+    gate = info.get("gate") or {}
+    return {
+        "kind": info.get("kind"), "enabled": bool(info.get("enabled")), "name": info.get("name"),
+        "reason": info.get("reason"), "model_id": info.get("model_id") or gate.get("model_id"),
+        "metrics": info.get("metrics") or gate.get("metrics"), "generation": info.get("generation"),
+        "gate": {k: gate.get(k) for k in ("kind", "enabled", "reason", "model_id", "decided_at") if k in gate} or None,
+    }
 
 
 def _passage_view(p: Passage) -> dict[str, Any]:

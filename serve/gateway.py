@@ -23,7 +23,7 @@ from quarry.core.runs import groups_hash, principal_key
 from .auth import AuthError, Identity, bearer_token, verify_token
 from .runstore import NOT_FOUND, get_stores
 from .settings import ServeSettings
-from .tools import FetchRequest, SearchRequest, SubmitAnswerRequest, tool_definitions
+from .tools import FetchRequest, SearchToolRequest, SubmitAnswerRequest, tool_definitions
 
 NOT_FOUND_BODY = {"detail": "not found"}
 RUN_HEADER = "X-Quarry-Run"
@@ -119,8 +119,22 @@ class Gateway:
 
     # -- endpoints ---------------------------------------------------------------------
     @api.get("/healthz", tags=["ops"])
-    async def healthz(self) -> dict[str, str]:
-        return {"status": "ok"}
+    async def healthz(self, authorization: str | None = Header(default=None)) -> dict[str, Any]:
+        """Liveness for probes: ``{"status": "ok"}``. With an operator token, also the
+        operator's tenant as loaded by a Retriever replica (live generation, the second
+        stage served and its gate decision); an ``admin`` token sees every loaded tenant.
+        Tenant names are never listed to anonymous callers."""
+        if not authorization:
+            return {"status": "ok"}
+        try:
+            ident = verify_token(bearer_token(authorization), self.s.auth)
+        except AuthError:
+            return {"status": "ok"}
+        if not (ident.is_operator or ident.is_admin):
+            return {"status": "ok"}
+        tenants = None if ident.is_admin else [ident.principal.tenant]
+        loaded = await self.retriever.status.remote(tenants)
+        return {"status": "ok", "tenants": loaded}
 
     @api.get("/v1/tools", tags=["agent"])
     async def tools(self) -> dict[str, Any]:
@@ -135,7 +149,7 @@ class Gateway:
         return {"run_id": view["run_id"], "budget": view["budget"], "searches_left": view["searches_left"]}
 
     @api.post("/v1/search", tags=["agent"])
-    async def search(self, request: SearchRequest, authorization: str | None = Header(default=None),
+    async def search(self, request: SearchToolRequest, authorization: str | None = Header(default=None),
                      x_quarry_run: str = Header(alias=RUN_HEADER)):
         t_start = time.perf_counter()
         ident = self._identity(authorization)
@@ -143,6 +157,9 @@ class Gateway:
         if request.top_k > self.s.top_k_ceiling:
             raise _Reject(422, {"detail": [{"loc": ["body", "top_k"], "type": "less_than_equal",
                                             "msg": f"top_k may be at most {self.s.top_k_ceiling}"}]})
+        if request.candidates is not None and request.candidates > self.s.candidate_width_ceiling:
+            raise _Reject(422, {"detail": [{"loc": ["body", "candidates"], "type": "less_than_equal",
+                                            "msg": f"candidates may be at most {self.s.candidate_width_ceiling}"}]})
         pkey = principal_key(ident.principal)
         t0 = time.perf_counter()
         slot = await self.runs.reserve_search.remote(x_quarry_run, pkey)
@@ -156,7 +173,7 @@ class Gateway:
             return await self._abstain(ident, x_quarry_run, "budget_exhausted", status=409,
                                        extra={"query": request.query, "first_refusal": slot.get("newly_finished")})
         t0 = time.perf_counter()
-        res = await self.retriever.search.remote(ident.principal, request)
+        res = await self.retriever.search.remote(ident.principal, request.core(), request.candidates)
         self._lat("retrieve", t0)
         for stage, ms in res.get("timings_ms", {}).items():
             self.m["latency"].observe(ms, tags={"stage": f"retriever_{stage}"})
@@ -174,8 +191,11 @@ class Gateway:
             "run_id": x_quarry_run,
             "query": request.query,
             "filters": {"top_k": request.top_k, "doc_type": request.doc_type,
-                        "valid_at": request.valid_at and request.valid_at.isoformat()},
+                        "valid_at": request.valid_at and request.valid_at.isoformat(),
+                        "candidates": request.candidates},
             "generation": res["generation"],
+            # which second stage ran (or why none did): kind, gate decision, metrics, model id
+            "second_stage": res.get("second_stage"),
             "candidates": [{**c, "expanded": c["passage_id"] in expanded,
                             "final_position": final_pos.get(c["passage_id"])} for c in res["candidates"]],
             "stages": res["stages"],

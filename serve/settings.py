@@ -53,12 +53,23 @@ class ServeSettings(BaseModel):
     embedder: str = Field(default="auto", description="auto (from the manifest), hashing, or sentence-transformers")
     embedder_path: str | None = None
     hashing_dim: int = 256
-    # Reranker: off until a real one is configured; "module:callable" builds it.
-    reranker_enabled: bool = False
+    # Second stage (the Reranker deployment). Per tenant and generation it serves the
+    # learned ranker that tenant's promotion gate enabled; otherwise the cross-encoder
+    # built by reranker_factory ("module:callable" -> quarry.core.rerank.Reranker, kwargs
+    # reranker_options); otherwise nothing (the fused order stands, the response says so).
+    # reranker_enabled: false deploys no Reranker at all.
+    reranker_enabled: bool = True
+    learned_ranker: bool = True
     reranker_factory: str | None = None
     reranker_options: dict[str, Any] = Field(default_factory=dict)  # kwargs for the factory
     reranker_batch_size: int = Field(default=16, ge=1)
     reranker_num_gpus: float = Field(default=0.0, ge=0)
+    reranker_num_cpus: float = Field(default=1.0, ge=0)
+    reranker_timeout_s: float = Field(default=10.0, gt=0, description="past this the fused order is served")
+    stage_check_s: float = Field(default=30.0, ge=0, description="re-read a generation's gate decision this often")
+    # Fused candidates handed to the second stage: search.candidate_width by default; a
+    # request may ask for up to this many.
+    candidate_width_ceiling: int = Field(default=100, ge=1, le=1000)
     search: dict[str, Any] = Field(default_factory=dict)  # quarry.core.search.SearchSettings overrides
     run_budget: int = Field(default=3, ge=1, le=20)
     top_k_ceiling: int = Field(default=10, ge=1, le=50)
@@ -67,9 +78,11 @@ class ServeSettings(BaseModel):
     store_name_prefix: str = "quarry"  # RunStore/TraceStore actor names; tests vary it
 
     @model_validator(mode="after")
-    def _reranker(self) -> "ServeSettings":
-        if self.reranker_enabled and not self.reranker_factory:
-            raise ValueError("reranker_enabled needs reranker_factory ('module:callable')")
+    def _widths(self) -> "ServeSettings":
+        width = int(self.search.get("candidate_width", 50))
+        if width > self.candidate_width_ceiling:
+            raise ValueError(f"search.candidate_width {width} exceeds candidate_width_ceiling "
+                             f"{self.candidate_width_ceiling}")
         return self
 
 

@@ -15,7 +15,25 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from quarry.core.citations import Claim
 from quarry.core.records import SearchRequest
 
-__all__ = ["SearchRequest", "FetchRequest", "Abstention", "SubmitAnswerRequest", "Claim", "tool_definitions", "TOOLS"]
+__all__ = ["SearchRequest", "SearchToolRequest", "FetchRequest", "Abstention", "SubmitAnswerRequest", "Claim", "tool_definitions", "TOOLS"]
+
+
+class SearchToolRequest(SearchRequest):
+    """The search tool's input: the core request plus the candidate width for re-ranking."""
+
+    candidates: int | None = Field(
+        default=None,
+        ge=1,
+        le=1000,
+        description=(
+            "Optional. How many of the best first-stage matches the re-ranking stage looks at before "
+            "the top_k are chosen (default: the server's; the server caps it). Raise it, e.g. to 100, "
+            "when you expect the right passage to rank low; the search gets slower."
+        ),
+    )
+
+    def core(self) -> SearchRequest:
+        return SearchRequest(**self.model_dump(exclude={"candidates"}))
 
 
 class FetchRequest(BaseModel):
@@ -89,7 +107,7 @@ ANSWER_DESCRIPTION = (
 )
 
 TOOLS: tuple[tuple[str, str, type[BaseModel]], ...] = (
-    ("search", SEARCH_DESCRIPTION, SearchRequest),
+    ("search", SEARCH_DESCRIPTION, SearchToolRequest),
     ("fetch", FETCH_DESCRIPTION, FetchRequest),
     ("submit_answer", ANSWER_DESCRIPTION, SubmitAnswerRequest),
 )

@@ -103,8 +103,11 @@ def quarry_app(tmp_path_factory):
     ray.init(num_cpus=2, include_dashboard=False, namespace="quarry-test", log_to_driver=False,
              configure_logging=False)
     serve.start(http_options={"host": "127.0.0.1", "port": port})
+    # Two gateway replicas (run rules across replicas); a Reranker serving whatever each
+    # tenant's gate recorded, re-read every 0.5 s so tests can promote a ranker mid-session.
     settings = ServeSettings(index_root=root, auth=AuthSettings(hs256_secret=SECRET), gateway_replicas=2,
-                             generation_check_ms=200, ray_namespace="quarry-test", store_name_prefix=PREFIX)
+                             generation_check_ms=200, ray_namespace="quarry-test", store_name_prefix=PREFIX,
+                             reranker_num_cpus=0.5, stage_check_s=0.5, candidate_width_ceiling=60)
     serve.run(build_app(settings), name="quarry", route_prefix="/")
     client = Client(f"http://127.0.0.1:{port}", root, docs)
     deadline = time.time() + 120

@@ -27,7 +27,7 @@ from quarry.core.records import (
     SearchResult,
     StageReport,
 )
-from quarry.core.tokenizer import identifiers, tokenize
+from quarry.core.tokenizer import identifiers, is_lookup, tokenize
 
 
 class SearchSettings(BaseModel):
@@ -46,7 +46,8 @@ class SearchSettings(BaseModel):
     top_k_ceiling: int = Field(20, ge=1)
     delivered_token_ceiling: int = Field(1500, ge=16)
     expand: bool = True
-    pin_identifiers: bool = Field(True, description="passages holding the query's identifiers verbatim rank first")
+    pin_identifiers: bool = Field(
+        True, description="for identifier lookups, passages holding every queried identifier verbatim rank first")
 
 
 @dataclass(frozen=True)
@@ -75,7 +76,7 @@ def _merge(index: TenantIndex, per_shard, width: int) -> tuple[tuple[int, ...], 
 
 def lexical_leg(index: TenantIndex, masks: Sequence[np.ndarray], query: str, width: int, floor: float) -> LegHits:
     tokens = tokenize(query)
-    idents = identifiers(tokens)
+    idents = identifiers(tokens) if is_lookup(tokens) else []
     per_shard, dropped, exact = [], 0, set()
     for si, (sh, m) in enumerate(zip(index.shards, masks)):
         rows, scores = sh.lexical(sh.vocab_ids(tokens), m, width, floor=0.0)

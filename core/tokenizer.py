@@ -59,3 +59,14 @@ def tokenize_many(texts: list[str]) -> list[list[str]]:
 def identifiers(tokens: list[str]) -> list[str]:
     """The whole-identifier tokens among ``tokens`` (those joined by - _ . /)."""
     return [t for t in tokens if not _PART.fullmatch(t)]
+
+
+def is_lookup(tokens: list[str]) -> bool:
+    """An identifier lookup: the query's identifiers are at least as many as its other
+    words (e.g. "E-4471", "error E-4471 acme-9"), as opposed to prose that mentions one."""
+    idents = identifiers(tokens)
+    if not idents:
+        return False
+    parts = {p for i in idents for p in _PART.findall(i)} | {_word(p) for i in idents for p in _PART.findall(i)}
+    words = [t for t in tokens if t not in idents and t not in parts]
+    return len(idents) >= len(words)

@@ -377,10 +377,11 @@ class Retriever:
                 " (promoted by this index's gate)" if info.get("kind") == "learned" else "")
         elif status == "failed":
             note = "skipped: the second stage was unavailable; fused order stands"
+        elif self.reranker is None:
+            note = "skipped: no second stage in this deployment; fused order stands"
         else:
             note = "skipped: no second stage is enabled for this index; fused order stands"
-        stages = [st.model_copy(update={"note": note}) if st.name == "rerank" and stage is not None else st
-                  for st in result.stages]
+        stages = [st.model_copy(update={"note": note}) if st.name == "rerank" else st for st in result.stages]
         out = result.model_copy(update={"stages": tuple(stages)}).model_dump(mode="json")
         out["second_stage"] = {**_info_for_trace(info), "status": status, "candidate_width": width,
                                **({"error": outcome["error"]} if "error" in outcome else {})}

@@ -62,8 +62,9 @@ def start(
     app = build_app(settings)  # validates settings before anything starts
     if not ray.is_initialized():
         kw: dict[str, Any] = {"namespace": settings.ray_namespace, **(ray_init or {})}
+        # "local" always starts a new instance (never attaches to another one on this host).
+        kw["address"] = address or "local"
         if address:
-            kw["address"] = address
             # num_cpus and friends describe a *new* local cluster; a connect must not pass them.
             for k in ("num_cpus", "num_gpus", "include_dashboard", "object_store_memory"):
                 kw.pop(k, None)

@@ -138,8 +138,9 @@ class Gateway:
 
     @api.get("/v1/tools", tags=["agent"])
     async def tools(self) -> dict[str, Any]:
-        """Tool definitions for OpenAI function calling and Anthropic tool use."""
-        return tool_definitions()
+        """Tool definitions for OpenAI function calling and Anthropic tool use, with this
+        server's ceilings (top_k, candidates) in the search schema."""
+        return tool_definitions(self.s.top_k_ceiling, self.s.candidate_width_ceiling)
 
     @api.post("/v1/runs", tags=["agent"])
     async def create_run(self, authorization: str | None = Header(default=None)) -> dict[str, Any]:

@@ -19,7 +19,7 @@ __all__ = ["SearchRequest", "SearchToolRequest", "FetchRequest", "Abstention", "
 
 
 class SearchToolRequest(SearchRequest):
-    """The search tool's input: the core request plus the candidate width for re-ranking."""
+    """Search the documents you are allowed to read; who you are comes from your credentials."""
 
     candidates: int | None = Field(
         default=None,
@@ -138,11 +138,28 @@ def input_schema(model: type[BaseModel]) -> dict[str, Any]:
     return s
 
 
-def tool_definitions() -> dict[str, list[dict[str, Any]]]:
-    """OpenAI function-calling and Anthropic tool definitions for the three tools."""
+def _apply_limits(schema: dict[str, Any], top_k_ceiling: int | None, candidates_ceiling: int | None) -> None:
+    """Tell the agent this server's ceilings, so a valid-looking call is never refused."""
+    props = schema.get("properties", {})
+    for name, ceiling in (("top_k", top_k_ceiling), ("candidates", candidates_ceiling)):
+        if ceiling is None or name not in props:
+            continue
+        node = props[name]
+        # Optional fields are anyOf [integer, null]: cap the integer branch.
+        targets = [b for b in node.get("anyOf", []) if b.get("type") == "integer"] or [node]
+        for t in targets:
+            t["maximum"] = min(int(t.get("maximum", ceiling)), int(ceiling))
+        node["description"] = node.get("description", "").rstrip() + f" At most {ceiling} on this server."
+
+
+def tool_definitions(top_k_ceiling: int | None = None, candidates_ceiling: int | None = None) -> dict[str, list[dict[str, Any]]]:
+    """OpenAI function-calling and Anthropic tool definitions for the three tools;
+    with the server's ceilings written into the search schema when given."""
     openai, anthropic = [], []
     for name, desc, model in TOOLS:
         schema = input_schema(model)
+        if name == "search":
+            _apply_limits(schema, top_k_ceiling, candidates_ceiling)
         openai.append({"type": "function", "function": {"name": name, "description": desc, "parameters": schema}})
-        anthropic.append({"name": name, "description": desc, "input_schema": schema})
+        anthropic.append({"name": name, "description": desc, "input_schema": copy.deepcopy(schema)})
     return {"openai": openai, "anthropic": anthropic}

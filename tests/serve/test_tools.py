@@ -63,3 +63,16 @@ def test_models_forbid_extra_fields_and_need_exactly_one_answer_form():
         SubmitAnswerRequest(claims=[claim], abstention={"reason": "r"})
     assert SubmitAnswerRequest(abstention={"reason": "nothing relevant"}).claims is None
     assert SubmitAnswerRequest(claims=[claim]).claims[0].passage_id == "d@1#a"
+
+
+def test_server_ceilings_are_in_the_search_schema():
+    defs = tool_definitions(top_k_ceiling=10, candidates_ceiling=60)
+    search = defs["anthropic"][0]["input_schema"]
+    Draft202012Validator.check_schema(search)
+    v = Draft202012Validator(search)
+    assert v.is_valid({"query": "x", "top_k": 10, "candidates": 60})
+    assert not v.is_valid({"query": "x", "top_k": 11}) and not v.is_valid({"query": "x", "candidates": 61})
+    assert "At most 10" in search["properties"]["top_k"]["description"]
+    assert defs["openai"][0]["function"]["parameters"] == search
+    # the module-level definitions are not mutated by a server's ceilings
+    assert tool_definitions()["anthropic"][0]["input_schema"]["properties"]["top_k"]["maximum"] == 50

@@ -1,0 +1,352 @@
+"""Load benchmark for ``POST /v1/search`` over loopback HTTP, against the same search
+called in-process through ``quarry.core.search.hybrid_search``.
+
+    python -m quarry.eval.bench_serve [--requests 200] [--concurrency 1,4,16] [--out eval/results/serve.md]
+
+What it does, in one process on one machine:
+
+1. builds the sample corpus (in-process build, packaged MiniLM unless ``--embedder hashing``)
+   into a temporary index root, or uses ``--index-root``;
+2. for each configuration (second stage off; the learned ranker; a MiniLM-size
+   random-weight cross-encoder) deploys the Serve application in-process (Ray on
+   ``--ray-cpus``), creates one run per request beforehand (the budget rule: a run allows 3
+   searches, and the benchmark never asks the server for more), then sends ``--requests``
+   searches at each concurrency with a bounded thread pool of httpx clients, timing each
+   search request only;
+3. times the same searches in-process (same index, embedder, settings and second stage),
+   sequentially, and reports HTTP p50 at concurrency 1 divided by the in-process p50.
+
+The learned ranker is trained per tenant on the corpus's own titles-as-queries and its
+gate decision is recorded with fixed numbers (``record_decision``): this measures the cost
+of serving a promoted ranker, not its quality. It only touches an index root the
+benchmark built itself. The cross-encoder has random weights (latency only), built by
+``quarry.eval.bench_crossencoder.build_random_cross_encoder``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import secrets
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+QUERIES: dict[str, list[str]] = {
+    "acme": ["Which settlement cutoff applies to Acme's EUR batch?", "E-4471", "refund window for orders",
+             "Why did Acme's January reconciliation fail?", "payout_batch_v2 migration", "INC-2291 duplicate payouts",
+             "webhook signature errors", "ledger service rollout v2.3.1"],
+    "globex": ["Does the Pro plan include SSO?", "Security add-on SSO price", "chargeback fee", "CM-2026-014",
+               "payout schedule", "API rate limits", "INC-3107 payout delay", "Globex settlement cutoff"],
+    "initech": ["Initech settlement cutoff", "INC-1877 payroll delay", "refund policy", "credit line",
+                "Security add-on price", "error code E-4471", "incident policy", "payout schedule"],
+}
+GROUPS = ("all-staff", "support", "engineering")
+TOP_K = 4
+
+
+def _pct(xs: list[float], q: float) -> float:
+    if not xs:
+        return float("nan")
+    s = sorted(xs)
+    i = min(len(s) - 1, max(0, int(round(q * (len(s) - 1)))))
+    return s[i]
+
+
+def workload(n: int) -> list[tuple[str, str]]:
+    pairs = [(t, q) for t in sorted(QUERIES) for q in QUERIES[t]]
+    return [pairs[i % len(pairs)] for i in range(n)]
+
+
+# ----------------------------------------------------------------------------- setup
+
+def build_index(root: str, embedder: str | None) -> None:
+    from quarry.core.contextualize import ExtractiveContextualizer
+    from quarry.core.embedding import HashingEmbedder, SentenceTransformerEmbedder
+    from quarry.core.pipeline import build_corpus
+    from quarry.core.sources import SAMPLE_CORPUS, load_documents
+
+    emb = HashingEmbedder() if embedder == "hashing" else SentenceTransformerEmbedder(embedder)
+    docs, _ = load_documents(SAMPLE_CORPUS)
+    build_corpus(docs, root, emb, ExtractiveContextualizer())
+
+
+def promote_learned(root: str, embedder) -> dict[str, str]:
+    """Train a small LightGBM ranker per tenant and record an enabled gate decision."""
+    from quarry.core.gate import evaluate_gate, record_decision
+    from quarry.core.index import TenantIndex
+    from quarry.core.layout import current_generation
+    from quarry.core.learned import LearnedRanker, label_candidates, mine_candidates
+    from quarry.core.records import Principal
+    from quarry.core.search import SearchSettings
+
+    ids = {}
+    for tenant in sorted(QUERIES):
+        idx = TenantIndex.load(root, tenant, current_generation(root, tenant))
+        p = Principal(tenant=tenant, subject="bench", groups=frozenset(GROUPS + ("finance-admins",)))
+        docs = sorted({d for sh in idx.shards for d in sh.doc_ids})
+        titles = {d: idx.document(d, p)[0].envelope.title for d in docs if idx.document(d, p)}
+        mined = mine_candidates(idx, p, embedder, titles, SearchSettings())
+        groups = [(m.query, m.candidates, m.passages, label_candidates(m.candidates, {d: 1})) for d, m in mined.items()]
+        r = LearnedRanker(params={"n_estimators": 100, "num_leaves": 15}).fit(groups)
+        record_decision(root, tenant, idx.generation, evaluate_gate(0.5, 0.6, model_id=r.model_id, n_queries=0 + 10,
+                                                                    reason=None), r)
+        ids[tenant] = r.model_id
+    return ids
+
+
+def make_embedder(root: str):
+    from quarry.core.index import TenantIndex
+    from quarry.search_cmd import make_embedder as mk
+
+    return mk(None, TenantIndex.load(root, "globex").manifest)
+
+
+# ----------------------------------------------------------------------------- in-process
+
+def in_process(root: str, embedder, requests: list[tuple[str, str]], width: int, stage_kind: str,
+               ce_dir: str | None) -> dict[str, Any]:
+    from quarry.core.index import TenantIndex
+    from quarry.core.records import Principal, SearchRequest
+    from quarry.core.rerank import CrossEncoderReranker, RerankInput, apply_rerank
+    from quarry.core.search import SearchSettings, hybrid_search
+
+    import torch
+
+    # Replicas run with OMP_NUM_THREADS=1 (Ray sets it from num_cpus); the baseline does the
+    # same, or on a loaded 2-core machine torch's spinning threads would make it look slow.
+    torch.set_num_threads(1)
+    settings = SearchSettings(top_k_ceiling=10, candidate_width=width)
+    idx = {t: TenantIndex.load(root, t) for t in QUERIES}
+    stages: dict[str, Any] = {t: None for t in QUERIES}
+    if stage_kind == "learned":
+        from quarry.core.gate import load_second_stage
+
+        stages = {t: load_second_stage(root, t, idx[t].generation)[0] for t in QUERIES}
+    elif stage_kind == "cross-encoder":
+        ce = CrossEncoderReranker(ce_dir, max_length=256)
+
+        def ce_stage(query, cands, passages, top_k):
+            scores = ce.score(query, [RerankInput(p.passage_id, p.envelope.title, tuple(p.heading_path), p.text)
+                                      for p in passages])
+            by = {c.passage_id: c for c in cands}
+            return [by[pid].model_copy(update={"rerank_score": s, "rerank_rank": r})
+                    for pid, s, r in apply_rerank(scores, [c.passage_id for c in cands], top_k)]
+
+        stages = {t: ce_stage for t in QUERIES}
+    principals = {t: Principal(tenant=t, subject="bench", groups=frozenset(GROUPS)) for t in QUERIES}
+    for t, q in requests[:20]:  # warm-up: model loads, mask caches
+        hybrid_search(idx[t], principals[t], SearchRequest(query=q, top_k=TOP_K), embedder, settings, stages[t])
+    lat = []
+    for t, q in requests:
+        t0 = time.perf_counter()
+        hybrid_search(idx[t], principals[t], SearchRequest(query=q, top_k=TOP_K), embedder, settings, stages[t])
+        lat.append((time.perf_counter() - t0) * 1000)
+    return {"p50_ms": _pct(lat, 0.5), "p95_ms": _pct(lat, 0.95), "n": len(lat)}
+
+
+# ----------------------------------------------------------------------------- HTTP
+
+def http_load(base: str, secret: str, requests: list[tuple[str, str]], concurrency: int) -> dict[str, Any]:
+    import httpx
+
+    from quarry.serve.auth import mint_token
+
+    tokens = {t: mint_token(t, "bench", GROUPS, secret=secret, ttl_s=3600) for t in QUERIES}
+    local = threading.local()
+
+    def client() -> httpx.Client:
+        c = getattr(local, "c", None)
+        if c is None:
+            c = local.c = httpx.Client(base_url=base, timeout=60)
+        return c
+
+    def new_run(t: str) -> str:
+        r = client().post("/v1/runs", headers={"Authorization": f"Bearer {tokens[t]}"})
+        r.raise_for_status()
+        return r.json()["run_id"]
+
+    # One fresh run per search, created before the clock starts: the budget stays the
+    # server's (3 per run) and the timed requests are searches only.
+    with ThreadPoolExecutor(max(4, concurrency)) as ex:
+        runs = list(ex.map(lambda tq: new_run(tq[0]), requests))
+    notes: dict[str, int] = {}
+    lock = threading.Lock()
+
+    def one(i: int) -> tuple[float, int]:
+        t, q = requests[i]
+        h = {"Authorization": f"Bearer {tokens[t]}", "X-Quarry-Run": runs[i]}
+        t0 = time.perf_counter()
+        try:
+            r = client().post("/v1/search", headers=h, json={"query": q, "top_k": TOP_K})
+            code = r.status_code
+        except httpx.HTTPError:
+            return (time.perf_counter() - t0) * 1000, 599
+        ms = (time.perf_counter() - t0) * 1000
+        if code == 200:
+            note = next((s["note"] for s in r.json()["stages"] if s["name"] == "rerank"), "")
+            with lock:
+                notes[note] = notes.get(note, 0) + 1
+        return ms, code
+
+    t_start = time.perf_counter()
+    with ThreadPoolExecutor(concurrency) as ex:
+        res = list(ex.map(one, range(len(requests))))
+    wall = time.perf_counter() - t_start
+    ok = [ms for ms, code in res if code == 200]
+    return {"concurrency": concurrency, "requests": len(res), "errors": sum(1 for _, c in res if c != 200),
+            "p50_ms": _pct(ok, 0.5), "p95_ms": _pct(ok, 0.95), "throughput_rps": len(res) / wall,
+            "rerank_notes": notes}
+
+
+def run_config(name: str, root: str, secret: str, args, extra: dict[str, Any], embedder, stage_kind: str,
+               width: int, ce_dir: str | None, n_requests: int | None = None) -> dict[str, Any]:
+    n_requests = n_requests or args.requests
+    from quarry.serve import launch
+    from quarry.serve.settings import AuthSettings, ServeSettings
+
+    settings = ServeSettings(index_root=root, auth=AuthSettings(hs256_secret=secret), ray_namespace="quarry-bench",
+                             store_name_prefix="quarry-bench", search={"candidate_width": width},
+                             max_ongoing_requests=32, **extra)
+    print(f"[bench] {name}: deploying", flush=True)
+    base = launch.start(settings, "127.0.0.1", args.port, ray_init={
+        "num_cpus": args.ray_cpus, "include_dashboard": False, "log_to_driver": False, "configure_logging": False})
+    rows = []
+    try:
+        http_load(base, secret, workload(20), 4)  # warm-up: index loads, model loads
+        for c in args.concurrency:
+            r = http_load(base, secret, workload(n_requests), c)
+            print(f"[bench] {name} c={c}: p50 {r['p50_ms']:.1f} ms p95 {r['p95_ms']:.1f} ms "
+                  f"{r['throughput_rps']:.1f} req/s errors {r['errors']} rerank {r['rerank_notes']}", flush=True)
+            rows.append(r)
+    finally:
+        launch.stop()
+    ip = in_process(root, embedder, workload(n_requests), width, stage_kind, ce_dir)
+    print(f"[bench] {name} in-process p50 {ip['p50_ms']:.2f} ms", flush=True)
+    return {"name": name, "width": width, "rows": rows, "in_process": ip}
+
+
+def markdown(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
+    out = [
+        "# Serving benchmark: `POST /v1/search` over loopback HTTP vs in-process `hybrid_search`",
+        "",
+        f"Command: `{meta['command']}`  ",
+        f"Machine: {meta['machine']}; client, Ray, Serve and the in-process baseline share these cores.  ",
+        f"Index: the sample corpus (3 tenants, {meta['passages']} passages), embedder `{meta['embedder']}`; "
+        f"top_k {TOP_K}; one gateway, one retriever replica; a fresh run per search (created before timing).  ",
+        f"Measured {meta['date']}; one run on a shared machine (1/5/15-min load average at the end: {meta['load']}), "
+        "as measured (noisy). The in-process baseline uses 1 torch thread, like the replicas "
+        "(Ray sets OMP_NUM_THREADS=1).",
+        "",
+        "| configuration | candidates to 2nd stage | concurrency | requests | errors | p50 ms | p95 ms | req/s "
+        "| in-process p50 ms | HTTP p50 (c=1) / in-process |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for res in results:
+        ip = res["in_process"]["p50_ms"]
+        c1 = next((r for r in res["rows"] if r["concurrency"] == 1), res["rows"][0])
+        for r in res["rows"]:
+            ratio = f"{c1['p50_ms'] / ip:.2f}x" if r is c1 else ""
+            out.append(f"| {res['name']} | {res['width']} | {r['concurrency']} | {r['requests']} | {r['errors']} | "
+                       f"{r['p50_ms']:.1f} | {r['p95_ms']:.1f} | {r['throughput_rps']:.1f} | "
+                       f"{ip:.1f} | {ratio} |")
+    out += ["", "Second-stage notes seen in responses (rerank stage):", ""]
+    for res in results:
+        notes: dict[str, int] = {}
+        for r in res["rows"]:
+            for k, v in r["rerank_notes"].items():
+                notes[k] = notes.get(k, 0) + v
+        out.append(f"- {res['name']}: " + "; ".join(f"{v}x \"{k}\"" for k, v in notes.items()))
+    out += ["", "Goal: HTTP p50 <= 1.1x in-process with the second stage off. The HTTP path adds the proxy, "
+            "token verification, two run-store actor calls (reserve, record), a trace-store put and JSON "
+            "(de)serialisation around the same `hybrid_search` call.", ""]
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m quarry.eval.bench_serve", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog="\n\n".join(__doc__.split("\n\n")[1:]))
+    p.add_argument("--requests", type=int, default=200, help="searches per concurrency level (default 200)")
+    p.add_argument("--concurrency", default="1,4,16", help="comma-separated client concurrency levels")
+    p.add_argument("--index-root", default=None, help="an existing index root (default: build the sample corpus)")
+    p.add_argument("--embedder", default=None, help="'hashing' or a model dir (default: packaged MiniLM)")
+    p.add_argument("--configs", default="off,learned,cross-encoder",
+                   help="which second stages to measure: off, learned, cross-encoder")
+    p.add_argument("--ce-candidates", type=int, default=10, help="candidates the cross-encoder re-scores (default 10)")
+    p.add_argument("--ce-requests", type=int, default=50,
+                   help="searches per concurrency level with the cross-encoder (default 50: it is CPU-bound)")
+    p.add_argument("--learned-candidates", type=int, default=50, help="candidates the learned ranker sees (default 50)")
+    p.add_argument("--ray-cpus", type=int, default=2, help="CPUs for the in-process Ray (default 2)")
+    p.add_argument("--port", type=int, default=0, help="loopback port (default: a free one)")
+    p.add_argument("--out", default="eval/results/serve.md", help="Markdown table to write ('' = none)")
+    p.add_argument("--json", default=None, help="also write the raw results here")
+    args = p.parse_args(argv)
+    args.concurrency = [int(x) for x in args.concurrency.split(",") if x]
+    configs = [c for c in args.configs.split(",") if c]
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    from quarry.serve import launch
+
+    if not args.port:
+        args.port = launch.free_port()
+    tmp = tempfile.TemporaryDirectory(prefix="quarry-bench-")
+    own = args.index_root is None
+    root = launch.absolute_root(args.index_root or str(Path(tmp.name) / "idx"))
+    if own:
+        print("[bench] building the sample corpus ...", flush=True)
+        build_index(root, args.embedder)
+    embedder = make_embedder(root)
+    secret = secrets.token_urlsafe(48)
+    results = []
+    if "off" in configs:
+        results.append(run_config("second stage off", root, secret, args, {"reranker_enabled": False}, embedder,
+                                  "off", 50, None))
+    if "learned" in configs:
+        if not own:
+            print("[bench] skipping 'learned': it records gate decisions, so it only runs on an index it built",
+                  flush=True)
+        else:
+            promote_learned(root, embedder)
+            results.append(run_config("learned ranker (LightGBM, gate-promoted)", root, secret, args,
+                                      {"reranker_enabled": True}, embedder, "learned", args.learned_candidates, None))
+    if "cross-encoder" in configs:
+        from quarry.eval.bench_crossencoder import build_random_cross_encoder
+
+        ce_dir = str(build_random_cross_encoder(Path(tmp.name) / "ce"))
+        results.append(run_config(
+            "cross-encoder (MiniLM-L6-size, random weights, CPU)", root, secret, args,
+            {"reranker_enabled": True, "learned_ranker": False, "reranker_factory": "quarry.core.rerank:CrossEncoderReranker",
+             "reranker_options": {"model": ce_dir, "max_length": 256}}, embedder, "cross-encoder", args.ce_candidates,
+            ce_dir, n_requests=args.ce_requests))
+    from quarry.core.index import TenantIndex
+
+    meta = {
+        "command": "python -m quarry.eval.bench_serve " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores, Python {platform.python_version()}",
+        "passages": sum(len(TenantIndex.load(root, t)) for t in QUERIES),
+        "embedder": getattr(embedder, "name", "?"),
+        "date": time.strftime("%Y-%m-%d"),
+        "load": " / ".join(f"{x:.1f}" for x in os.getloadavg()),
+    }
+    md = markdown(results, meta)
+    print(md)
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(md)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"meta": meta, "results": results}, indent=2, default=str))
+    tmp.cleanup()
+    bad = sum(r["errors"] for res in results for r in res["rows"])
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

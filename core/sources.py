@@ -95,25 +95,39 @@ def read_records(path: str | Path) -> Iterator[dict[str, Any]]:
     """
     root = Path(path)
     if root.is_dir():
-        for f in sorted(root.rglob("*")):
-            rel = f.relative_to(root)
-            # Hidden files and folders (.git, editor swap files) are never corpus content.
-            if not f.is_file() or any(part.startswith(".") for part in rel.parts):
-                continue
-            if f.name.lower() in _SKIP_NAMES:
-                continue
-            reader = _reader_for(f)
-            if reader is None:
-                log.debug("skipping %s: not a source format", f)
-                continue
-            yield from reader(f, root)
+        for f in iter_source_files(root):
+            yield from read_file(f, root)
         return
     if not root.is_file():
         raise FileNotFoundError(root)
-    reader = _reader_for(root)
-    if reader is None:
+    if _reader_for(root) is None:
         raise ValueError(f"{root}: unsupported source format (expected .jsonl, .parquet or .md)")
-    yield from reader(root, root.parent)
+    yield from read_file(root, root.parent)
+
+
+def iter_source_files(root: str | Path) -> list[Path]:
+    """The source files under a folder, sorted so builds are reproducible. Hidden files and
+    folders (.git, editor swap files) and README files are never corpus content."""
+    root = Path(root)
+    out = []
+    for f in sorted(root.rglob("*")):
+        rel = f.relative_to(root)
+        if not f.is_file() or any(part.startswith(".") for part in rel.parts) or f.name.lower() in _SKIP_NAMES:
+            continue
+        if _reader_for(f) is None:
+            log.debug("skipping %s: not a source format", f)
+            continue
+        out.append(f)
+    return out
+
+
+def read_file(f: str | Path, root: str | Path) -> Iterator[dict[str, Any]]:
+    """Raw records of one source file; ``root`` anchors Markdown doc ids (relative paths)."""
+    f = Path(f)
+    reader = _reader_for(f)
+    if reader is None:
+        raise ValueError(f"{f}: unsupported source format (expected .jsonl, .parquet or .md)")
+    yield from reader(f, Path(root))
 
 
 def _reader_for(f: Path):
@@ -226,7 +240,7 @@ class Quarantined:
     reason: str
 
 
-def _record_id(raw: dict[str, Any]) -> str | None:
+def record_id(raw: dict[str, Any]) -> str | None:
     doc_id, version = raw.get("doc_id"), raw.get("version")
     if doc_id is None:
         return None
@@ -247,7 +261,7 @@ def partition(raws: Iterable[dict[str, Any]]) -> tuple[list[SourceDocument], lis
         try:
             doc = validate(raw)
         except ValidationError as e:
-            bad.append(Quarantined(_record_id(raw), source, validation_reason(e)))
+            bad.append(Quarantined(record_id(raw), source, validation_reason(e)))
             continue
         key = (doc.tenant, doc.doc_id, doc.version)
         if key in seen:

@@ -98,21 +98,14 @@ def _pause(stage: str) -> None:
 
 def list_source_files(source: str | Path) -> list[str]:
     """The files ``core.sources.read_records`` would read, in its (sorted) order."""
-    from quarry.core.sources import _SKIP_NAMES, _reader_for
+    from quarry.core.sources import iter_source_files
 
     root = Path(source)
     if root.is_file():
-        if _reader_for(root) is None:
+        if not any(root.name.lower().endswith(x) for x in (".jsonl", ".ndjson", ".parquet", ".md", ".markdown")):
             raise BuildError(f"{root}: unsupported source format (expected .jsonl, .ndjson, .parquet or .md)")
         return [str(root)]
-    out = []
-    for f in sorted(root.rglob("*")):
-        rel = f.relative_to(root)
-        if not f.is_file() or any(p.startswith(".") for p in rel.parts) or f.name.lower() in _SKIP_NAMES:
-            continue
-        if _reader_for(f) is not None:
-            out.append(str(f))
-    return out
+    return [str(f) for f in iter_source_files(root)]
 
 
 def source_watermark(files: list[str]) -> str:

@@ -82,14 +82,14 @@ def read_files(batches: Iterator[pd.DataFrame], root: str) -> Iterator[pd.DataFr
     relative paths, ``_source`` strings and unparseable-record markers are exactly those of
     ``core.sources.read_records(root)``.
     """
-    from quarry.core.sources import _reader_for  # the per-file reader read_records uses
+    from quarry.core.sources import read_file  # the per-file reader read_records uses
 
     base = Path(root)
     for pdf in batches:
         for file_idx, path in zip(pdf["file_idx"], pdf["path"]):
             f = Path(path)
             rows = {"file_idx": [], "rec_idx": [], "source": [], "raw": []}
-            for i, raw in enumerate(_reader_for(f)(f, base if base.is_dir() else f.parent)):
+            for i, raw in enumerate(read_file(f, base if base.is_dir() else f.parent)):
                 rows["file_idx"].append(int(file_idx))
                 rows["rec_idx"].append(i)
                 rows["source"].append(str(raw.get("_source", path)))
@@ -106,7 +106,7 @@ def read_files(batches: Iterator[pd.DataFrame], root: str) -> Iterator[pd.DataFr
 
 def validate_records(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
     """Raw record -> ('doc', tenant, doc_id, version, doc_json) or ('bad', ..., reason)."""
-    from quarry.core.sources import _record_id, validate
+    from quarry.core.sources import record_id, validate
 
     for pdf in batches:
         out: dict[str, list] = {k: [] for k in (
@@ -116,7 +116,7 @@ def validate_records(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
             try:
                 doc = validate(raw)
             except ValidationError as e:
-                row = ("bad", tenant_of_raw(raw), None, None, _record_id(raw), validation_reason(e), None)
+                row = ("bad", tenant_of_raw(raw), None, None, record_id(raw), validation_reason(e), None)
             else:
                 row = ("doc", doc.tenant, doc.doc_id, doc.version, doc.key, None, doc.model_dump_json())
             kind, tenant, doc_id, version, rid, reason, dj = row

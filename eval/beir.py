@@ -48,24 +48,50 @@ def log(msg: str) -> None:
     print(f"[eval] {msg}", file=sys.stderr, flush=True)
 
 
-def ensure_index(dataset_dir: Path, index_root: str, tenant: str, contextualizer: str, embedder) -> int:
-    """Build the dataset's index unless a generation with the same recipe is live."""
+def _recipe_path(index_root: str, tenant: str) -> str:
+    return layout.join(layout.tenant_dir(index_root, tenant), "eval-recipe.json")
+
+
+def ensure_index(dataset_dir: Path, index_root: str, tenant: str, contextualizer: str, embedder,
+                 build: str = "spark") -> int:
+    """Build the dataset's index unless a generation with the same recipe is live.
+    ``build='spark'`` runs the PySpark build job (local mode); 'in-process' the core
+    pipeline. Both give the same passages, shards and scores (tests/jobs checks)."""
     gen = layout.current_generation(index_root, tenant)
     recipe = {"dataset": str(Path(dataset_dir).resolve()), "contextualizer": contextualizer,
               "embedder": embedder.name, "chunk_tokens": CHUNK_TOKENS}
-    if gen is not None and layout.read_manifest(index_root, tenant, gen).get("recipe") == recipe:
-        log(f"reusing {tenant} gen-{gen} under {index_root}")
-        return gen
-    from quarry.core.chunking import ChunkSettings
-    from quarry.core.contextualize import make_contextualizer
-    from quarry.core.pipeline import build_corpus
+    if gen is not None:
+        try:
+            saved = layout.read_json(_recipe_path(index_root, tenant))
+        except FileNotFoundError:
+            saved = {"generation": gen, "recipe": layout.read_manifest(index_root, tenant, gen).get("recipe")}
+        if saved.get("generation") == gen and saved.get("recipe") == recipe:
+            log(f"reusing {tenant} gen-{gen} under {index_root}")
+            return gen
     from quarry.core.sources import load_beir_corpus
 
     t0 = time.perf_counter()
     docs = load_beir_corpus(dataset_dir, tenant)
-    gen = build_corpus(docs, index_root, embedder, make_contextualizer(contextualizer),
-                       ChunkSettings(max_tokens=CHUNK_TOKENS), extra={"recipe": recipe}, progress=log)[tenant]
-    log(f"{tenant}: built gen-{gen} in {time.perf_counter() - t0:.1f}s")
+    if build == "spark":
+        import tempfile
+
+        from quarry.jobs.build import BuildSettings, run_build, write_source_jsonl
+
+        with tempfile.TemporaryDirectory(prefix="quarry-beir-") as tmp:
+            src = write_source_jsonl(docs, Path(tmp) / f"{tenant}.jsonl")
+            spec = "hashing" if embedder.name.startswith("hashing") else str(getattr(embedder, "path", "default"))
+            report = run_build(BuildSettings(source=str(src), index_root=index_root, contextualizer=contextualizer,
+                                             embedder=spec, master="local[*]", chunk_tokens=CHUNK_TOKENS))
+        gen = report.tenants[tenant].generation
+    else:
+        from quarry.core.chunking import ChunkSettings
+        from quarry.core.contextualize import make_contextualizer
+        from quarry.core.pipeline import build_corpus
+
+        gen = build_corpus(docs, index_root, embedder, make_contextualizer(contextualizer),
+                           ChunkSettings(max_tokens=CHUNK_TOKENS), progress=log)[tenant]
+    layout.write_json(_recipe_path(index_root, tenant), {"generation": gen, "recipe": recipe})
+    log(f"{tenant}: built gen-{gen} ({build}) in {time.perf_counter() - t0:.1f}s")
     return gen
 
 
@@ -147,7 +173,8 @@ def throughput(index, dataset_dir: Path, ds: Dataset) -> dict[str, float]:
 
 
 def evaluate(dataset_dir: str | Path, index_root: str, contextualizer: str | None = None,
-             train_split: str | None = None, embedder=None, split: str = "test") -> dict[str, Any]:
+             train_split: str | None = None, embedder=None, split: str = "test",
+             build: str = "spark") -> dict[str, Any]:
     from quarry.core.embedding import SentenceTransformerEmbedder
     from quarry.core.index import TenantIndex
 
@@ -155,7 +182,7 @@ def evaluate(dataset_dir: str | Path, index_root: str, contextualizer: str | Non
     embedder = embedder or SentenceTransformerEmbedder()
     ds = load_dataset(dataset_dir, split)
     tenant = ds.name.lower()
-    ensure_index(dataset_dir, index_root, tenant, "none", embedder)
+    ensure_index(dataset_dir, index_root, tenant, "none", embedder, build)
     index = TenantIndex.load(index_root, tenant)
     second_stage, gate = None, None
     if train_split:
@@ -166,7 +193,7 @@ def evaluate(dataset_dir: str | Path, index_root: str, contextualizer: str | Non
         stages["rerank"] = dict(stages["hybrid"])  # the gate kept the fused order
     if contextualizer and contextualizer != "none":
         ctenant = f"{tenant}-ctx-{contextualizer}"
-        ensure_index(dataset_dir, index_root, ctenant, contextualizer, embedder)
+        ensure_index(dataset_dir, index_root, ctenant, contextualizer, embedder, build)
         stages["context"] = run_stages(TenantIndex.load(index_root, ctenant), ds, embedder)["hybrid"]
     result: dict[str, Any] = {"dataset": ds.name, "split": split, "queries": len(ds.qrels), "stages": stages,
                               "throughput": throughput(index, dataset_dir, ds), "embedder": embedder.name,
@@ -210,6 +237,8 @@ def add_arguments(p) -> None:
     p.add_argument("--train-split", default=None,
                    help="train the learned ranker on this qrels split (e.g. train) and report stage 'rerank'")
     p.add_argument("--embedder", default=None, help="local sentence-transformers model dir, or 'hashing'")
+    p.add_argument("--build", choices=["spark", "in-process"], default="spark",
+                   help="how to build a missing index: the PySpark job (default) or the in-process pipeline")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -221,6 +250,6 @@ def run(args) -> int:
         print(f"error: {d} is not a BEIR dataset folder (no corpus.jsonl)", file=sys.stderr)
         return 2
     emb = HashingEmbedder() if args.embedder == "hashing" else SentenceTransformerEmbedder(args.embedder)
-    result = evaluate(d, args.index_root, args.contextualizer, args.train_split, emb, args.split)
+    result = evaluate(d, args.index_root, args.contextualizer, args.train_split, emb, args.split, args.build)
     print(json.dumps(result) if args.json else format_table(result))
     return 0

@@ -67,6 +67,7 @@ class BuildSettings(BaseModel):
     llm_api_key: SecretStr | None = None
     embedder: str = Field(default="default", description="'default' (packaged MiniLM), 'hashing[:dim]' or a model dir")
     batch_size: int = Field(default=64, ge=1)
+    chunk_tokens: int = Field(default=200, ge=16, description="chunker max_tokens per passage")
     partitions: int | None = Field(default=None, ge=1, description="partitions for chunk/embed; default 2x cores")
     approx_threshold: int | None = None
     publish: bool = True
@@ -293,7 +294,7 @@ def _run(s: BuildSettings, spark, files: list[str]) -> BuildReport:
         # ---- chunk
         stage("chunk")
         chunked = keep(good.repartition(par, "doc_id").mapInPandas(
-            functools.partial(st.chunk_docs, n_shards=n_shards), st.CHUNKED_SCHEMA))
+            functools.partial(st.chunk_docs, n_shards=n_shards, max_tokens=s.chunk_tokens), st.CHUNKED_SCHEMA))
         chunk_sums = _sum_by_tenant(chunked.withColumn("_empty", (F.col("n_passages") == 0).cast("long")),
                                     ["n_passages", "n_parents", "_empty"])
         for t, c in chunk_sums.items():
@@ -500,6 +501,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--embedder", default="default",
                    help="'default' (packaged all-MiniLM-L6-v2), 'hashing[:dim]', or a local model directory")
     p.add_argument("--batch-size", type=int, default=64, help="embedding batch size")
+    p.add_argument("--chunk-tokens", type=int, default=200, help="max tokens per passage where structure allows (default 200)")
     p.add_argument("--partitions", type=int, default=None, help="partitions for chunk/embed (default 2x cores)")
     p.add_argument("--no-publish", action="store_true", help="build and verify, but leave CURRENT alone")
     p.add_argument("--report", dest="report_path", default=None, help="also write the run report JSON here")
@@ -529,7 +531,7 @@ def settings_from_args(args: argparse.Namespace) -> BuildSettings:
         source=args.source, index_root=args.index_root, master=args.master,
         tenants=tuple(args.tenants.split(",")) if args.tenants else None, shard_docs=args.shard_docs,
         contextualizer=args.contextualizer, llm=llm, llm_api_key=key, embedder=args.embedder,
-        batch_size=args.batch_size, partitions=args.partitions, publish=not args.no_publish,
+        batch_size=args.batch_size, chunk_tokens=args.chunk_tokens, partitions=args.partitions, publish=not args.no_publish,
         report_path=args.report_path, quiet=args.quiet,
     )
 

@@ -763,7 +763,7 @@ def train_and_gate(
     seed: int = 0,
     margin: float = DEFAULT_MARGIN,
     *,
-    sentence_features: bool = True,
+    sentence_features: bool = False,
     sentence: SentenceVectors | None = None,
     sentence_embedder: "Embedder | None" = None,
     reference_date: dt.date | None = None,
@@ -776,8 +776,9 @@ def train_and_gate(
     For ``quarry eval beir --train-split train``: pass the dataset's *train* queries and
     qrels (never test), then score test queries through
     ``hybrid_search(..., second_stage=ranker.as_second_stage())`` when a ranker came back.
-    Sentence features use ``sentence`` (a prepared cache), else ``sentence_embedder``, else
-    ``embedder`` (the index's dense embedder: pass the packaged MiniLM for real features).
+    Sentence features are off by default (on 2 CPU cores they need tens of minutes for
+    SciFact); with ``sentence_features=True`` they use ``sentence`` (a prepared cache), else
+    ``sentence_embedder``, else ``embedder`` (the index's dense embedder).
     """
     from quarry.core.search import SearchSettings
 

@@ -52,8 +52,11 @@ def add_arguments(p) -> None:
                         "whole-tenant passages only)")
     p.add_argument("--embedder", default=None, help="dense embedder: local sentence-transformers dir or 'hashing' "
                                                     "(default: the index's)")
-    p.add_argument("--no-sentence-features", action="store_true",
-                   help="skip the sentence-similarity features (no torch; faster, usually weaker)")
+    p.add_argument("--sentence-features", dest="sentence_features", action="store_true", default=False,
+                   help="add the MiniLM sentence max-similarity features (slow on CPU: ~50k sentence vectors for "
+                        "SciFact; off by default)")
+    p.add_argument("--no-sentence-features", dest="sentence_features", action="store_false",
+                   help="skip the sentence-similarity features (the default)")
     p.add_argument("--reference-date", default=None, help="recency reference date YYYY-MM-DD (default: today)")
     p.add_argument("--no-store", action="store_true", help="train and report, but store neither model nor decision")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -148,7 +151,7 @@ def train(args) -> dict[str, Any]:
     mined = mine_candidates(index, principal, embedder, queries, settings)
     t_mine = time.perf_counter() - t0
     sentence = None
-    if not args.no_sentence_features:
+    if args.sentence_features:
         from quarry.core.embedding import SentenceTransformerEmbedder
 
         st = embedder if isinstance(embedder, SentenceTransformerEmbedder) else SentenceTransformerEmbedder()

@@ -75,13 +75,16 @@ def ensure_index(dataset_dir: Path, index_root: str, tenant: str, contextualizer
     if build == "spark":
         import tempfile
 
+        from pyspark.sql import SparkSession
+
         from quarry.jobs.build import BuildSettings, run_build, write_source_jsonl
 
         with tempfile.TemporaryDirectory(prefix="quarry-beir-") as tmp:
             src = write_source_jsonl(docs, Path(tmp) / f"{tenant}.jsonl")
             spec = "hashing" if embedder.name.startswith("hashing") else str(getattr(embedder, "path", "default"))
             report = run_build(BuildSettings(source=str(src), index_root=index_root, contextualizer=contextualizer,
-                                             embedder=spec, master="local[*]", chunk_tokens=CHUNK_TOKENS))
+                                             embedder=spec, master="local[*]", chunk_tokens=CHUNK_TOKENS),
+                               spark=SparkSession.getActiveSession())  # reuse a live session; else own one
         gen = report.tenants[tenant].generation
     else:
         from quarry.core.chunking import ChunkSettings
@@ -211,9 +214,12 @@ def train_second_stage(index, dataset_dir: Path, split: str, embedder):
 
     ds = load_dataset(dataset_dir, split)
     principal = Principal(tenant=index.tenant, subject="eval")
+    from quarry.core.search import SearchSettings
+
+    settings = SearchSettings(lexical_width=WIDTH, dense_width=WIDTH, candidate_width=WIDTH)
     ranker, decision, report = train_and_gate(index, principal, embedder,
-                                              {q: ds.queries[q] for q in ds.qrels}, ds.qrels)
-    gate = {"decision": decision.__dict__ if hasattr(decision, "__dict__") else decision, "report": report}
+                                              {q: ds.queries[q] for q in ds.qrels}, ds.qrels, settings)
+    gate = {"decision": decision.to_json(), "report": report}
     return (ranker.as_second_stage() if ranker is not None and decision.enabled else None), gate
 
 

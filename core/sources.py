@@ -331,8 +331,13 @@ def load_beir_corpus(
 
 def load_beir_queries(dataset_dir: str | Path) -> dict[str, str]:
     """``queries.jsonl`` as {query_id: text}; holds every split's queries."""
+    return read_queries(Path(dataset_dir) / "queries.jsonl")
+
+
+def read_queries(path: str | Path) -> dict[str, str]:
+    """A BEIR-style queries JSONL (``{"_id", "text"}`` per line) as {query_id: text}."""
     out: dict[str, str] = {}
-    with (Path(dataset_dir) / "queries.jsonl").open("r", encoding="utf-8") as fh:
+    with Path(path).open("r", encoding="utf-8") as fh:
         for line in fh:
             if line.strip():
                 row = json.loads(line)
@@ -341,10 +346,15 @@ def load_beir_queries(dataset_dir: str | Path) -> dict[str, str]:
 
 
 def load_qrels(dataset_dir: str | Path, split: str) -> dict[str, dict[str, int]]:
-    """``qrels/{split}.tsv`` (header ``query-id corpus-id score``) as {qid: {doc_id: grade}}."""
+    """``qrels/{split}.tsv`` of a BEIR dataset as {qid: {doc_id: grade}}."""
+    return read_qrels(Path(dataset_dir) / "qrels" / f"{split}.tsv")
+
+
+def read_qrels(path: str | Path) -> dict[str, dict[str, int]]:
+    """A qrels TSV (header ``query-id corpus-id score``) as {qid: {doc_id: grade}}."""
     out: dict[str, dict[str, int]] = {}
     # newline="" lets csv handle the CRLF line endings some BEIR copies carry.
-    with (Path(dataset_dir) / "qrels" / f"{split}.tsv").open("r", encoding="utf-8", newline="") as fh:
+    with Path(path).open("r", encoding="utf-8", newline="") as fh:
         reader = csv.reader(fh, delimiter="\t")
         header = next(reader, None)
         if header is None or [h.strip() for h in header[:3]] != ["query-id", "corpus-id", "score"]:

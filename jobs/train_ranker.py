@@ -28,7 +28,6 @@ manifests) unless ``--no-store``.
 
 from __future__ import annotations
 
-import csv
 import datetime as dt
 import json
 import sys
@@ -74,23 +73,10 @@ def read_labels(labels: str | Path, queries: str | Path | None = None) -> tuple[
         return _read_cases(path)
     if queries is None:
         raise ValueError(f"{path} looks like a qrels TSV: pass --queries (a BEIR queries.jsonl)")
-    qrels: dict[str, dict[str, int]] = {}
-    with path.open("r", encoding="utf-8", newline="") as fh:
-        reader = csv.reader(fh, delimiter="\t")
-        header = next(reader, None)
-        if header is None or [h.strip() for h in header[:3]] != ["query-id", "corpus-id", "score"]:
-            raise ValueError(f"{path}: expected header 'query-id corpus-id score', got {header!r}")
-        for row in reader:
-            if not row or not "".join(row).strip():
-                continue
-            qid, did, score = (c.strip() for c in row[:3])
-            qrels.setdefault(qid, {})[did] = int(score)
-    texts: dict[str, str] = {}
-    with Path(queries).open("r", encoding="utf-8") as fh:
-        for line in fh:
-            if line.strip():
-                row = json.loads(line)
-                texts[str(row["_id"])] = row["text"]
+    from quarry.core.sources import read_qrels, read_queries
+
+    qrels = read_qrels(path)
+    texts = read_queries(queries)
     missing = [q for q in qrels if q not in texts]
     if missing:
         print(f"train-ranker: {len(missing)} labelled query id(s) have no text in {queries}; skipped", file=sys.stderr)

@@ -11,7 +11,7 @@ import time
 import uuid
 from typing import Any
 
-from fastapi import FastAPI, Header, Request
+from fastapi import FastAPI, Header, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
@@ -150,11 +150,13 @@ class Gateway:
         return {"run_id": view["run_id"], "budget": view["budget"], "searches_left": view["searches_left"]}
 
     @api.post("/v1/search", tags=["agent"])
-    async def search(self, request: SearchToolRequest, authorization: str | None = Header(default=None),
+    async def search(self, request: SearchToolRequest, response: Response,
+                     authorization: str | None = Header(default=None),
                      x_quarry_run: str = Header(alias=RUN_HEADER)):
         t_start = time.perf_counter()
+        timing: dict[str, float] = {}  # per-stage ms, returned as a Server-Timing header (no content)
         ident = self._identity(authorization)
-        self._lat("auth", t_start)
+        timing["auth"] = self._lat("auth", t_start)
         if request.top_k > self.s.top_k_ceiling:
             raise _Reject(422, {"detail": [{"loc": ["body", "top_k"], "type": "less_than_equal",
                                             "msg": f"top_k may be at most {self.s.top_k_ceiling}"}]})
@@ -164,7 +166,7 @@ class Gateway:
         pkey = principal_key(ident.principal)
         t0 = time.perf_counter()
         slot = await self.runs.reserve_search.remote(x_quarry_run, pkey)
-        self._lat("run_store", t0)
+        timing["reserve"] = self._lat("run_store", t0)
         if slot == NOT_FOUND:
             self._count("search", 404)
             raise _not_found()
@@ -175,19 +177,21 @@ class Gateway:
                                        extra={"query": request.query, "first_refusal": slot.get("newly_finished")})
         t0 = time.perf_counter()
         res = await self.retriever.search.remote(ident.principal, request.core(), request.candidates)
-        self._lat("retrieve", t0)
+        timing["retrieve"] = self._lat("retrieve", t0)
+        timing.update({f"retriever-{k}": v for k, v in res.get("timings_ms", {}).items()})
         for stage, ms in res.get("timings_ms", {}).items():
             self.m["latency"].observe(ms, tags={"stage": f"retriever_{stage}"})
         delivered = [e["passage_id"] for e in res["excerpts"]]
         t0 = time.perf_counter()
         after = await self.runs.record_results.remote(x_quarry_run, pkey, delivered)
-        self._lat("run_store", t0)
+        timing["record"] = self._lat("run_store", t0)
         if after == NOT_FOUND:
             raise _not_found()
         self.m["candidates"].observe(len(res["candidates"]))
         self.m["delivered"].observe(res["delivered_tokens"])
         final_pos = {pid: i for i, pid in enumerate(delivered, start=1)}
         expanded = {e["passage_id"] for e in res["excerpts"] if e.get("expanded_to")}
+        t0 = time.perf_counter()
         trace_id = await self._trace(ident, "search", {
             "run_id": x_quarry_run,
             "query": request.query,
@@ -206,7 +210,9 @@ class Gateway:
             "searches_left": after["searches_left"],
             "truncated": res["truncated"],
         })
-        self._lat("total_search", t_start)
+        timing["trace"] = (time.perf_counter() - t0) * 1000
+        timing["total"] = self._lat("total_search", t_start)
+        response.headers["Server-Timing"] = ", ".join(f"{k};dur={v:.2f}" for k, v in timing.items())
         self._count("search", 200)
         return {
             "run_id": x_quarry_run,

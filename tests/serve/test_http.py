@@ -304,3 +304,16 @@ def test_hot_swap_under_load(quarry_app):
     # once switched, no replica goes back to the old generation
     first = next(i for i, r in enumerate(results) if r[1] == new_gen)
     assert all(r[1] == new_gen for r in results[first + 5:])
+
+
+def test_search_reports_server_timing_without_content(quarry_app):
+    """Per-stage latency rides in a Server-Timing header: names and durations only."""
+    app = quarry_app
+    tok = app.token(groups=("support",))
+    r = app.search(tok, app.new_run(tok), "settlement cutoff", top_k=3)
+    assert r.status_code == 200
+    parts = dict(p.split(";dur=") for p in r.headers["server-timing"].split(", "))
+    assert {"auth", "reserve", "retrieve", "record", "trace", "total"} <= set(parts)
+    assert all(float(v) >= 0 for v in parts.values())
+    assert float(parts["total"]) >= float(parts["retrieve"])
+    assert "settlement" not in r.headers["server-timing"]

@@ -349,44 +349,50 @@ class CrossEncoderReranker:
 
     def score(self, query: str, candidates: Sequence[RerankInput]) -> list[float]:
         """Raw logits, one per candidate, in order; batched and truncated to ``max_length``."""
-        if not candidates:
-            return []
+        return self.score_many([(query, candidates)])[0]
+
+    def score_many(self, items: Sequence[tuple[str, Sequence[RerankInput]]]) -> list[list[float]]:
+        """``score`` for several queries at once: all their pairs share model batches, so
+        concurrent searches (Serve's ``@serve.batch``) fill the accelerator together."""
+        pairs = [(q, rerank_text(c)) for q, cands in items for c in cands]
+        if not pairs:
+            return [[] for _ in items]
         self.load()
-        passages = [rerank_text(c) for c in candidates]
-        if self.backend == "torch":
-            out = self._score_torch(query, passages)
-        else:
-            out = self._score_onnx(query, passages)
-        if len(out) != len(candidates):  # pragma: no cover - a model bug, not an input error
-            raise RuntimeError(f"reranker returned {len(out)} scores for {len(candidates)} candidates")
+        flat = self._score_torch(pairs) if self.backend == "torch" else self._score_onnx(pairs)
+        if len(flat) != len(pairs):  # pragma: no cover - a model bug, not an input error
+            raise RuntimeError(f"reranker returned {len(flat)} scores for {len(pairs)} pairs")
+        out, i = [], 0
+        for _, cands in items:
+            out.append(flat[i : i + len(cands)])
+            i += len(cands)
         return out
 
-    def _score_torch(self, query: str, passages: list[str]) -> list[float]:
+    def _score_torch(self, pairs: list[tuple[str, str]]) -> list[float]:
         import torch
 
         ce = self._ce
         ce.max_seq_length = self._effective_max_length()
         scores = ce.predict(
-            [(query, p) for p in passages],
+            pairs,
             batch_size=self.batch_size,
             activation_fn=torch.nn.Identity(),
             show_progress_bar=False,
             convert_to_numpy=True,
         )
-        return [float(s) for s in scores.reshape(len(passages))]
+        return [float(s) for s in scores.reshape(len(pairs))]
 
-    def _score_onnx(self, query: str, passages: list[str]) -> list[float]:
+    def _score_onnx(self, pairs: list[tuple[str, str]]) -> list[float]:
         import numpy as np
 
         max_len = self._effective_max_length()
         # Longest first, like CrossEncoder.predict, so batches pad little; restore order after.
-        order = sorted(range(len(passages)), key=lambda i: -len(passages[i]))
-        out = np.empty(len(passages), dtype=np.float64)
+        order = sorted(range(len(pairs)), key=lambda i: -len(pairs[i][0]) - len(pairs[i][1]))
+        out = np.empty(len(pairs), dtype=np.float64)
         for start in range(0, len(order), self.batch_size):
             idx = order[start : start + self.batch_size]
             enc = self._tok(
-                [query] * len(idx),
-                [passages[i] for i in idx],
+                [pairs[i][0] for i in idx],
+                [pairs[i][1] for i in idx],
                 padding=True,
                 truncation="longest_first",
                 max_length=max_len,

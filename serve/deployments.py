@@ -79,6 +79,7 @@ class Reranker:
         self._lock = threading.Lock()
         self._key_locks: dict[tuple[str, int], threading.Lock] = {}
         self.score_batch.set_max_batch_size(settings.reranker_batch_size)
+        self.batch_sizes: list[int] = []  # queries per @serve.batch call (recent), for tests and operators
 
     # -- choosing the stage ------------------------------------------------------------
     def _choose(self, tenant: str, gen: int) -> _Stage:
@@ -175,6 +176,9 @@ class Reranker:
         return idx
 
     # -- serving -----------------------------------------------------------------------
+    async def recent_batch_sizes(self) -> list[int]:
+        return list(self.batch_sizes)
+
     async def describe(self, tenant: str, generation: int) -> dict[str, Any]:
         """The stage served for this tenant's generation and the gate decision behind it."""
         return (await asyncio.to_thread(self._stage, tenant, generation)).info
@@ -182,6 +186,11 @@ class Reranker:
     @serve.batch(max_batch_size=16, batch_wait_timeout_s=0.005)
     async def score_batch(self, items: list[tuple[str, list[RerankInput]]]) -> list[list[float]]:
         # One item = one query's candidates; the batch spans concurrent searches.
+        self.batch_sizes.append(len(items))  # observed batch sizes, for tests and /healthz
+        del self.batch_sizes[:-256]
+        many = getattr(self.cross, "score_many", None)  # one model pass over every query's pairs
+        if many is not None:
+            return await asyncio.to_thread(lambda: [list(map(float, s)) for s in many(items)])
         return await asyncio.to_thread(lambda: [list(map(float, self.cross.score(q, c))) for q, c in items])
 
     def _learned(self, st: _Stage, query: str, cands: list[Candidate], passages: list[Passage], top_k: int):

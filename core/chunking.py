@@ -134,13 +134,7 @@ def sentence_spans(text: str, start: int = 0, end: int | None = None) -> list[tu
         if word in _ABBREV or re.fullmatch(r"[a-z]\.", word) or re.fullmatch(r"(?:[a-z]\.){2,}", word):
             continue
         cuts.append(m.end())
-    spans, prev = [], start
-    for c in [*cuts, end]:
-        span = _strip_span(text, prev, c)
-        if span:
-            spans.append(span)
-        prev = c
-    return spans
+    return _spans_between(text, start, cuts, end)
 
 
 def split_sentences(text: str) -> list[str]:
@@ -159,7 +153,11 @@ def _token_pieces(text: str, start: int, end: int, max_tokens: int) -> list[tupl
     """Last resort for a run with no seam: cut at every max_tokens-th token start. Cutting at
     token starts keeps each piece's count exact (no word is split)."""
     starts = [m.start() for m in _TOKEN.finditer(text, start, end)]
-    cuts = starts[max_tokens::max_tokens]
+    return _spans_between(text, start, starts[max_tokens::max_tokens], end)
+
+
+def _spans_between(text: str, start: int, cuts: list[int], end: int) -> list[tuple[int, int]]:
+    """The non-blank, whitespace-trimmed spans of text[start:end] between successive cuts."""
     out, prev = [], start
     for c in [*cuts, end]:
         span = _strip_span(text, prev, c)

@@ -249,8 +249,8 @@ def hybrid_search(
     union = len(set(lex.rows) | set(den.rows))
     stages.append(StageReport(name="fuse", kept=len(cands), dropped=union - len(cands)))
 
-    passages = [index.passage_at(c.row) for c in cands]
     if second_stage is not None and cands:
+        passages = [index.passage_at(c.row) for c in cands]  # the second stage reads every candidate
         ranked = second_stage(request.query, cands, passages, request.top_k)
         stages.append(StageReport(name="rerank", kept=len(ranked), dropped=len(cands) - len(ranked)))
         by_id = {p.passage_id: p for p in passages}
@@ -259,7 +259,7 @@ def hybrid_search(
         trace.update({c.passage_id: c for c in ranked})
         cands = sorted(trace.values(), key=lambda c: c.fused_rank)
     else:
-        survivors = passages[: request.top_k]
+        survivors = [index.passage_at(c.row) for c in cands[: request.top_k]]  # parse only what is delivered
         stages.append(StageReport(name="rerank", kept=len(survivors), dropped=len(cands) - len(survivors),
                                   note="skipped: fused order stands"))
 

@@ -267,6 +267,54 @@ class Excerpt(Frozen):
     source_url: str | None = None
     token_count: int
     trust: Literal["untrusted"] = "untrusted"
+    verdict: Literal["selected", "rejected", "unresolved"] | None = None  # from the decision record
+
+
+# -- evidence resolution (DESIGN §4 step 7): the decision record ---------------------
+
+RejectReason = Literal["superseded_by", "not_yet_effective", "no_longer_effective", "condition_ended",
+                       "subordinate_to"]
+Verdict = Literal["selected", "rejected", "unresolved"]
+
+
+class SelectedEvidence(Frozen):
+    passage_id: str
+    reason: str  # why it governs, or "supporting" when it neither conflicts nor governs
+
+
+class RejectedEvidence(Frozen):
+    passage_id: str
+    reason: RejectReason
+    by: str | None = None  # the passage id that defeats it, where there is one
+    detail: str = ""  # one line a person can read, built from ids, dates and codes
+
+
+class UnresolvedConflict(Frozen):
+    passage_ids: tuple[str, ...]  # both (all) sides
+    reason: str
+
+
+class Decision(Frozen):
+    """Which evidence governs at ``valid_at`` and why the rest was rejected. Deterministic:
+    it never depends on relevance scores or on the order passages arrive in."""
+
+    valid_at: dt.date
+    selected: tuple[SelectedEvidence, ...] = ()
+    rejected: tuple[RejectedEvidence, ...] = ()
+    unresolved: tuple[UnresolvedConflict, ...] = ()
+
+    def verdict(self, passage_id: str) -> Verdict | None:
+        if any(r.passage_id == passage_id for r in self.rejected):
+            return "rejected"
+        if any(passage_id in u.passage_ids for u in self.unresolved):
+            return "unresolved"
+        if any(s.passage_id == passage_id for s in self.selected):
+            return "selected"
+        return None
+
+    @property
+    def rejected_ids(self) -> frozenset[str]:
+        return frozenset(r.passage_id for r in self.rejected)
 
 
 class SearchResult(Frozen):
@@ -277,3 +325,4 @@ class SearchResult(Frozen):
     delivered_tokens: int
     truncated: bool
     message: str = ""  # set when nothing was found: what was tried, what to change
+    decision: Decision | None = None  # evidence resolution over the delivered excerpts

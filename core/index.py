@@ -258,6 +258,8 @@ class Shard:
         self.passage_ids: list[str] = self.passages.column("passage_id").to_pylist()
         self.doc_ids: list[str] = self.passages.column("doc_id").to_pylist()
         self._records = self.passages.column("record")
+        self._dir = d
+        self.gpu = None  # a quarry.core.dense_gpu.GpuDense once attach_gpu() ran
         self._parent_row = {pid: i for i, pid in enumerate(self.parents.column("parent_id").to_pylist())}
 
     def __len__(self) -> int:
@@ -271,6 +273,13 @@ class Shard:
         if i is None:
             return None
         return ParentSection.model_validate_json(self.parents.column("record")[i].as_py())
+
+    def attach_gpu(self, faiss_module=None, **kw) -> None:
+        """Serve this shard's dense leg from the GPU. Callers first prove the build honours
+        selectors (``quarry.core.dense_gpu.choose_backend``); the post-filter below stays."""
+        from quarry.core.dense_gpu import GpuDense
+
+        self.gpu = GpuDense(np.load(self._dir / "embeddings.npy"), faiss_module, **kw)
 
     def vocab_ids(self, tokens: Sequence[str]) -> list[int]:
         v = self.bm25.vocab_dict
@@ -302,8 +311,12 @@ class Shard:
         else:
             params = faiss.SearchParameters(sel=sel)
         k = min(width, allowed)
-        dist, ids = self.dense.search(np.ascontiguousarray(qvec.reshape(1, -1), dtype=np.float32), k, params=params)
-        dist, ids = dist[0], ids[0]
+        if self.gpu is not None:
+            dist, ids = self.gpu.search(qvec, mask, k)
+        else:
+            dist, ids = self.dense.search(np.ascontiguousarray(qvec.reshape(1, -1), dtype=np.float32), k,
+                                          params=params)
+            dist, ids = dist[0], ids[0]
         ok = (ids >= 0) & (dist > floor)
         ok &= mask[np.clip(ids, 0, len(mask) - 1)]  # defence in depth; never trust an index type
         del bits

@@ -23,7 +23,7 @@ def build_app(args: dict[str, Any] | ServeSettings | None = None) -> Application
         ).bind(s)
     retriever = Retriever.options(
         num_replicas=s.retriever_replicas, max_ongoing_requests=s.max_ongoing_requests,
-        ray_actor_options={"num_cpus": 0.5},
+        ray_actor_options={"num_cpus": 0.5, "num_gpus": s.retriever_num_gpus},
     ).bind(s, reranker)
     return Gateway.options(
         num_replicas=s.gateway_replicas, max_ongoing_requests=4 * s.max_ongoing_requests,

@@ -17,6 +17,7 @@ from typing import Any
 from ray import serve
 
 from quarry.core import layout
+from quarry.core.dense_gpu import choose_backend
 from quarry.core.embedding import HashingEmbedder, SentenceTransformerEmbedder
 from quarry.core.index import TenantIndex
 from quarry.core.records import Candidate, Passage, Principal, SearchRequest
@@ -243,10 +244,15 @@ class Retriever:
         self._loading: dict[str, threading.Lock] = {}
         self._embedders: dict[str, Any] = {}
         self._stage_infos: OrderedDict[tuple[str, int], tuple[float, dict[str, Any]]] = OrderedDict()
+        self.dense_choice = choose_backend(settings.dense_device)  # proven once per replica, fail closed
 
     # -- index cache -------------------------------------------------------------------
     def _load(self, tenant: str, generation: int) -> TenantIndex:
-        return TenantIndex.load(self.s.index_root, tenant, generation)
+        index = TenantIndex.load(self.s.index_root, tenant, generation)
+        if self.dense_choice.device == "gpu":
+            for sh in index.shards:
+                sh.attach_gpu()
+        return index
 
     def index_for(self, tenant: str) -> TenantIndex | None:
         """The tenant's live index. A request that already holds the old index object
@@ -452,7 +458,8 @@ class Retriever:
         out = {}
         for tenant, gen in self.loaded().items():
             if tenants is None or tenant in tenants:
-                out[tenant] = {"generation": gen, "second_stage": _info_for_trace(self.stage_info(tenant, gen))}
+                out[tenant] = {"generation": gen, "second_stage": _info_for_trace(self.stage_info(tenant, gen)),
+                               "dense": self.dense_choice.to_json()}
         return out
 
     async def status(self, tenants: list[str] | None = None) -> dict[str, Any]:

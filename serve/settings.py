@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import secrets
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
@@ -53,6 +53,10 @@ class ServeSettings(BaseModel):
     embedder: str = Field(default="auto", description="auto (from the manifest), hashing, or sentence-transformers")
     embedder_path: str | None = None
     hashing_dim: int = 256
+    # Dense leg device. "gpu"/"auto" use GPU FAISS only after the build proves at load that
+    # it enforces IDSelector (quarry.core.dense_gpu); otherwise CPU, with the reason in /healthz.
+    dense_device: Literal["cpu", "gpu", "auto"] = "cpu"
+    retriever_num_gpus: float = Field(default=0.0, ge=0)
     # Second stage (the Reranker deployment). Per tenant and generation it serves the
     # learned ranker that tenant's promotion gate enabled; otherwise the cross-encoder
     # built by reranker_factory ("module:callable" -> quarry.core.rerank.Reranker, kwargs

@@ -10,6 +10,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from quarry.core.errors import UsageError
 from quarry.core.records import Passage
 from quarry.core.tokenizer import tokenize
 
@@ -53,7 +54,7 @@ class SentenceTransformerEmbedder:
     def __init__(self, path: str | Path | None = None, device: str | None = None, batch_size: int = 64):
         self.path = Path(path) if path else default_model_path()
         if not self.path.is_dir():
-            raise ValueError(
+            raise UsageError(
                 f"embedder path {self.path} is not a local model directory; Quarry never downloads "
                 "models from a hub — pass a directory holding a sentence-transformers model"
             )

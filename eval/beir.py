@@ -258,6 +258,15 @@ def run(args) -> int:
     if not (d / "corpus.jsonl").exists():
         print(f"error: {d} is not a BEIR dataset folder (no corpus.jsonl)", file=sys.stderr)
         return 2
+    from quarry.core.errors import UsageError
+
+    splits = sorted(q.stem for q in (d / "qrels").glob("*.tsv"))
+    for flag, split in (("--split", args.split), ("--train-split", args.train_split)):
+        if split is not None and split not in splits:
+            raise UsageError(f"{flag} {split!r}: {d} has no qrels/{split}.tsv; choose one of {', '.join(splits)}")
+    if args.train_split is not None and args.train_split in (args.split, "test"):
+        raise UsageError(f"--train-split {args.train_split!r} must differ from the evaluated split and never be "
+                         "'test' (training on test labels would inflate the figures)")
     emb = HashingEmbedder() if args.embedder == "hashing" else SentenceTransformerEmbedder(args.embedder)
     result = evaluate(d, args.index_root, args.contextualizer, args.train_split, emb, args.split, args.build)
     print(json.dumps(result) if args.json else format_table(result))

@@ -51,7 +51,12 @@ def run(args) -> int:
 
     from quarry.core.index import TenantIndex
     from quarry.core.records import Principal, SearchRequest
-    from quarry.core.search import hybrid_search
+    from quarry.core.search import SearchSettings, hybrid_search
+    from quarry.core.errors import UsageError
+
+    ceiling = SearchSettings().top_k_ceiling
+    if not 1 <= args.top_k <= ceiling:
+        raise UsageError(f"--top-k {args.top_k} is out of range; use 1 to {ceiling}")
 
     try:
         request = SearchRequest(

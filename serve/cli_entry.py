@@ -72,6 +72,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         data = {**config_args(args.config), "index_root": launch.absolute_root(args.index_root)}
         settings = settings_from_args(data)
+        if "://" not in settings.index_root and not os.path.isdir(settings.index_root):
+            raise ValueError(f"index root {settings.index_root} does not exist; build one with `quarry build`")
     except (OSError, ValueError, ValidationError) as e:
         print(f"quarry serve: error: {e}", file=sys.stderr)
         return 2

@@ -1,0 +1,92 @@
+"""Every `quarry` command answers a user mistake with one line on stderr and exit code 2,
+never a traceback; an internal error is exit 1 with a short message (traceback only with
+--debug). Walks each command's bad inputs in-process (no Ray or Spark is started: each
+mistake is caught before anything heavy runs)."""
+
+from __future__ import annotations
+
+import pytest
+
+from quarry.cli import COMMANDS, main
+
+pytestmark = pytest.mark.unit
+
+
+
+@pytest.fixture(scope="module")
+def idx(tmp_path_factory, sample_docs):
+    from quarry.core.embedding import HashingEmbedder
+    from quarry.core.pipeline import build_corpus
+
+    root = str(tmp_path_factory.mktemp("cli-errors"))
+    build_corpus([d for d in sample_docs if d.tenant == "acme"], root, HashingEmbedder())
+    return root
+
+
+def bad_inputs(idx: str, tmp: str, scifact: str = "") -> list[tuple[list[str], str]]:
+    """(argv, a phrase the one-line message must contain)."""
+    return [
+        (["nosuchcommand"], "invalid choice"),
+        (["search"], "required"),
+        (["search", "--index-root", idx, "--tenant", "acme", "--top-k", "50", "x"], "--top-k 50 is out of range"),
+        (["search", "--index-root", idx, "--tenant", "acme", "--top-k", "many", "x"], "invalid int value"),
+        (["search", "--index-root", idx, "--tenant", "acme", "--valid-at", "2026-13-01", "x"], "error"),
+        (["search", "--index-root", idx, "--tenant", "nobody", "x"], "error"),
+        (["build", "--source", f"{tmp}/missing", "--index-root", f"{tmp}/out"], "no such file"),
+        (["eval", "beir", tmp, "--index-root", f"{tmp}/b"], "not a BEIR dataset"),
+        (["eval", "beir", scifact, "--index-root", f"{tmp}/b", "--split", "dev"], "no qrels/dev.tsv"),
+        (["eval", "beir", scifact, "--index-root", f"{tmp}/b", "--train-split", "test"], "never be 'test'"),
+        (["eval"], "required"),
+        (["serve", "--index-root", f"{tmp}/missing"], "does not exist"),
+        (["serve", "--index-root", idx, "--config", f"{tmp}/missing.yaml"], "No such file"),
+        (["token", "--tenant", "Bad Tenant", "--subject", "s", "--groups", "g"], "slug"),
+        (["token", "--tenant", "acme", "--subject", "s", "--groups", "*"], "wildcard"),
+        (["train-ranker", "--index-root", idx, "--tenant", "acme"], "required"),
+        (["demo", "--bogus"], "unrecognized arguments"),
+        (["demo", "--embedder", f"{tmp}/no-model", "--build", "in-process", "--index-root", f"{tmp}/d"],
+         "not a local model directory"),
+    ]
+
+
+def test_every_command_has_a_bad_input_case(idx, tmp_path):
+    walked = {argv[0] for argv, _ in bad_inputs(idx, str(tmp_path))}
+    assert set(COMMANDS) <= walked, f"no bad-input case for {set(COMMANDS) - walked}"
+
+
+def test_each_mistake_is_one_line_and_exit_2(idx, tmp_path, capsys, scifact_dir):
+    for argv, phrase in bad_inputs(idx, str(tmp_path), str(scifact_dir)):
+        try:
+            code = main(argv)
+        except SystemExit as e:  # argparse's own exit
+            code = e.code
+        err = capsys.readouterr().err.strip()
+        assert code == 2, (argv, code, err)
+        assert "Traceback" not in err, (argv, err)
+        assert len(err.splitlines()) == 1, (argv, err)
+        assert phrase in err, (argv, err)
+
+
+def test_an_internal_error_is_exit_1_with_a_short_message(monkeypatch, capsys):
+    import quarry.search_cmd as cmd
+
+    def boom(args):
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setattr(cmd, "run", boom)
+    assert main(["search", "--index-root", "x", "--tenant", "t", "q"]) == 1
+    err = capsys.readouterr().err
+    assert "internal error: RuntimeError: disk on fire" in err and "--debug" in err and "Traceback" not in err
+    assert main(["--debug", "search", "--index-root", "x", "--tenant", "t", "q"]) == 1
+    assert "Traceback" in capsys.readouterr().err
+
+
+def test_a_missing_extra_imported_inside_run_gets_the_install_hint(monkeypatch, capsys):
+    import quarry.search_cmd as cmd
+
+    def needs_spark(args):
+        raise ModuleNotFoundError("No module named 'pyspark'", name="pyspark")
+
+    monkeypatch.setattr(cmd, "run", needs_spark)
+    assert main(["search", "--index-root", "x", "--tenant", "t", "q"]) == 2
+    err = capsys.readouterr().err
+    assert "needs the 'spark' extra" in err and "pip install" in err

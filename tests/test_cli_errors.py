@@ -36,6 +36,8 @@ def bad_inputs(idx: str, tmp: str, scifact: str = "") -> list[tuple[list[str], s
         (["eval", "beir", tmp, "--index-root", f"{tmp}/b"], "not a BEIR dataset"),
         (["eval", "beir", scifact, "--index-root", f"{tmp}/b", "--split", "dev"], "no qrels/dev.tsv"),
         (["eval", "beir", scifact, "--index-root", f"{tmp}/b", "--train-split", "test"], "never be 'test'"),
+        (["eval", "beir", scifact, "--index-root", f"{tmp}/b", "--check", f"{tmp}/none.json"],
+         "no pinned expectations"),
         (["eval"], "required"),
         (["serve", "--index-root", f"{tmp}/missing"], "does not exist"),
         (["serve", "--index-root", idx, "--config", f"{tmp}/missing.yaml"], "No such file"),

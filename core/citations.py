@@ -16,7 +16,7 @@ pure and never vary between runs, so they sit in front of any model grader.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -135,9 +135,18 @@ def _canonical(m: re.Match[str]) -> str:
     return num + ("%" if m.group("pct") else "")
 
 
+def number_spans(text: str) -> Iterator[tuple[int, int, str, str]]:
+    """(start, end, canonical, kind) for each number in ``text``; kind is one of date,
+    time, percent, number. The one number reader: the resolver's statements use it too."""
+    for m in _NUMBER.finditer(text):
+        kind = ("date" if m.group("date") else "time" if m.group("time")
+                else "percent" if m.group("pct") else "number")
+        yield m.start(), m.end(), _canonical(m), kind
+
+
 def extract_numbers(text: str) -> tuple[str, ...]:
     """Canonical number tokens in ``text``, in order (duplicates kept)."""
-    return tuple(_canonical(m) for m in _NUMBER.finditer(text))
+    return tuple(c for _, _, c, _ in number_spans(text))
 
 
 def check_claim(

@@ -152,6 +152,7 @@ def test_words_match_after_stemming():
     ("payout_batch_v3 migration completed", ("acme",)),  # another migration id
     ("globex cutover completed", ("globex",)),  # another entity's cutover, named in the event
     ("cutover completed", ("globex",)),  # another entity's record, no entity in the text
+    ("globex cutover completed", ("acme", "globex")),  # a shared record naming the other entity
     ("acme refund migration completed", ("acme",)),  # a different event for the same entity
 ])
 def test_near_miss_event_does_not_end_the_condition(what, scope):

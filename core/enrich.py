@@ -33,8 +33,8 @@ import re
 
 from pydantic import ValidationError
 
-from quarry.core.chunking import sentence_spans
 from quarry.core.records import Event, SourceDocument
+from quarry.core.statements import sentences
 from quarry.core.tokenizer import tokenize
 
 _MONTHS = {m: i for i, m in enumerate(
@@ -84,38 +84,6 @@ def parse_date(text: str) -> dt.date | None:
     except (KeyError, ValueError):
         return None
     return None
-
-
-def _plain(text: str) -> str:
-    """Markdown emphasis removed (backticks kept: they mark identifiers)."""
-    return re.sub(r"\*\*|__|(?<!\w)[*_](?=\w)|(?<=\w)[*_](?!\w)", "", text)
-
-
-_BLOCK_START = re.compile(r"^\s*(?:[|#>]|[-*+]\s|\d+[.)]\s|```)")
-
-
-def _logical_lines(text: str) -> list[str]:
-    """Wrapped paragraph lines joined; table rows, list items, headings and fences kept apart."""
-    out: list[str] = []
-    prev_blank = True
-    for line in text.split("\n"):
-        if not line.strip():
-            prev_blank = True
-            continue
-        if out and not prev_blank and not _BLOCK_START.match(line) and not out[-1].lstrip().startswith(("|", "#", "```")):
-            out[-1] = f"{out[-1].rstrip()} {line.strip()}"
-        else:
-            out.append(line.strip())
-        prev_blank = False
-    return out
-
-
-def sentences(text: str) -> list[str]:
-    """Sentences of wrapped paragraphs (and each table row or list item), emphasis removed."""
-    out = []
-    for line in _logical_lines(_plain(text)):
-        out.extend(line[s:e] for s, e in sentence_spans(line))
-    return out
 
 
 def find_condition(sents: list[str]) -> str | None:

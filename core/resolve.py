@@ -43,7 +43,7 @@ from quarry.core.records import (
     DEFAULT_AUTHORITY, Decision, Envelope, Event, Passage, Principal, RejectedEvidence, RejectReason,
     SelectedEvidence, UnresolvedConflict,
 )
-from quarry.core.statements import Statement, conflict, statements
+from quarry.core.statements import MIN_SHARED, Statement, conflict, predicates, statements
 from quarry.core.tokenizer import tokenize
 
 
@@ -304,9 +304,37 @@ def resolve(
     return Decision(valid_at=day, selected=selected, rejected=rejected, unresolved=unresolved)
 
 
-def follow_up_queries(decision: Decision, passages: Sequence[Passage]) -> list[str]:
-    """Contradiction search (issue 8 item 3): the narrow follow-up queries to run for the
-    selected passages that state a threshold, owner, status, date or amount. The caller
-    (the Gateway's composition, or the in-process search) runs them under the same
-    principal and calls ``resolve`` again over the union. Placeholder: none."""
-    return []
+CONTRADICTION_TERMS = ("superseded", "exception", "effective", "revoked", "completed")
+MAX_FOLLOW_UPS = 2
+
+
+def follow_up_queries(decision: Decision, passages: Sequence[Passage], limit: int = MAX_FOLLOW_UPS) -> list[str]:
+    """Contradiction search (issue 8 item 3): narrow follow-up queries for the selected
+    passages that state a threshold, amount, time, owner, status or date: one per subject,
+    the subject's own words (and the passage's entity when it has one) plus
+    ``CONTRADICTION_TERMS``, so the search looks for what would change the answer.
+
+    At most ``limit``; governing passages first, then by authority, then by id, so the
+    list is deterministic. The caller (the Gateway's composition, or the in-process search)
+    runs them under the same principal and calls ``resolve`` again over the union; core
+    never runs a search itself.
+    """
+    by_id = {p.passage_id: p for p in passages}
+    chosen = [s for s in decision.selected if s.passage_id in by_id]
+    chosen.sort(key=lambda s: (s.reason == "supporting", -by_id[s.passage_id].envelope.authority_rank, s.passage_id))
+    out: list[str] = []
+    seen: list[frozenset[str]] = []
+    for sel in chosen:
+        p = by_id[sel.passage_id]
+        facts = statements(p.text) + predicates(p.text)
+        for fact in facts:
+            if any(len(fact.subject & s) >= MIN_SHARED or fact.subject <= s for s in seen):
+                continue  # the same subject already has its query
+            seen.append(fact.subject)
+            scope = list(p.envelope.entities[:1]) if len(p.envelope.entities) == 1 else []
+            words = [w.lower() for w in (*scope, *fact.words)]
+            out.append(" ".join(dict.fromkeys(words + list(CONTRADICTION_TERMS))))
+            break  # one subject per passage: the first it states
+        if len(out) >= limit:
+            break
+    return out

@@ -42,6 +42,7 @@ _NOT_SUBJECT |= frozenset(tokenize(
     "monday tuesday wednesday thursday friday saturday sunday today"
 ))
 _STAMP_BEFORE = re.compile(r"\d{4}-\d{2}-\d{2}(?:\s*(?:at|,|T))?\s*$")
+_MONTHS = "january|february|march|april|may|june|july|august|september|october|november|december"
 _WORD = re.compile(r"[^\W\d_][\w'-]*", re.UNICODE)
 # "EUR 6 per seat per month": the "per ..." run right after a value (and its currency).
 _PER_RUN = re.compile(r"\A(?:\s*[A-Za-z]{3}\b)?((?:\s+per\s+[^\W\d_]+)+)", re.UNICODE)
@@ -55,14 +56,29 @@ class Statement:
     words: tuple[str, ...]  # the same words as written, for a follow-up query
 
 
-def _segments(text: str) -> list[tuple[int, int]]:
-    """Sentences within lines: a table row or list item is its own segment."""
-    out: list[tuple[int, int]] = []
-    pos = 0
-    for line in text.split("\n"):
-        out.extend(sentence_spans(text, pos, pos + len(line)))
-        pos += len(line) + 1
+_BLOCK_START = re.compile(r"^\s*(?:[|#>]|[-*+]\s|\d+[.)]\s|```)")
+
+
+def logical_lines(text: str) -> list[str]:
+    """Wrapped paragraph lines joined into one; table rows, list items, headings and code
+    fences stay lines of their own. Markdown emphasis (** __) is removed."""
+    out: list[str] = []
+    prev_blank = True
+    for line in re.sub(r"\*\*|__", "", text).split("\n"):
+        if not line.strip():
+            prev_blank = True
+            continue
+        if out and not prev_blank and not _BLOCK_START.match(line) and not out[-1].startswith(("|", "#", "```")):
+            out[-1] = f"{out[-1]} {line.strip()}"
+        else:
+            out.append(line.strip())
+        prev_blank = False
     return out
+
+
+def sentences(text: str) -> list[str]:
+    """Sentences of wrapped paragraphs, and each table row or list item on its own."""
+    return [line[a:b] for line in logical_lines(text) for a, b in sentence_spans(line)]
 
 
 def _skip(text: str, seg_start: int, start: int, end: int, kind: str, value: str) -> bool:
@@ -74,6 +90,10 @@ def _skip(text: str, seg_start: int, start: int, end: int, kind: str, value: str
     if kind == "number" and re.search(r"\b[A-Z][A-Za-z]*\s$", text[max(seg_start, start - 12):start]) \
             and text[max(seg_start, start - 4):start].strip().lower() not in _CURRENCY:
         return True  # a label or version after a name: "SAML 2.0", "Step 3", "Tier 1"
+    if kind == "number" and (re.match(r"\s+(?:" + _MONTHS + r")\b", text[end:end + 12], re.IGNORECASE)
+                             or re.search(r"\b(?:" + _MONTHS + r")\s+$", text[max(seg_start, start - 12):start],
+                                          re.IGNORECASE)):
+        return True  # a day of a month: "1 January", "January 15"
     if kind == "number" and re.fullmatch(r"(19|20)\d{2}", value):
         return True  # a year
     if kind == "number" and not text[seg_start:start].strip(" \t-*|#>") and after in ".)":
@@ -111,36 +131,70 @@ def _per_run(text: str, end: int, seg_end: int) -> tuple[str, int]:
 
 
 def _subject_words(text: str, seg_start: int, seg_end: int, start: int, end: int) -> tuple[list[str], list[str]]:
-    def keep(words: list[str]) -> list[tuple[str, str]]:
-        out = []
+    def keep(words: list[str]) -> list[tuple[str, str | None]]:
+        out: list[tuple[str, str | None]] = []
         for w in words:
+            if w.lower() in _CURRENCY:
+                out.append((w, None))  # in the query words, never in the subject
+                continue
             toks = [t for t in tokenize(w) if t not in _NOT_SUBJECT and not t.isdigit()]
             if toks:
                 out.append((w, toks[0]))
         return out
 
-    left = keep(_WORD.findall(text[seg_start:start]))[-WINDOW:]
-    right = keep(_WORD.findall(text[_per_run(text, end, seg_end)[1]:seg_end]))[:WINDOW]
+    def window(pairs: list[tuple[str, str | None]], last: bool) -> list[tuple[str, str | None]]:
+        picked, n = [], 0
+        for w, stem in (reversed(pairs) if last else pairs):
+            if n == WINDOW:
+                break
+            picked.append((w, stem))
+            n += stem is not None
+        return picked[::-1] if last else picked
+
+    left = window(keep(_WORD.findall(text[seg_start:start])), last=True)
+    right = window(keep(_WORD.findall(text[_per_run(text, end, seg_end)[1]:seg_end])), last=False)
     both = left + right
-    return [w for w, _ in both], [s for _, s in both]
+    return [w for w, _ in both], [s for _, s in both if s is not None]
 
 
 @lru_cache(maxsize=20_000)
 def statements(text: str) -> tuple[Statement, ...]:
     """The value statements of ``text`` in order."""
     out: list[Statement] = []
-    for seg_start, seg_end in _segments(text):
-        seg = text[seg_start:seg_end]
+    for seg in sentences(text):
+        n = len(seg)
         for s, e, value, kind in number_spans(seg):
-            s, e = s + seg_start, e + seg_start
-            if _skip(text, seg_start, s, e, kind, value):
+            if _skip(seg, 0, s, e, kind, value):
                 continue
-            words, stems = _subject_words(text, seg_start, seg_end, s, e)
+            words, stems = _subject_words(seg, 0, n, s, e)
             if not stems:
                 continue
             if kind != "time":
                 value = format(Decimal(value.rstrip("%")).normalize(), "f") + ("%" if kind == "percent" else "")
-            out.append(Statement(_unit(text, seg_start, seg_end, s, e, kind), value, frozenset(stems), tuple(words)))
+            out.append(Statement(_unit(seg, 0, n, s, e, kind), value, frozenset(stems), tuple(words)))
+    return tuple(out)
+
+
+_PREDICATE = re.compile(r"\b(?:owner|owned\s+by|owns|status|effective|due|deadline|expires)\b", re.IGNORECASE)
+
+
+@lru_cache(maxsize=20_000)
+def predicates(text: str) -> tuple[Statement, ...]:
+    """Owner, status and date statements (kind "owner", "status", "date"): the other
+    facts a contradiction search follows up, with their subject words."""
+    out: list[Statement] = []
+    for seg in sentences(text):
+        n = len(seg)
+        spans = [(m.start(), m.end(), m.group(0).split()[0].lower()) for m in _PREDICATE.finditer(seg)]
+        spans += [(s, e, "date") for s, e, _, kind in number_spans(seg) if kind == "date"]
+        for s, e, kind in sorted(spans):
+            kind = {"owned": "owner", "owns": "owner", "due": "date", "deadline": "date", "expires": "date",
+                    "effective": "date"}.get(kind, kind)
+            words, stems = _subject_words(seg, 0, n, s, e)
+            if kind in ("owner", "status"):
+                words.append(seg[s:e].lower())  # the predicate itself belongs in the query
+            if stems:
+                out.append(Statement(kind, seg[s:e], frozenset(stems), tuple(words)))
     return tuple(out)
 
 

@@ -350,3 +350,36 @@ def test_acme_before_cutover_the_ticket_comment_governs(acme_passages):
 def test_acme_decision_record_round_trips_as_json(acme_passages):
     d = resolve(acme_passages, ACME, D(2026, 2, 1))
     assert type(d).model_validate_json(json.dumps(d.model_dump(mode="json"))) == d
+
+
+# ----------------------------------------------------------------------------- contradiction search
+
+def test_follow_up_queries_target_the_governing_subjects_first(acme_passages):
+    from quarry.core.resolve import CONTRADICTION_TERMS, follow_up_queries
+
+    d = resolve(acme_passages, ACME, D(2026, 2, 1))
+    qs = follow_up_queries(d, acme_passages)
+    assert 1 <= len(qs) <= 2
+    # The governing policy passage (it supersedes the runbook) states the EUR cutoff: asked first.
+    assert qs[0].startswith("migrated tenants use eur cutoff")
+    for q in qs:
+        assert all(t in q.split() for t in CONTRADICTION_TERMS)
+        assert len(q.split()) <= 16  # narrow: the subject's words and the contradiction terms
+    # Rejected passages are never followed up: the ticket comment's 16:00 is not asked about.
+    assert not any("pinned" in q for q in qs)
+    assert follow_up_queries(d, acme_passages, limit=1) == qs[:1]
+    assert follow_up_queries(d, list(reversed(acme_passages))) == qs
+
+
+def test_follow_up_queries_for_owner_status_and_dates_and_none_without_facts():
+    from quarry.core.resolve import follow_up_queries
+
+    ps = passages(doc("ir", "The incident commander owns customer communication.", doc_type="policy"),
+                  doc("plain", "Nothing to check in this sentence at all."))
+    qs = follow_up_queries(resolve(ps, ACME, D(2026, 2, 1)), ps)
+    assert qs == ["incident commander customer communication owns superseded exception effective revoked completed"]
+    only_plain = [p for p in ps if p.doc_id == "plain"]
+    assert follow_up_queries(resolve(only_plain, ACME, D(2026, 2, 1)), only_plain) == []
+    dated = passages(doc("notice", "Acme's migration finished on 2026-01-20 for payouts.", entities=("acme",)))
+    (q,) = follow_up_queries(resolve(dated, ACME, D(2026, 2, 1)), dated)
+    assert q.startswith("acme") and "migration" in q and "payouts" in q

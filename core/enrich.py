@@ -62,8 +62,8 @@ _IDLIKE = re.compile(r"(?<![\w@#])([A-Za-z][A-Za-z0-9_.:/]*[-_/][A-Za-z0-9_./:-]
 _DOC_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_./:-]{0,200}(?:@[A-Za-z0-9][A-Za-z0-9_.-]{0,40})?$")
 
 _SELF = r"(?:^|\bthis\s+(?:policy|document|agreement|contract|amendment|runbook|page|version|exception|rule)\b[^.]*?)"
-_FROM = re.compile(_SELF + r"\b(?:is\s+)?(?:effective|in\s+force|takes\s+effect|applies)\s*(?:from|on|as\s+of)?:?\*{0,2}\s*"
-                   r"(?P<date>" + DATE + ")", re.IGNORECASE)
+_FROM = re.compile(_SELF + r"\b(?:is\s+)?(?:effective|in\s+force|takes\s+effect|applies)\s*"
+                   r"(?:from|on|as\s+of)?:?\*{0,2}\s*(?P<date>" + DATE + ")", re.IGNORECASE)
 _TO = re.compile(_SELF + r"\b(?:is\s+)?(?:effective|in\s+force|valid)\s+(?:until|to|through)\s*:?\*{0,2}\s*(?P<date>"
                  + DATE + r")|\bexpires\s+on\s+(?P<date2>" + DATE + ")", re.IGNORECASE)
 
@@ -177,4 +177,5 @@ def enrich(doc: SourceDocument) -> SourceDocument:
         found = {k: v for k, v in found.items() if k not in ("effective_from", "effective_to")}
         if not found:
             return doc
-        return SourceDocument.model_validate({**data, **found, "extracted": tuple(sorted(set(doc.extracted) | set(found)))})
+        extracted = tuple(sorted(set(doc.extracted) | set(found)))
+        return SourceDocument.model_validate({**data, **found, "extracted": extracted})

@@ -10,6 +10,7 @@ from typing import Any
 from quarry.core.chunking import CHUNKER_VERSION, ChunkSettings, chunk_document
 from quarry.core.contextualize import Contextualizer, NoContextualizer, with_context
 from quarry.core.embedding import Embedder, passage_text_for_embedding
+from quarry.core.enrich import enrich
 from quarry.core.index import build_tenant_index
 from quarry.core.records import ParentSection, Passage, SourceDocument
 
@@ -18,12 +19,16 @@ def prepare(
     docs: Sequence[SourceDocument],
     contextualizer: Contextualizer | None = None,
     chunk_settings: ChunkSettings = ChunkSettings(),
+    enrich_envelopes: bool = True,
 ) -> tuple[list[Passage], list[ParentSection]]:
-    """Chunk and contextualize documents (one tenant or many)."""
+    """Enrich, chunk and contextualize documents (one tenant or many). Enrichment runs
+    before chunking so every passage's envelope carries what the text states."""
     ctx = contextualizer or NoContextualizer()
     passages: list[Passage] = []
     parents: list[ParentSection] = []
     for d in docs:
+        if enrich_envelopes:
+            d = enrich(d)
         ps, pa = chunk_document(d, chunk_settings)
         passages.extend(with_context(ps, ctx.contextualize(d, ps)))
         parents.extend(pa)

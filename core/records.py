@@ -70,6 +70,8 @@ class SourceDocument(Frozen):
     superseded_by: tuple[str, ...] = ()
     condition: str | None = None
     events: tuple[Event, ...] = ()
+    # Envelope fields the build's enricher (core.enrich) filled from the text, not the source.
+    extracted: tuple[str, ...] = ()
 
     @field_validator("doc_id")
     @classmethod
@@ -147,6 +149,7 @@ class Envelope(Frozen):
     superseded_by: tuple[str, ...] = ()
     condition: str | None = None
     events: tuple[Event, ...] = ()
+    extracted: tuple[str, ...] = ()  # fields filled by the enricher from the text (core.enrich)
 
 
 class ParentSection(Frozen):
@@ -280,6 +283,9 @@ Verdict = Literal["selected", "rejected", "unresolved"]
 class SelectedEvidence(Frozen):
     passage_id: str
     reason: str  # why it governs, or "supporting" when it neither conflicts nor governs
+    # "in_force" when effective dates place valid_at inside them; "unknown" when the passage
+    # carries none (reported, never assumed current). None only in records built before this.
+    validity: Literal["in_force", "unknown"] | None = None
 
 
 class RejectedEvidence(Frozen):

@@ -1,19 +1,267 @@
-"""Evidence resolution (DESIGN §4 step 7): which passages govern at ``valid_at``.
+"""Evidence resolution (DESIGN §4 step 7): which passages govern at ``valid_at``, which
+are rejected and why, and which conflicts cannot be decided.
 
-INTERFACE ONLY (placeholder until the resolver lands): every passage is selected as
-supporting evidence. The real rules (effective dates, supersession, conditions with
-stopping events, scope, authority) replace the body of ``resolve``; the signature and
-the ``Decision`` record (``quarry.core.records``) are the contract the search path,
-the Resolver deployment, the citation checks and the evidence-case runner code against.
+Deterministic, no model. The rules, applied in this order to the passages the principal
+may read:
+
+1. **Effective dates.** ``effective_from`` after ``valid_at``: ``not_yet_effective``.
+   ``effective_to`` before it: ``no_longer_effective``. A passage without effective
+   dates has validity ``unknown``; it is reported as such, never assumed current nor out.
+2. **Supersession.** ``supersedes``/``superseded_by`` (a doc id: every version; or a
+   ``doc_id@version`` key) defeat the older passage once the newer one is in force
+   (not outside its dates, and not starting after ``valid_at``). A later version of the
+   same ``doc_id`` supersedes an earlier one without a link when it is known to have
+   started (``effective_from``, else ``published_at``) on or before ``valid_at``:
+   ``superseded_by`` names the newer passage. An expired passage that is also superseded
+   is reported as superseded (the record names who replaced it).
+3. **Stopping conditions.** A passage valid "until X" is ``condition_ended`` once a
+   record that survived 1-2, visible to the same principal, carries an event matching X
+   (``core.conditions``) dated on or before ``valid_at`` and not before the conditioned
+   passage started. ``by`` is the event record's passage that states it.
+4. **Conflicts.** Survivors of different documents that attach different values to the
+   same subject (``core.statements``) are compared by *scope* first (an entity-specific
+   passage outranks a general one: it survived 1-3, so it is in force), then by
+   *authority* (the configurable table, ``DEFAULT_AUTHORITY``). The loser is
+   ``subordinate_to`` the winner; equal authority leaves both ``unresolved``.
+
+Everything else stays ``selected`` as "supporting"; a passage that defeated another says
+so in its reason. Relevance never enters, and every choice sorts by stable keys, so the
+order passages arrive in never changes the decision. Reasons and details are built from
+ids, dates and codes only, never passage text, so they may go into traces.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
-from quarry.core.records import Decision, Passage, Principal, SelectedEvidence
+from quarry.core.conditions import Terms, condition_met, entity_stems, terms
+from quarry.core.filters import validity
+from quarry.core.records import (
+    DEFAULT_AUTHORITY, Decision, Envelope, Event, Passage, Principal, RejectedEvidence, RejectReason,
+    SelectedEvidence, UnresolvedConflict,
+)
+from quarry.core.statements import MIN_SHARED, Statement, conflict, predicates, statements
+from quarry.core.tokenizer import tokenize
 
+
+@dataclass
+class _Rejection:
+    reason: RejectReason
+    by: str | None
+    detail: str
+
+
+@dataclass
+class _State:
+    day: dt.date
+    rank: Mapping[str, int]
+    by_id: dict[str, Passage]
+    rejected: dict[str, _Rejection] = field(default_factory=dict)
+    governs: dict[str, set[str]] = field(default_factory=dict)  # passage id -> reasons it governs
+
+    def reject(self, pid: str, reason: RejectReason, by: str | None, detail: str, note: str | None = None) -> None:
+        self.rejected[pid] = _Rejection(reason, by, detail)
+        if by is not None and note:
+            self.governs.setdefault(by, set()).add(note)
+
+
+def _version_key(v: str) -> tuple:
+    """Natural order of versions: "2" < "10", "v2.1" < "v2.10"."""
+    return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in re.findall(r"\d+|[^\d.]+", v))
+
+
+def _start(env: Envelope) -> dt.date | None:
+    return env.effective_from or env.published_at
+
+
+def _outside_dates(env: Envelope, day: dt.date) -> bool:
+    return (env.effective_from is not None and env.effective_from > day) or (
+        env.effective_to is not None and env.effective_to < day)
+
+
+def _rank(env: Envelope, table: Mapping[str, int] | None) -> int:
+    if table is None:
+        return DEFAULT_AUTHORITY.get(env.authority, env.authority_rank)
+    return table.get(env.authority, table.get("unknown", 0))
+
+
+def _key(env: Envelope) -> str:
+    return f"{env.doc_id}@{env.version}"
+
+
+def _best_passage(candidates: Sequence[Passage], like: frozenset[str]) -> str:
+    """The passage of a document that best states what defeats another: most words shared
+    with ``like`` in its section heading, then in its text, then the smallest id.
+    Deterministic word overlap; never a relevance score."""
+    def key(p: Passage) -> tuple:
+        heading = set(tokenize(p.heading_path[-1])) if p.heading_path else set()
+        return -len(like & heading), -len(like & set(tokenize(p.text))), p.passage_id
+    return min(candidates, key=key).passage_id
+
+
+# ----------------------------------------------------------------------------- rules
+
+def _dates(st: _State) -> None:
+    for pid, p in st.by_id.items():
+        e = p.envelope
+        if e.effective_from is not None and e.effective_from > st.day:
+            st.reject(pid, "not_yet_effective", None,
+                      f"effective_from {e.effective_from.isoformat()} is after valid_at {st.day.isoformat()}")
+        elif e.effective_to is not None and e.effective_to < st.day:
+            st.reject(pid, "no_longer_effective", None,
+                      f"effective_to {e.effective_to.isoformat()} is before valid_at {st.day.isoformat()}")
+
+
+def _supersedes(newer: Envelope, older: Envelope) -> str | None:
+    """How ``newer`` supersedes ``older`` ("link" or "version"), or None."""
+    if _key(newer) == _key(older):
+        return None
+    if any(s in (older.doc_id, _key(older)) and not (s == newer.doc_id) for s in newer.supersedes):
+        return "link"
+    if any(s in (newer.doc_id, _key(newer)) and not (s == older.doc_id) for s in older.superseded_by):
+        return "link"
+    if newer.doc_id == older.doc_id and _version_key(newer.version) > _version_key(older.version):
+        return "version"
+    return None
+
+
+def _supersession(st: _State, by_doc: dict[str, list[Passage]]) -> None:
+    envs = {k: ps[0].envelope for k, ps in by_doc.items()}
+    for old_key, old in sorted(envs.items()):
+        if old.effective_from is not None and old.effective_from > st.day:
+            continue  # not yet effective: nothing to supersede
+        winners = []
+        for new_key, new in sorted(envs.items()):
+            how = _supersedes(new, old)
+            if how is None or _outside_dates(new, st.day):
+                continue
+            start = _start(new)
+            if start is not None and start > st.day:
+                continue
+            if how == "version" and start is None:
+                continue  # an undated later version is not known to be in force
+            winners.append((start or dt.date.min, _version_key(new.version), new_key, how))
+        if not winners:
+            continue
+        start, _, new_key, how = max(winners)
+        expired = old.effective_to is not None and old.effective_to < st.day
+        for p in by_doc[old_key]:
+            like = frozenset(tokenize(" ".join(p.heading_path[-1:]) + " " + p.text))
+            by = _best_passage(by_doc[new_key], like)
+            since = f" in force from {start.isoformat()}" if start != dt.date.min else ""
+            detail = (f"{'later version ' if how == 'version' else ''}{new_key}{since} supersedes {old_key}"
+                      + (f"; effective_to {old.effective_to.isoformat()}" if expired else ""))
+            st.reject(p.passage_id, "superseded_by", by, detail, f"supersedes {old_key}")
+
+
+def _conditions(st: _State, by_doc: dict[str, list[Passage]]) -> None:
+    envs = {k: ps[0].envelope for k, ps in by_doc.items()}
+    known = entity_stems(e for env in envs.values() for e in env.entities)
+    # Events count only from records that survived dates and supersession.
+    events: list[tuple[dt.date, str, Event, Terms]] = []
+    for key, env in sorted(envs.items()):
+        if all(p.passage_id in st.rejected for p in by_doc[key]):
+            continue
+        for ev in env.events:
+            if ev.on <= st.day:
+                events.append((ev.on, key, ev, terms(ev.what, known)))
+    events.sort(key=lambda t: (t[0], t[1], t[2].what))
+    for key, env in sorted(envs.items()):
+        if not env.condition:
+            continue
+        cond = terms(env.condition, known)
+        start = _start(env)
+        for on, ev_key, ev, ev_terms in events:
+            if ev_key == key or (start is not None and on < start):
+                continue  # an event before the condition was stated is not its stopping event
+            if not condition_met(cond, env.entities, ev_terms, envs[ev_key].entities):
+                continue
+            bearers = [p for p in by_doc[ev_key] if p.passage_id not in st.rejected]
+            by = _best_passage(bearers, ev_terms.words | ev_terms.identifiers | {on.isoformat()})
+            for p in by_doc[key]:
+                if p.passage_id not in st.rejected:
+                    st.reject(p.passage_id, "condition_ended", by,
+                              f"stopping event recorded in {ev_key} on {on.isoformat()}, on or before valid_at "
+                              f"{st.day.isoformat()}", f"proves the stopping event of {key} ({on.isoformat()})")
+            break
+
+
+def _specific(a: Envelope, b: Envelope) -> bool:
+    """``a`` is scoped to fewer entities than ``b`` (general = no entities, or more)."""
+    return bool(a.entities) and (not b.entities or set(a.entities) < set(b.entities))
+
+
+def _conflicts(st: _State) -> list[tuple[str, ...]]:
+    """Decide conflicts among survivors; returns the undecided groups.
+
+    Each conflicting pair gives an *attack*: scope or authority make the winner attack
+    the loser; equal authority makes them attack each other. The decision is the grounded
+    labelling of that graph (Dung 1995): a passage is in when all its attackers are out,
+    out when an attacker is in; what remains (mutual attacks, cycles) is unresolved. So a
+    passage beaten only by a passage that is itself beaten stands, and the result does not
+    depend on the order pairs are visited.
+    """
+    alive = sorted(pid for pid in st.by_id if pid not in st.rejected)
+    stated: dict[str, tuple[Statement, ...]] = {pid: statements(st.by_id[pid].text) for pid in alive}
+    attacks: dict[str, dict[str, str]] = {pid: {} for pid in alive}  # loser -> {winner: detail}
+    for i, a in enumerate(alive):
+        for b in alive[i + 1:]:
+            ea, eb = st.by_id[a].envelope, st.by_id[b].envelope
+            if _key(ea) == _key(eb) or not stated[a] or not stated[b] or conflict(stated[a], stated[b]) is None:
+                continue
+            if _specific(ea, eb) or _specific(eb, ea):
+                win, lose = (a, b) if _specific(ea, eb) else (b, a)
+                ew = st.by_id[win].envelope
+                attacks[lose][win] = (f"scope: {_key(ew)} is specific to {','.join(ew.entities)} and in force at "
+                                      f"{st.day.isoformat()}")
+            elif st.rank[a] == st.rank[b]:
+                attacks[a][b] = attacks[b][a] = "equal authority"
+            else:
+                win, lose = (a, b) if st.rank[a] > st.rank[b] else (b, a)
+                ew, el = st.by_id[win].envelope, st.by_id[lose].envelope
+                attacks[lose][win] = f"authority: {ew.authority} ({st.rank[win]}) over {el.authority} ({st.rank[lose]})"
+    label: dict[str, str] = {}
+    changed = True
+    while changed:
+        changed = False
+        for pid in alive:
+            if pid in label:
+                continue
+            if any(label.get(w) == "in" for w in attacks[pid]):
+                label[pid], changed = "out", True
+            elif all(label.get(w) == "out" for w in attacks[pid]):
+                label[pid], changed = "in", True
+    for pid in alive:
+        if label.get(pid) == "out":
+            winners = [w for w in attacks[pid] if label.get(w) == "in"]
+            win = min(winners, key=lambda w: (-st.rank[w], w))
+            st.reject(pid, "subordinate_to", win, attacks[pid][win], f"outranks {pid}")
+    undecided = [(a, b) for a in alive for b in attacks[a] if a not in label and b not in label]
+    return _components(undecided)
+
+
+def _components(pairs: list[tuple[str, str]]) -> list[tuple[str, ...]]:
+    parent: dict[str, str] = {}
+
+    def find(x: str) -> str:
+        while parent.setdefault(x, x) != x:
+            x = parent[x]
+        return x
+
+    for a, b in pairs:
+        ra, rb = find(a), find(b)
+        if ra != rb:
+            parent[max(ra, rb)] = min(ra, rb)
+    groups: dict[str, list[str]] = {}
+    for x in parent:
+        groups.setdefault(find(x), []).append(x)
+    return sorted(tuple(sorted(g)) for g in groups.values())
+
+
+# ----------------------------------------------------------------------------- entry point
 
 def resolve(
     passages: Sequence[Passage],
@@ -21,16 +269,72 @@ def resolve(
     valid_at: dt.date | None = None,
     authority: Mapping[str, int] | None = None,
 ) -> Decision:
-    """Decide over ``passages`` (all visible to ``principal``; callers filtered them).
-    ``valid_at`` defaults to today. Order of ``passages`` never changes the result."""
+    """Decide over ``passages`` at ``valid_at`` (default today) for ``principal``: only
+    passages the principal may read take part, so an event in a record they cannot see
+    never ends a condition. ``authority`` replaces the default authority table."""
     day = valid_at or dt.date.today()
-    ids = sorted({p.passage_id for p in passages if principal.can_read(p.tenant, p.envelope.acl)})
-    return Decision(valid_at=day, selected=tuple(SelectedEvidence(passage_id=i, reason="supporting") for i in ids))
+    by_id: dict[str, Passage] = {}
+    for p in sorted(passages, key=lambda p: (p.passage_id, p.model_dump_json())):
+        if principal.can_read(p.tenant, p.envelope.acl):
+            by_id.setdefault(p.passage_id, p)
+    st = _State(day=day, rank={pid: _rank(p.envelope, authority) for pid, p in by_id.items()}, by_id=by_id)
+    by_doc: dict[str, list[Passage]] = {}
+    for pid in sorted(by_id):
+        by_doc.setdefault(_key(by_id[pid].envelope), []).append(by_id[pid])
+
+    _dates(st)
+    _supersession(st, by_doc)
+    _conditions(st, by_doc)
+    groups = _conflicts(st)
+    in_conflict = {pid for g in groups for pid in g}
+
+    selected = tuple(
+        SelectedEvidence(passage_id=pid, reason="; ".join(sorted(st.governs.get(pid, ()))) or "supporting",
+                         validity=validity(by_id[pid].envelope, day))
+        for pid in sorted(by_id) if pid not in st.rejected and pid not in in_conflict
+    )
+    rejected = tuple(RejectedEvidence(passage_id=pid, reason=r.reason, by=r.by, detail=r.detail)
+                     for pid, r in sorted(st.rejected.items()))
+    unresolved = tuple(
+        UnresolvedConflict(passage_ids=g, reason="equal authority ("
+                           + ", ".join(sorted({f"{by_id[p].envelope.authority} {st.rank[p]}" for p in g}))
+                           + ") on different values for the same subject")
+        for g in groups
+    )
+    return Decision(valid_at=day, selected=selected, rejected=rejected, unresolved=unresolved)
 
 
-def follow_up_queries(decision: Decision, passages: Sequence[Passage]) -> list[str]:
-    """Contradiction search (issue 8 item 3): the narrow follow-up queries to run for the
-    selected passages that state a threshold, owner, status, date or amount. The caller
-    (the Gateway's composition, or the in-process search) runs them under the same
-    principal and calls ``resolve`` again over the union. Placeholder: none."""
-    return []
+CONTRADICTION_TERMS = ("superseded", "exception", "effective", "revoked", "completed")
+MAX_FOLLOW_UPS = 2
+
+
+def follow_up_queries(decision: Decision, passages: Sequence[Passage], limit: int = MAX_FOLLOW_UPS) -> list[str]:
+    """Contradiction search (issue 8 item 3): narrow follow-up queries for the selected
+    passages that state a threshold, amount, time, owner, status or date: one per subject,
+    the subject's own words (and the passage's entity when it has one) plus
+    ``CONTRADICTION_TERMS``, so the search looks for what would change the answer.
+
+    At most ``limit``; governing passages first, then by authority, then by id, so the
+    list is deterministic. The caller (the Gateway's composition, or the in-process search)
+    runs them under the same principal and calls ``resolve`` again over the union; core
+    never runs a search itself.
+    """
+    by_id = {p.passage_id: p for p in passages}
+    chosen = [s for s in decision.selected if s.passage_id in by_id]
+    chosen.sort(key=lambda s: (s.reason == "supporting", -by_id[s.passage_id].envelope.authority_rank, s.passage_id))
+    out: list[str] = []
+    seen: list[frozenset[str]] = []
+    for sel in chosen:
+        p = by_id[sel.passage_id]
+        facts = statements(p.text) + predicates(p.text)
+        for fact in facts:
+            if any(len(fact.subject & s) >= MIN_SHARED or fact.subject <= s for s in seen):
+                continue  # the same subject already has its query
+            seen.append(fact.subject)
+            scope = list(p.envelope.entities[:1]) if len(p.envelope.entities) == 1 else []
+            words = [w.lower() for w in (*scope, *fact.words)]
+            out.append(" ".join(dict.fromkeys(words + list(CONTRADICTION_TERMS))))
+            break  # one subject per passage: the first it states
+        if len(out) >= limit:
+            break
+    return out

@@ -158,8 +158,10 @@ def write_quarantine(batches: Iterator[pd.DataFrame], out_uri: str) -> Iterator[
 
 def chunk_docs(batches: Iterator[pd.DataFrame], n_shards: Mapping[str, int],
                max_tokens: int = 200) -> Iterator[pd.DataFrame]:
-    """One row per document: its passages and parent sections (JSON) and its shard."""
+    """One row per document, enriched (``core.enrich``, as ``core.pipeline.prepare`` does):
+    its passages and parent sections (JSON) and its shard."""
     from quarry.core.chunking import ChunkSettings, chunk_document
+    from quarry.core.enrich import enrich
 
     settings = ChunkSettings(max_tokens=max_tokens)
     from quarry.core.index import shard_of
@@ -167,8 +169,9 @@ def chunk_docs(batches: Iterator[pd.DataFrame], n_shards: Mapping[str, int],
     for pdf in batches:
         rows = []
         for tenant, doc_id, dj in zip(pdf["tenant"], pdf["doc_id"], pdf["doc_json"]):
-            passages, parents = chunk_document(SourceDocument.model_validate_json(dj), settings)
-            rows.append((tenant, doc_id, shard_of(doc_id, n_shards[tenant]), dj,
+            doc = enrich(SourceDocument.model_validate_json(dj))
+            passages, parents = chunk_document(doc, settings)
+            rows.append((tenant, doc_id, shard_of(doc_id, n_shards[tenant]), doc.model_dump_json(),
                          [p.model_dump_json() for p in passages], [s.model_dump_json() for s in parents],
                          len(passages), len(parents)))
         yield pd.DataFrame(rows, columns=["tenant", "doc_id", "shard", "doc_json", "passages", "parents",

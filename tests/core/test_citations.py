@@ -137,6 +137,7 @@ def test_claim_forbids_extra_fields_and_reasons_and_message():
     assert set(ABSTENTION_REASONS) == {
         "no_visible_evidence",
         "citation_check_failed",
+        "cites_rejected_evidence",
         "model_abstained",
         "invalid_decision",
         "budget_exhausted",
@@ -146,3 +147,48 @@ def test_claim_forbids_extra_fields_and_reasons_and_message():
 
 def test_normalise():
     assert normalise("  A\tB\n\nc ") == "a b c"
+
+
+# ----------------------------------------------------------------------------- check 5
+
+def test_citing_rejected_evidence_fails_the_fifth_check_only():
+    c = Claim(statement="Acme's batch runs at 16:00 UTC.", passage_id=ACME,
+              quote="the settlement batch for Acme runs daily at 16:00")
+    ok = run(c)
+    assert ok.passed and ok.not_rejected  # default: no resolution ran, old callers unchanged
+    r = check_claim(c, {ACME}, lookup, rejected=frozenset({ACME}))
+    assert not r.passed and r.failed_checks == ("not_rejected",)
+    report = check_claims([c], {ACME}, lookup, rejected={ACME})
+    assert not report.passed and report.abstention_reason == "cites_rejected_evidence"
+    # Rejected elsewhere does not matter; and an ordinary failure keeps its own code.
+    assert check_claims([c], {ACME}, lookup, rejected={"other@1#a"}).abstention_reason is None
+    short = Claim(statement="Acme runs at 16:00.", passage_id=ACME, quote="runs daily")
+    assert check_claims([short], {ACME}, lookup).abstention_reason == "citation_check_failed"
+    # With both failures present the more specific code wins.
+    assert check_claims([short, c], {ACME}, lookup, rejected={ACME}).abstention_reason == "cites_rejected_evidence"
+
+
+def test_fifth_check_over_the_acme_decision(sample_docs):
+    """The seed's failure: a perfectly quoted ticket comment whose exception has ended."""
+    import datetime as dt
+
+    from quarry.core.pipeline import prepare
+    from quarry.core.records import Principal
+    from quarry.core.resolve import resolve
+
+    ps, _ = prepare([d for d in sample_docs if d.doc_id in (
+        "settlement-policy", "settlement-runbook", "ticket-482-comment-17", "deploy-acme-cutover")])
+    texts = {p.passage_id: p.text for p in ps}
+    principal = Principal(tenant="acme", subject="u1", groups=frozenset({"all-staff"}))
+    wrong = Claim(statement="Acme's EUR cutoff is 16:00.", passage_id="ticket-482-comment-17@1#top.1",
+                  quote="Acme remains on the 16:00 cutoff until cutover")
+    right = Claim(statement="Migrated tenants use the 15:00 EUR cutoff.", passage_id="settlement-policy@3#eur-cutoff.1",
+                  quote="Migrated tenants use the 15:00 EUR cutoff")
+    after = resolve(ps, principal, dt.date(2026, 2, 1))
+    assert check_claims([right], texts, texts.get, after.rejected_ids).passed
+    report = check_claims([wrong], texts, texts.get, after.rejected_ids)
+    assert report.claims[0].failed_checks == ("not_rejected",)
+    assert report.abstention_reason == "cites_rejected_evidence"
+    # On 10 January the same claim governs and passes.
+    before = resolve(ps, principal, dt.date(2026, 1, 10))
+    assert check_claims([wrong], texts, texts.get, before.rejected_ids).passed

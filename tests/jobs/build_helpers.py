@@ -10,15 +10,16 @@ import numpy as np
 
 
 def reference_build(docs, root: str, tenant: str, *, contextualizer, embedder, shard_docs: int) -> int:
-    """core only: chunk_document + contextualizer + embedder + build_tenant_index."""
+    """core only: enrich + chunk_document + contextualizer + embedder + build_tenant_index."""
     from quarry.core.chunking import CHUNKER_VERSION, chunk_document
+    from quarry.core.enrich import enrich
     from quarry.core.contextualize import with_context
     from quarry.core.embedding import passage_text_for_embedding
     from quarry.core.index import build_tenant_index
 
     mine = [d for d in docs if d.tenant == tenant]
     passages, parents = [], []
-    for d in mine:
+    for d in map(enrich, mine):
         ps, pars = chunk_document(d)
         ps = with_context(ps, contextualizer.contextualize(d, ps))
         passages += ps

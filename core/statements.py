@@ -1,0 +1,208 @@
+"""Value statements in passage text, and when two passages state different values for
+the same subject (the resolver's notion of a conflict, and the contradiction search's
+notion of a subject).
+
+A statement is one value (a time such as 16:00, a percentage, an amount such as EUR 10,
+a count with its unit such as 120 days) with its *subject*: the stemmed content words
+within ``WINDOW`` words either side of it in the same sentence or table row. Two
+passages conflict about a subject when they state values of the same kind whose subjects
+share at least ``MIN_SHARED`` words and the values differ. The rule is crude on purpose:
+it is deterministic, it can be explained ("both attach a time to {tenant, cutoff}"),
+and it never looks at relevance scores.
+
+Not statements: dates (they say when, not what), years, times stamped onto a date
+("2026-01-15 at 19:42" records when something happened), list ordinals and digits
+inside identifiers (E-4471, v2.3.1, Q2).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from decimal import Decimal
+from functools import lru_cache
+
+from quarry.core.chunking import sentence_spans
+from quarry.core.citations import number_spans
+from quarry.core.tokenizer import tokenize
+
+WINDOW = 3
+MIN_SHARED = 2
+
+_CURRENCY = frozenset({"eur", "usd", "gbp", "chf", "jpy", "cad", "aud", "sek", "nok", "dkk", "pln"})
+_CURRENCY_SIGN = {"€": "eur", "$": "usd", "£": "gbp"}
+# Time zones and clock words qualify a value; they never make two subjects the same.
+_NOT_SUBJECT = frozenset({"cet", "cest", "et", "est", "edt", "pt", "pst", "utc", "gmt", "uk", "am", "pm",
+                          "time", "local", "until"}) | _CURRENCY
+# Function words the shared stop list keeps (bm25s's is short): they never name a subject.
+_NOT_SUBJECT |= frozenset(tokenize(
+    "per every each within up after before so still can were our your we you both one first next about over "
+    "under least most more less than only also all any same from when which what who has have had do does "
+    "january february march april may june july august september october november december "
+    "monday tuesday wednesday thursday friday saturday sunday today"
+))
+_STAMP_BEFORE = re.compile(r"\d{4}-\d{2}-\d{2}(?:\s*(?:at|,|T))?\s*$")
+_MONTHS = "january|february|march|april|may|june|july|august|september|october|november|december"
+_WORD = re.compile(r"[^\W\d_][\w'-]*", re.UNICODE)
+# "EUR 6 per seat per month": the "per ..." run right after a value (and its currency).
+_PER_RUN = re.compile(r"\A(?:\s*[A-Za-z]{3}\b)?((?:\s+per\s+[^\W\d_]+)+)", re.UNICODE)
+
+
+@dataclass(frozen=True)
+class Statement:
+    kind: str  # "time", "percent", "amount:eur", "count:day", "number"
+    value: str  # canonical (citations.number_spans)
+    subject: frozenset[str]  # stemmed words around the value
+    words: tuple[str, ...]  # the same words as written, for a follow-up query
+
+
+_BLOCK_START = re.compile(r"^\s*(?:[|#>]|[-*+]\s|\d+[.)]\s|```)")
+
+
+def logical_lines(text: str) -> list[str]:
+    """Wrapped paragraph lines joined into one; table rows, list items, headings and code
+    fences stay lines of their own. Markdown emphasis (** __) is removed."""
+    out: list[str] = []
+    prev_blank = True
+    for line in re.sub(r"\*\*|__", "", text).split("\n"):
+        if not line.strip():
+            prev_blank = True
+            continue
+        if out and not prev_blank and not _BLOCK_START.match(line) and not out[-1].startswith(("|", "#", "```")):
+            out[-1] = f"{out[-1]} {line.strip()}"
+        else:
+            out.append(line.strip())
+        prev_blank = False
+    return out
+
+
+def sentences(text: str) -> list[str]:
+    """Sentences of wrapped paragraphs, and each table row or list item on its own."""
+    return [line[a:b] for line in logical_lines(text) for a, b in sentence_spans(line)]
+
+
+def _skip(text: str, seg_start: int, start: int, end: int, kind: str, value: str) -> bool:
+    before, after = text[start - 1:start] if start else "", text[end:end + 1]
+    if kind == "date":
+        return True
+    if (before and (before.isalpha() or before in "-_./")) or (after and (after.isalpha() or after in "_")):
+        return True  # inside an identifier: E-4471, v2.3.1, Q2, acme-9
+    if kind == "number" and re.search(r"\b[A-Z][A-Za-z]*\s$", text[max(seg_start, start - 12):start]) \
+            and text[max(seg_start, start - 4):start].strip().lower() not in _CURRENCY:
+        return True  # a label or version after a name: "SAML 2.0", "Step 3", "Tier 1"
+    if kind == "number" and (re.match(r"\s+(?:" + _MONTHS + r")\b", text[end:end + 12], re.IGNORECASE)
+                             or re.search(r"\b(?:" + _MONTHS + r")\s+$", text[max(seg_start, start - 12):start],
+                                          re.IGNORECASE)):
+        return True  # a day of a month: "1 January", "January 15"
+    if kind == "number" and re.fullmatch(r"(19|20)\d{2}", value):
+        return True  # a year
+    if kind == "number" and not text[seg_start:start].strip(" \t-*|#>") and after in ".)":
+        return True  # a list ordinal "1." or "2)"
+    if kind == "time" and _STAMP_BEFORE.search(text[max(seg_start, start - 16):start]):
+        return True  # a timestamp on a date
+    return False
+
+
+def _unit(text: str, seg_start: int, seg_end: int, start: int, end: int, kind: str) -> str:
+    if kind in ("time", "percent"):
+        return kind
+    left = text[seg_start:start].rstrip()
+    if left and left[-1] in _CURRENCY_SIGN:
+        return f"amount:{_CURRENCY_SIGN[left[-1]]}"
+    nxt = _WORD.findall(text[end:seg_end])
+    # "per seat per month" belongs to the unit, not the subject: EUR 6 and EUR 39 per seat
+    # per month are only comparable when the words before them agree.
+    per = "".join(f"/{tokenize(w)[0]}" for w in re.findall(r"per\s+(\w+)", _per_run(text, end, seg_end)[0])
+                  if tokenize(w))
+    if nxt and nxt[0].lower() in _CURRENCY:
+        return f"amount:{nxt[0].lower()}{per}"
+    if prev := _WORD.findall(left[-8:]):
+        if prev[-1].lower() in _CURRENCY:
+            return f"amount:{prev[-1].lower()}{per}"
+    if nxt and nxt[0].islower() and nxt[0].lower() != "per" and (toks := tokenize(nxt[0])):
+        return f"count:{toks[0]}{per}"
+    return f"number{per}"
+
+
+def _per_run(text: str, end: int, seg_end: int) -> tuple[str, int]:
+    """The "per ..." unit run after a value and where the subject words resume."""
+    m = _PER_RUN.match(text[end:seg_end])
+    return (m.group(1), end + m.end()) if m else ("", end)
+
+
+def _subject_words(text: str, seg_start: int, seg_end: int, start: int, end: int) -> tuple[list[str], list[str]]:
+    def keep(words: list[str]) -> list[tuple[str, str | None]]:
+        out: list[tuple[str, str | None]] = []
+        for w in words:
+            if w.lower() in _CURRENCY:
+                out.append((w, None))  # in the query words, never in the subject
+                continue
+            toks = [t for t in tokenize(w) if t not in _NOT_SUBJECT and not t.isdigit()]
+            if toks:
+                out.append((w, toks[0]))
+        return out
+
+    def window(pairs: list[tuple[str, str | None]], last: bool) -> list[tuple[str, str | None]]:
+        picked, n = [], 0
+        for w, stem in (reversed(pairs) if last else pairs):
+            if n == WINDOW:
+                break
+            picked.append((w, stem))
+            n += stem is not None
+        return picked[::-1] if last else picked
+
+    left = window(keep(_WORD.findall(text[seg_start:start])), last=True)
+    right = window(keep(_WORD.findall(text[_per_run(text, end, seg_end)[1]:seg_end])), last=False)
+    both = left + right
+    return [w for w, _ in both], [s for _, s in both if s is not None]
+
+
+@lru_cache(maxsize=20_000)
+def statements(text: str) -> tuple[Statement, ...]:
+    """The value statements of ``text`` in order."""
+    out: list[Statement] = []
+    for seg in sentences(text):
+        n = len(seg)
+        for s, e, value, kind in number_spans(seg):
+            if _skip(seg, 0, s, e, kind, value):
+                continue
+            words, stems = _subject_words(seg, 0, n, s, e)
+            if not stems:
+                continue
+            if kind != "time":
+                value = format(Decimal(value.rstrip("%")).normalize(), "f") + ("%" if kind == "percent" else "")
+            out.append(Statement(_unit(seg, 0, n, s, e, kind), value, frozenset(stems), tuple(words)))
+    return tuple(out)
+
+
+_PREDICATE = re.compile(r"\b(?:owner|owned\s+by|owns|status|effective|due|deadline|expires)\b", re.IGNORECASE)
+
+
+@lru_cache(maxsize=20_000)
+def predicates(text: str) -> tuple[Statement, ...]:
+    """Owner, status and date statements (kind "owner", "status", "date"): the other
+    facts a contradiction search follows up, with their subject words."""
+    out: list[Statement] = []
+    for seg in sentences(text):
+        n = len(seg)
+        spans = [(m.start(), m.end(), m.group(0).split()[0].lower()) for m in _PREDICATE.finditer(seg)]
+        spans += [(s, e, "date") for s, e, _, kind in number_spans(seg) if kind == "date"]
+        for s, e, kind in sorted(spans):
+            kind = {"owned": "owner", "owns": "owner", "due": "date", "deadline": "date", "expires": "date",
+                    "effective": "date"}.get(kind, kind)
+            words, stems = _subject_words(seg, 0, n, s, e)
+            if kind in ("owner", "status"):
+                words.append(seg[s:e].lower())  # the predicate itself belongs in the query
+            if stems:
+                out.append(Statement(kind, seg[s:e], frozenset(stems), tuple(words)))
+    return tuple(out)
+
+
+def conflict(a: tuple[Statement, ...], b: tuple[Statement, ...]) -> tuple[Statement, Statement] | None:
+    """The first pair (in text order) where ``a`` and ``b`` attach different values of the
+    same kind to the same subject, or None."""
+    for sa in a:
+        for sb in b:
+            if sa.kind == sb.kind and sa.value != sb.value and len(sa.subject & sb.subject) >= MIN_SHARED:
+                return sa, sb
+    return None

@@ -1,0 +1,385 @@
+"""Evidence resolution: one test per rule, their interactions, order independence, near
+misses, and the Acme acceptance over the real sample corpus."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from quarry.core.pipeline import prepare
+from quarry.core.records import Event, Principal, SourceDocument
+from quarry.core.resolve import resolve
+
+pytestmark = pytest.mark.unit
+
+D = dt.date
+ACME = Principal(tenant="acme", subject="u1", groups=frozenset({"all-staff"}))
+
+
+def doc(doc_id: str, text: str, **kw) -> SourceDocument:
+    base = dict(doc_id=doc_id, tenant="acme", acl=("all-staff",), doc_type="page", text=text)
+    base.update(kw)
+    return SourceDocument(**base)
+
+
+def passages(*docs: SourceDocument):
+    ps, _ = prepare(list(docs))
+    return ps
+
+
+def pid(ps, doc_id: str, version: str = "1") -> str:
+    (one,) = [p.passage_id for p in ps if p.doc_id == doc_id and p.envelope.version == version]
+    return one
+
+
+def rejected(decision) -> dict[str, tuple[str, str | None]]:
+    return {r.passage_id: (r.reason, r.by) for r in decision.rejected}
+
+
+def selected(decision) -> set[str]:
+    return {s.passage_id for s in decision.selected}
+
+
+# ----------------------------------------------------------------------------- dates
+
+def test_effective_dates_against_valid_at_and_unknown_reported_as_unknown():
+    ps = passages(
+        doc("future", "The payout limit rule starts next year.", effective_from=D(2026, 6, 1)),
+        doc("past", "The old payout limit rule ended.", effective_from=D(2025, 1, 1), effective_to=D(2025, 12, 31)),
+        doc("current", "The payout limit rule applies now.", effective_from=D(2025, 1, 1)),
+        doc("undated", "A note about payout limits without any dates."),
+    )
+    d = resolve(ps, ACME, D(2026, 2, 1))
+    assert rejected(d) == {pid(ps, "future"): ("not_yet_effective", None),
+                           pid(ps, "past"): ("no_longer_effective", None)}
+    validity = {s.passage_id: s.validity for s in d.selected}
+    assert validity == {pid(ps, "current"): "in_force", pid(ps, "undated"): "unknown"}
+    # The last day in force is inclusive; the first day too.
+    assert not resolve(ps, ACME, D(2025, 12, 31)).rejected_ids & {pid(ps, "past")}
+    assert pid(ps, "future") not in resolve(ps, ACME, D(2026, 6, 1)).rejected_ids
+
+
+def test_default_valid_at_is_today():
+    ps = passages(doc("future", "Starts far in the future.", effective_from=dt.date.today() + dt.timedelta(days=1)))
+    d = resolve(ps, ACME)
+    assert d.valid_at == dt.date.today()
+    assert rejected(d) == {ps[0].passage_id: ("not_yet_effective", None)}
+
+
+# ----------------------------------------------------------------------------- supersession
+
+def test_explicit_supersedes_link_once_the_newer_source_is_in_force():
+    ps = passages(
+        doc("new-policy", "The rule is now different.", doc_type="policy", effective_from=D(2026, 1, 1),
+            supersedes=("old-runbook",)),
+        doc("old-runbook", "The rule as the runbook had it.", doc_type="runbook"),
+    )
+    d = resolve(ps, ACME, D(2026, 2, 1))
+    assert rejected(d) == {pid(ps, "old-runbook"): ("superseded_by", pid(ps, "new-policy"))}
+    assert next(s for s in d.selected if s.passage_id == pid(ps, "new-policy")).reason == "supersedes old-runbook@1"
+    # Before the new policy starts, it supersedes nothing (and is itself not yet effective).
+    before = resolve(ps, ACME, D(2025, 12, 1))
+    assert rejected(before) == {pid(ps, "new-policy"): ("not_yet_effective", None)}
+
+
+def test_superseded_by_a_version_key_and_expired_reports_the_successor():
+    ps = passages(
+        doc("refund", "Refunds within 180 days.", version="1", doc_type="policy", effective_from=D(2025, 1, 1),
+            effective_to=D(2025, 12, 31), superseded_by=("refund@2",)),
+        doc("refund", "Refunds within 120 days.", version="2", doc_type="policy", effective_from=D(2026, 1, 1),
+            supersedes=("refund@1",)),
+    )
+    d = resolve(ps, ACME, D(2026, 2, 1))
+    (r,) = d.rejected
+    assert (r.passage_id, r.reason, r.by) == (pid(ps, "refund", "1"), "superseded_by", pid(ps, "refund", "2"))
+    assert "effective_to 2025-12-31" in r.detail
+    # In mid-2025 v1 governs and v2 is not yet effective.
+    mid = resolve(ps, ACME, D(2025, 6, 1))
+    assert rejected(mid) == {pid(ps, "refund", "2"): ("not_yet_effective", None)}
+
+
+def test_later_version_supersedes_without_link_only_when_known_to_have_started():
+    v1 = doc("guide", "Use the blue button.", version="1", published_at=D(2025, 3, 1))
+    v2 = doc("guide", "Use the green button.", version="2", published_at=D(2026, 1, 20))
+    ps = passages(v1, v2)
+    assert rejected(resolve(ps, ACME, D(2026, 2, 1))) == {pid(ps, "guide", "1"): ("superseded_by", pid(ps, "guide", "2"))}
+    # Not yet published at valid_at: the earlier version stands.
+    assert not resolve(ps, ACME, D(2026, 1, 10)).rejected
+    # An undated later version is not known to be in force: nothing is superseded.
+    undated = passages(v1, v2.model_copy(update={"published_at": None}))
+    assert not resolve(undated, ACME, D(2026, 2, 1)).rejected
+    # Versions order naturally: 10 is later than 9.
+    nat = passages(v1.model_copy(update={"version": "9"}), v2.model_copy(update={"version": "10"}))
+    assert rejected(resolve(nat, ACME, D(2026, 2, 1))) == {pid(nat, "guide", "9"): ("superseded_by", pid(nat, "guide", "10"))}
+
+
+# ----------------------------------------------------------------------------- conditions
+
+def _exception(condition: str, **kw) -> SourceDocument:
+    return doc("exception", "Acme keeps the old behaviour for now.", doc_type="comment", entities=("acme",),
+               published_at=D(2026, 1, 3), condition=condition, **kw)
+
+
+def _record(doc_id: str, what: str, on: dt.date, **kw) -> SourceDocument:
+    base = dict(doc_type="deployment", entities=("acme",), published_at=on)
+    base.update(kw)
+    return doc(doc_id, f"Rollout record. It completed on {on.isoformat()}.", events=(Event(what=what, on=on),), **base)
+
+
+def test_condition_ends_when_a_visible_in_force_record_proves_the_event():
+    ps = passages(_exception("until cutover"), _record("rollout", "acme cutover completed", D(2026, 1, 15)))
+    d = resolve(ps, ACME, D(2026, 2, 1))
+    (r,) = d.rejected
+    assert (r.passage_id, r.reason, r.by) == (pid(ps, "exception"), "condition_ended", pid(ps, "rollout"))
+    assert "2026-01-15" in r.detail
+    assert next(s for s in d.selected if s.passage_id == pid(ps, "rollout")).reason.startswith("proves the stopping event")
+    # On the event day itself the condition has ended; the day before it has not.
+    assert pid(ps, "exception") in resolve(ps, ACME, D(2026, 1, 15)).rejected_ids
+    assert not resolve(ps, ACME, D(2026, 1, 14)).rejected
+
+
+def test_words_match_after_stemming():
+    ps = passages(_exception("until the payout_batch_v2 migration completes"),
+                  _record("rollout", "payout_batch_v2 migration completed for acme", D(2026, 1, 20)))
+    assert rejected(resolve(ps, ACME, D(2026, 2, 1))) == {pid(ps, "exception"): ("condition_ended", pid(ps, "rollout"))}
+
+
+@pytest.mark.parametrize("what, scope", [
+    ("payout_batch_v3 migration completed", ("acme",)),  # another migration id
+    ("globex cutover completed", ("globex",)),  # another entity's cutover, named in the event
+    ("cutover completed", ("globex",)),  # another entity's record, no entity in the text
+    ("globex cutover completed", ("acme", "globex")),  # a shared record naming the other entity
+    ("acme refund migration completed", ("acme",)),  # a different event for the same entity
+])
+def test_near_miss_event_does_not_end_the_condition(what, scope):
+    cond = "until the payout_batch_v2 migration completes" if "payout" in what else "until cutover"
+    ps = passages(_exception(cond), _record("other", what, D(2026, 1, 15), entities=scope))
+    d = resolve(ps, ACME, D(2026, 2, 1))
+    assert not d.rejected
+    assert pid(ps, "exception") in selected(d)
+
+
+def test_event_not_ending_condition_when_invisible_future_stale_or_out_of_force():
+    exc = _exception("until cutover")
+    cases = {
+        "invisible to the principal": _record("r", "acme cutover completed", D(2026, 1, 15), acl=("finance-admins",)),
+        "event after valid_at": _record("r", "acme cutover completed", D(2026, 3, 1)),
+        "event before the condition was stated": _record("r", "acme cutover completed", D(2025, 11, 1)),
+        "record no longer in force": _record("r", "acme cutover completed", D(2026, 1, 15),
+                                             effective_from=D(2026, 1, 15), effective_to=D(2026, 1, 20)),
+    }
+    for why, rec in cases.items():
+        ps = passages(exc, rec)
+        d = resolve(ps, ACME, D(2026, 2, 1))
+        assert pid(ps, "exception") not in d.rejected_ids, why
+
+
+def test_superseded_event_record_proves_nothing():
+    ps = passages(_exception("until cutover"),
+                  _record("rollout", "acme cutover completed", D(2026, 1, 15), version="1"),
+                  doc("rollout", "Correction: the cutover was rolled back.", version="2", doc_type="deployment",
+                      entities=("acme",), published_at=D(2026, 1, 16)))
+    d = resolve(ps, ACME, D(2026, 2, 1))
+    assert rejected(d) == {pid(ps, "rollout", "1"): ("superseded_by", pid(ps, "rollout", "2"))}
+
+
+# ----------------------------------------------------------------------------- scope and authority
+
+def test_authority_decides_conflicting_numbers_and_equal_authority_is_unresolved():
+    policy = doc("limits-policy", "The daily payout limit is EUR 50,000 per tenant.", doc_type="policy")
+    runbook = doc("limits-runbook", "Check the daily payout limit of EUR 20,000 per tenant first.", doc_type="runbook")
+    other = doc("limits-page", "The daily payout limit is EUR 30,000 per tenant.", doc_type="runbook")
+    ps = passages(policy, runbook)
+    d = resolve(ps, ACME, D(2026, 2, 1))
+    (r,) = d.rejected
+    assert (r.passage_id, r.reason, r.by) == (pid(ps, "limits-runbook"), "subordinate_to", pid(ps, "limits-policy"))
+    assert r.detail == "authority: policy (100) over runbook (60)"
+    # A configured table can rank runbooks above policies.
+    flipped = resolve(ps, ACME, D(2026, 2, 1), authority={"policy": 1, "runbook": 2})
+    assert rejected(flipped) == {pid(ps, "limits-policy"): ("subordinate_to", pid(ps, "limits-runbook"))}
+    # Two runbooks disagreeing: both sides unresolved, neither selected nor rejected.
+    ps2 = passages(runbook, other)
+    d2 = resolve(ps2, ACME, D(2026, 2, 1))
+    assert not d2.rejected and not d2.selected
+    (u,) = d2.unresolved
+    assert u.passage_ids == tuple(sorted((pid(ps2, "limits-runbook"), pid(ps2, "limits-page"))))
+    assert d2.verdict(pid(ps2, "limits-page")) == "unresolved"
+
+
+def test_same_values_or_different_subjects_are_no_conflict():
+    ps = passages(doc("a", "The daily payout limit is EUR 50,000 per tenant.", doc_type="policy"),
+                  doc("b", "Remember: the daily payout limit is EUR 50,000.00 per tenant.", doc_type="runbook"),
+                  doc("c", "The webhook retry interval is 30 minutes.", doc_type="runbook"),
+                  doc("d", "The refund fee is EUR 0.25 per refund.", doc_type="help"))
+    d = resolve(ps, ACME, D(2026, 2, 1))
+    assert not d.rejected and not d.unresolved
+    assert {s.reason for s in d.selected} == {"supporting"}
+
+
+def test_specific_outranks_general_only_while_in_force():
+    general = doc("cutoff-policy", "All tenants use the 15:00 EUR cutoff.", doc_type="policy",
+                  entities=("acme", "globex"))
+    specific = doc("acme-note", "Acme tenants use the 16:00 EUR cutoff for now.", doc_type="comment",
+                   entities=("acme",), effective_from=D(2026, 1, 1), effective_to=D(2026, 1, 31))
+    ps = passages(general, specific)
+    inside = resolve(ps, ACME, D(2026, 1, 10))
+    (r,) = inside.rejected
+    assert (r.passage_id, r.reason, r.by) == (pid(ps, "cutoff-policy"), "subordinate_to", pid(ps, "acme-note"))
+    assert r.detail.startswith("scope: acme-note@1 is specific to acme")
+    after = resolve(ps, ACME, D(2026, 2, 10))
+    assert rejected(after) == {pid(ps, "acme-note"): ("no_longer_effective", None)}
+    assert pid(ps, "cutoff-policy") in selected(after)
+
+
+def test_beaten_only_by_a_beaten_passage_stands():
+    # runbook beats ticket (authority); ticket would beat comment, but the ticket is out.
+    ps = passages(doc("rb", "The batch cutoff for settlement is 17:00 today.", doc_type="runbook"),
+                  doc("tk", "The batch cutoff for settlement is 15:00 now.", doc_type="ticket"),
+                  doc("cm", "Our batch cutoff for settlement stays 17:00 as before.", doc_type="comment"))
+    d = resolve(ps, ACME, D(2026, 2, 1))
+    assert rejected(d) == {pid(ps, "tk"): ("subordinate_to", pid(ps, "rb"))}
+    assert {pid(ps, "rb"), pid(ps, "cm")} <= selected(d)
+
+
+def test_other_tenant_and_unreadable_passages_take_no_part():
+    ps = passages(doc("mine", "Visible note."), doc("theirs", "Other tenant.", tenant="globex"),
+                  doc("secret", "Restricted.", acl=("finance-admins",)))
+    d = resolve(ps, ACME, D(2026, 2, 1))
+    assert selected(d) == {pid(ps, "mine")} and not d.rejected
+
+
+# ----------------------------------------------------------------------------- order independence
+
+def _mixed_corpus():
+    return passages(
+        _exception("until cutover"),
+        _record("rollout", "acme cutover completed", D(2026, 1, 15)),
+        doc("limits-policy", "The daily payout limit is EUR 50,000 per tenant.", doc_type="policy"),
+        doc("limits-runbook", "Check the daily payout limit of EUR 20,000 per tenant first.", doc_type="runbook"),
+        doc("limits-page", "The daily payout limit is EUR 30,000 per tenant.", doc_type="runbook"),
+        doc("refund", "Refunds within 180 days.", version="1", effective_to=D(2025, 12, 31)),
+        doc("refund", "Refunds within 120 days.", version="2", effective_from=D(2026, 1, 1)),
+        doc("future", "Starts later.", effective_from=D(2026, 6, 1)),
+    )
+
+
+MIXED = _mixed_corpus()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.permutations(MIXED), st.sampled_from([D(2025, 6, 1), D(2026, 1, 10), D(2026, 2, 1), D(2026, 7, 1)]))
+def test_decision_never_depends_on_input_order(perm, day):
+    assert resolve(perm, ACME, day) == resolve(MIXED, ACME, day)
+
+
+def test_duplicate_passages_count_once():
+    assert resolve(MIXED + MIXED, ACME, D(2026, 2, 1)) == resolve(MIXED, ACME, D(2026, 2, 1))
+
+
+def test_reasons_and_details_carry_no_passage_text():
+    d = resolve(MIXED, ACME, D(2026, 2, 1))
+    strings = [r.detail for r in d.rejected] + [s.reason for s in d.selected] + [u.reason for u in d.unresolved]
+    def shingles(text: str) -> set[tuple[str, ...]]:
+        w = text.lower().replace(".", " ").split()
+        return {tuple(w[i:i + 3]) for i in range(len(w) - 2)}
+
+    from_text = set().union(*(shingles(p.text) for p in MIXED))
+    assert len(strings) >= 6
+    for s in strings:
+        assert not shingles(s) & from_text, s
+
+
+# ----------------------------------------------------------------------------- the Acme acceptance
+
+ACME_DOCS = ("settlement-policy", "settlement-runbook", "ticket-482-comment-17", "deploy-acme-cutover")
+
+
+@pytest.fixture(scope="module")
+def acme_passages(sample_docs):
+    ps, _ = prepare([d for d in sample_docs if d.doc_id in ACME_DOCS])
+    return ps
+
+
+def acme_decision_summary(decision, ps):
+    """Verdicts per document: {doc_id: set of (verdict, reason, doc_id of by)}."""
+    doc_of = {p.passage_id: p.doc_id for p in ps}
+    out: dict[str, set] = {}
+    for s in decision.selected:
+        out.setdefault(doc_of[s.passage_id], set()).add(("selected",))
+    for r in decision.rejected:
+        out.setdefault(doc_of[r.passage_id], set()).add(("rejected", r.reason, doc_of.get(r.by)))
+    for u in decision.unresolved:
+        for p in u.passage_ids:
+            out.setdefault(doc_of[p], set()).add(("unresolved",))
+    return out
+
+
+@pytest.mark.parametrize("day", [D(2026, 2, 1), dt.date.today()])
+def test_acme_after_cutover_policy_v3_governs(acme_passages, day):
+    d = resolve(acme_passages, ACME, day)
+    assert acme_decision_summary(d, acme_passages) == {
+        "settlement-policy": {("selected",)},
+        "deploy-acme-cutover": {("selected",)},
+        "ticket-482-comment-17": {("rejected", "condition_ended", "deploy-acme-cutover")},
+        "settlement-runbook": {("rejected", "superseded_by", "settlement-policy")},
+    }
+    assert not d.unresolved
+    by = {r.passage_id: r.by for r in d.rejected}
+    assert by["ticket-482-comment-17@1#top.1"] == "deploy-acme-cutover@1#summary.1"
+    assert by["settlement-runbook@2#cutoffs.1"] == "settlement-policy@3#eur-cutoff.1"
+
+
+def test_acme_before_cutover_the_ticket_comment_governs(acme_passages):
+    d = resolve(acme_passages, ACME, D(2026, 1, 10))
+    summary = acme_decision_summary(d, acme_passages)
+    assert summary["ticket-482-comment-17"] == {("selected",)}
+    assert summary["settlement-runbook"] == {("rejected", "superseded_by", "settlement-policy")}
+    comment = next(s for s in d.selected if s.passage_id == "ticket-482-comment-17@1#top.1")
+    assert comment.validity == "unknown"
+    # The policy's EUR cutoff (15:00) yields to the Acme-specific exception (16:00) while it holds.
+    assert {(r.passage_id, r.reason, r.by) for r in d.rejected if r.reason == "subordinate_to"} == {
+        ("settlement-policy@3#eur-cutoff.1", "subordinate_to", "ticket-482-comment-17@1#top.1")}
+    assert "16:00" in next(p.text for p in acme_passages if p.passage_id == comment.passage_id)
+    assert not d.unresolved
+
+
+def test_acme_decision_record_round_trips_as_json(acme_passages):
+    d = resolve(acme_passages, ACME, D(2026, 2, 1))
+    assert type(d).model_validate_json(json.dumps(d.model_dump(mode="json"))) == d
+
+
+# ----------------------------------------------------------------------------- contradiction search
+
+def test_follow_up_queries_target_the_governing_subjects_first(acme_passages):
+    from quarry.core.resolve import CONTRADICTION_TERMS, follow_up_queries
+
+    d = resolve(acme_passages, ACME, D(2026, 2, 1))
+    qs = follow_up_queries(d, acme_passages)
+    assert 1 <= len(qs) <= 2
+    # The governing policy passage (it supersedes the runbook) states the EUR cutoff: asked first.
+    assert qs[0].startswith("migrated tenants use eur cutoff")
+    for q in qs:
+        assert all(t in q.split() for t in CONTRADICTION_TERMS)
+        assert len(q.split()) <= 16  # narrow: the subject's words and the contradiction terms
+    # Rejected passages are never followed up: the ticket comment's 16:00 is not asked about.
+    assert not any("pinned" in q for q in qs)
+    assert follow_up_queries(d, acme_passages, limit=1) == qs[:1]
+    assert follow_up_queries(d, list(reversed(acme_passages))) == qs
+
+
+def test_follow_up_queries_for_owner_status_and_dates_and_none_without_facts():
+    from quarry.core.resolve import follow_up_queries
+
+    ps = passages(doc("ir", "The incident commander owns customer communication.", doc_type="policy"),
+                  doc("plain", "Nothing to check in this sentence at all."))
+    qs = follow_up_queries(resolve(ps, ACME, D(2026, 2, 1)), ps)
+    assert qs == ["incident commander customer communication owns superseded exception effective revoked completed"]
+    only_plain = [p for p in ps if p.doc_id == "plain"]
+    assert follow_up_queries(resolve(only_plain, ACME, D(2026, 2, 1)), only_plain) == []
+    dated = passages(doc("notice", "Acme's migration finished on 2026-01-20 for payouts.", entities=("acme",)))
+    (q,) = follow_up_queries(resolve(dated, ACME, D(2026, 2, 1)), dated)
+    assert q.startswith("acme") and "migration" in q and "payouts" in q

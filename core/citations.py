@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 AbstentionReason = Literal[
     "no_visible_evidence",
     "citation_check_failed",
+    "cites_rejected_evidence",
     "model_abstained",
     "invalid_decision",
     "budget_exhausted",
@@ -36,8 +37,8 @@ ABSTENTION_MESSAGE = "I can't answer this from the evidence available to you."
 
 MIN_QUOTE_WORDS = 4
 
-CheckName = Literal["retrieved", "quote_length", "quote_match", "numbers"]
-CHECK_NAMES: tuple[str, ...] = ("retrieved", "quote_length", "quote_match", "numbers")
+CheckName = Literal["retrieved", "quote_length", "quote_match", "numbers", "not_rejected"]
+CHECK_NAMES: tuple[str, ...] = ("retrieved", "quote_length", "quote_match", "numbers", "not_rejected")
 
 
 class Claim(BaseModel):
@@ -73,10 +74,11 @@ class ClaimCheck(BaseModel):
     quote_match: bool
     numbers: bool
     missing_numbers: tuple[str, ...] = ()
+    not_rejected: bool = True  # check 5: the run's evidence resolution did not reject the passage
 
     @property
     def passed(self) -> bool:
-        return self.retrieved and self.quote_length and self.quote_match and self.numbers
+        return self.retrieved and self.quote_length and self.quote_match and self.numbers and self.not_rejected
 
     @property
     def failed_checks(self) -> tuple[str, ...]:
@@ -92,6 +94,11 @@ class CitationReport(BaseModel):
     def passed(self) -> bool:
         # An answer with no claims proves nothing, so it cannot pass.
         return bool(self.claims) and all(c.passed for c in self.claims)
+
+    @property
+    def reason(self) -> str:
+        """The abstention code of a failed report: citing rejected evidence is named apart."""
+        return "cites_rejected_evidence" if any(not c.not_rejected for c in self.claims) else "citation_check_failed"
 
 
 _WS = re.compile(r"\s+")
@@ -180,5 +187,9 @@ def check_claims(
     claims: Sequence[Claim],
     retrieved_ids: Collection[str],
     passage_text: Callable[[str], str | None],
+    rejected: Collection[str] = frozenset(),
 ) -> CitationReport:
-    return CitationReport(claims=tuple(check_claim(c, retrieved_ids, passage_text) for c in claims))
+    """The checks per claim; ``rejected`` holds the ids the run's resolution rejected (check 5)."""
+    checks = (check_claim(c, retrieved_ids, passage_text) for c in claims)
+    return CitationReport(claims=tuple(
+        ch.model_copy(update={"not_rejected": False}) if ch.passage_id in rejected else ch for ch in checks))

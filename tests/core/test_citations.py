@@ -137,6 +137,7 @@ def test_claim_forbids_extra_fields_and_reasons_and_message():
     assert set(ABSTENTION_REASONS) == {
         "no_visible_evidence",
         "citation_check_failed",
+        "cites_rejected_evidence",
         "model_abstained",
         "invalid_decision",
         "budget_exhausted",

@@ -90,6 +90,29 @@ def _metrics():
     }
 
 
+# Module-level helpers the Gateway uses sit above it: @serve.deployment pickles the class
+# where it is defined, so names defined below it would be missing in the replica.
+def search_response(res: SearchResult) -> dict[str, Any]:
+    """The agent-facing body of a search: excerpts (each with its verdict), the decision
+    record next to them, stages and counts. The trace-only parts (candidates) stay out."""
+    return {
+        "excerpts": [e.model_dump(mode="json") for e in res.excerpts],
+        # {"valid_at", "selected": [{passage_id, reason}], "rejected": [{passage_id, reason, by, detail}],
+        #  "unresolved": [{passage_ids, reason}]}: the same record quarry search --json prints
+        "decision": None if res.decision is None else res.decision.model_dump(mode="json"),
+        "stages": [st.model_dump(mode="json") for st in res.stages],
+        "generation": res.generation,
+        "delivered_tokens": res.delivered_tokens,
+        "truncated": res.truncated,
+        "message": res.message,
+    }
+
+
+async def _awaited(response):
+    """A deployment response as a coroutine, so ``asyncio.wait_for`` can bound it."""
+    return await response
+
+
 @serve.deployment(name="Gateway")
 @serve.ingress(api)
 class Gateway:
@@ -391,27 +414,6 @@ class Gateway:
         if t is None:
             raise _not_found()
         return t
-
-
-def search_response(res: SearchResult) -> dict[str, Any]:
-    """The agent-facing body of a search: excerpts (each with its verdict), the decision
-    record next to them, stages and counts. The trace-only parts (candidates) stay out."""
-    return {
-        "excerpts": [e.model_dump(mode="json") for e in res.excerpts],
-        # {"valid_at", "selected": [{passage_id, reason}], "rejected": [{passage_id, reason, by, detail}],
-        #  "unresolved": [{passage_ids, reason}]}: the same record quarry search --json prints
-        "decision": None if res.decision is None else res.decision.model_dump(mode="json"),
-        "stages": [st.model_dump(mode="json") for st in res.stages],
-        "generation": res.generation,
-        "delivered_tokens": res.delivered_tokens,
-        "truncated": res.truncated,
-        "message": res.message,
-    }
-
-
-async def _awaited(response):
-    """A deployment response as a coroutine, so ``asyncio.wait_for`` can bound it."""
-    return await response
 
 
 @api.exception_handler(RequestValidationError)

@@ -258,9 +258,10 @@ class Gateway:
         return assemble(core, first, second, expanded, resolution), outcome, resolution
 
     async def _search_impl(self, ident: Identity, run_id: str, request: SearchToolRequest,
-                           timing: dict[str, float]) -> dict[str, Any] | JSONResponse:
+                           timing: dict[str, float] | None = None) -> dict[str, Any] | JSONResponse:
         """The search tool: limits, the run's budget, the composed search path, the run
         state (delivered and rejected ids) and the trace. ``timing`` collects per-stage ms."""
+        timing = {} if timing is None else timing
         t_start = time.perf_counter()
         if request.top_k > self.s.top_k_ceiling:
             raise _Reject(422, {"detail": [{"loc": ["body", "top_k"], "type": "less_than_equal",

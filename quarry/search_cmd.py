@@ -68,7 +68,7 @@ def run(args) -> int:
 
     from quarry.core.index import TenantIndex
     from quarry.core.records import Principal, SearchRequest
-    from quarry.core.search import SearchSettings, search
+    from quarry.core.search import search
 
     try:
         request = SearchRequest(
@@ -86,11 +86,6 @@ def run(args) -> int:
         return 2
     principal = Principal(tenant=args.tenant, subject=args.subject,
                           groups=frozenset(g for g in args.groups.split(",") if g))
-    settings = SearchSettings()
-    if request.top_k > settings.top_k_ceiling:
-        print(f"error: --top-k {request.top_k} exceeds the ceiling {settings.top_k_ceiling}; "
-              f"pass --top-k {settings.top_k_ceiling} or less", file=sys.stderr)
-        return 2
-    result = search(index, principal, request, make_embedder(args.embedder, index.manifest), settings)
+    result = search(index, principal, request, make_embedder(args.embedder, index.manifest))
     print(result.model_dump_json(indent=2) if args.json else format_result(result))
     return 0

@@ -475,9 +475,10 @@ class Retriever:
         with self._lock:
             return {t: e.index.generation for t, e in self._cache.items()}
 
-    async def status(self, tenants: list[str] | None = None) -> dict[str, int]:
-        """Loaded tenants of this replica and their live generation; ``tenants`` limits it."""
-        return {t: g for t, g in self.loaded().items() if tenants is None or t in tenants}
+    async def status(self, tenants: list[str] | None = None) -> dict[str, dict[str, Any]]:
+        """Loaded tenants of this replica: live generation (the Gateway adds the second
+        stage it composes); ``tenants`` limits what is reported."""
+        return {t: {"generation": g} for t, g in self.loaded().items() if tenants is None or t in tenants}
 
 
 def info_for_trace(info: StageInfo) -> dict[str, Any]:

@@ -181,8 +181,8 @@ class Gateway:
             return {"status": "ok"}
         tenants = None if ident.is_admin else [ident.principal.tenant]
         loaded = await self.retriever.status.remote(tenants)
-        return {"status": "ok", "tenants": {t: {"generation": g, "second_stage": info_for_trace(
-            await self._stage_info(t, g))} for t, g in loaded.items()}}
+        return {"status": "ok", "tenants": {t: {**v, "second_stage": info_for_trace(
+            await self._stage_info(t, v["generation"]))} for t, v in loaded.items()}}
 
     @api.get("/v1/tools", tags=["agent"])
     async def tools(self) -> dict[str, Any]:

@@ -49,7 +49,6 @@ def test_search_prints_cited_results_for_the_principal(hashed_root, capsys):
 @pytest.mark.parametrize("argv", [
     ["--valid-at", "2026-13-01", "x"],
     ["--top-k", "0", "x"],
-    ["--top-k", "50", "x"],
     ["   "],
 ])
 def test_search_bad_input_exits_2(hashed_root, argv, capsys):

@@ -1,22 +1,26 @@
 """Deterministic citation checks for ``submit_answer`` (DESIGN §5).
 
-Each claim ``{statement, passage_id, quote}`` passes four checks, all in code:
+Each claim ``{statement, passage_id, quote}`` passes five checks, all in code:
 
 1. ``retrieved``: the passage id was retrieved for this principal in this run;
 2. ``quote_length``: the quote has at least ``MIN_QUOTE_WORDS`` words;
 3. ``quote_match``: the quote is a substring of the passage text after whitespace and
    case normalisation (a paraphrase fails);
 4. ``numbers``: every number in the statement (integers, decimals, times such as 16:00,
-   percentages, ISO dates) appears in the passage text as a number token.
+   percentages, ISO dates) appears in the passage text as a number token;
+5. ``not_rejected``: the run's evidence resolution (``core.resolve``) did not reject the
+   cited passage. A perfectly quoted superseded runbook or an expired exception fails
+   here; the abstention reason is then ``cites_rejected_evidence``.
 
-These prove the evidence exists; they do not prove the quote entails the claim. They are
-pure and never vary between runs, so they sit in front of any model grader.
+Checks 1-4 prove the evidence exists and check 5 that it governs; none proves the quote
+entails the claim. They are pure and never vary between runs, so they sit in front of any
+model grader.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -64,7 +68,7 @@ class Claim(BaseModel):
 
 
 class ClaimCheck(BaseModel):
-    """The four verdicts for one claim, plus the statement numbers the passage lacks."""
+    """The five verdicts for one claim, plus the statement numbers the passage lacks."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -73,8 +77,8 @@ class ClaimCheck(BaseModel):
     quote_length: bool
     quote_match: bool
     numbers: bool
+    not_rejected: bool = True  # check 5; True where no resolution ran
     missing_numbers: tuple[str, ...] = ()
-    not_rejected: bool = True  # check 5: the run's evidence resolution did not reject the passage
 
     @property
     def passed(self) -> bool:
@@ -96,9 +100,15 @@ class CitationReport(BaseModel):
         return bool(self.claims) and all(c.passed for c in self.claims)
 
     @property
-    def reason(self) -> str:
-        """The abstention code of a failed report: citing rejected evidence is named apart."""
-        return "cites_rejected_evidence" if any(not c.not_rejected for c in self.claims) else "citation_check_failed"
+    def abstention_reason(self) -> AbstentionReason | None:
+        """None when the answer passes; ``cites_rejected_evidence`` when a claim cites a
+        passage the resolution rejected (the more specific code wins); else
+        ``citation_check_failed``. The code is for the protected trace only."""
+        if self.passed:
+            return None
+        if any(not c.not_rejected for c in self.claims):
+            return "cites_rejected_evidence"
+        return "citation_check_failed"
 
 
 _WS = re.compile(r"\s+")
@@ -142,22 +152,34 @@ def _canonical(m: re.Match[str]) -> str:
     return num + ("%" if m.group("pct") else "")
 
 
+def number_spans(text: str) -> Iterator[tuple[int, int, str, str]]:
+    """(start, end, canonical, kind) for each number in ``text``; kind is one of date,
+    time, percent, number. The one number reader: the resolver's statements use it too."""
+    for m in _NUMBER.finditer(text):
+        kind = ("date" if m.group("date") else "time" if m.group("time")
+                else "percent" if m.group("pct") else "number")
+        yield m.start(), m.end(), _canonical(m), kind
+
+
 def extract_numbers(text: str) -> tuple[str, ...]:
     """Canonical number tokens in ``text``, in order (duplicates kept)."""
-    return tuple(_canonical(m) for m in _NUMBER.finditer(text))
+    return tuple(c for _, _, c, _ in number_spans(text))
 
 
 def check_claim(
     claim: Claim,
     retrieved_ids: Collection[str],
     passage_text: Callable[[str], str | None],
+    rejected: Collection[str] = frozenset(),
 ) -> ClaimCheck:
-    """Run the four checks on one claim.
+    """Run the five checks on one claim; ``rejected`` holds the passage ids the run's
+    evidence resolution rejected (``Decision.rejected_ids``).
 
     The text is looked up only for ids retrieved in this run, so a leaked foreign id is
     never read at all and fails checks 3 and 4 the same way a non-existent id does.
     """
     retrieved = claim.passage_id in retrieved_ids
+    not_rejected = claim.passage_id not in rejected
     text = passage_text(claim.passage_id) if retrieved else None
     length_ok = quote_words(claim.quote) >= MIN_QUOTE_WORDS
     if text is None:
@@ -167,6 +189,7 @@ def check_claim(
             quote_length=length_ok,
             quote_match=False,
             numbers=False,
+            not_rejected=not_rejected,
             missing_numbers=extract_numbers(claim.statement),
         )
     quote = normalise(claim.quote)
@@ -179,6 +202,7 @@ def check_claim(
         quote_length=length_ok,
         quote_match=match_ok,
         numbers=not missing,
+        not_rejected=not_rejected,
         missing_numbers=missing,
     )
 
@@ -189,7 +213,5 @@ def check_claims(
     passage_text: Callable[[str], str | None],
     rejected: Collection[str] = frozenset(),
 ) -> CitationReport:
-    """The checks per claim; ``rejected`` holds the ids the run's resolution rejected (check 5)."""
-    checks = (check_claim(c, retrieved_ids, passage_text) for c in claims)
-    return CitationReport(claims=tuple(
-        ch.model_copy(update={"not_rejected": False}) if ch.passage_id in rejected else ch for ch in checks))
+    """All claims' checks; ``rejected``: the ids the run's resolution rejected (check 5)."""
+    return CitationReport(claims=tuple(check_claim(c, retrieved_ids, passage_text, rejected) for c in claims))

@@ -398,9 +398,10 @@ class Gateway:
         report = check_claims(decision.claims, retrieved, texts.get, rejected=rejected)
         checks = [c.model_dump(mode="json") | {"failed": list(c.failed_checks)} for c in report.claims]
         if not report.passed:
-            await self.runs.end_answer.remote(x_quarry_run, pkey, report.reason)
+            reason = report.abstention_reason  # cites_rejected_evidence or citation_check_failed
+            await self.runs.end_answer.remote(x_quarry_run, pkey, reason)
             self._count("answer", 200)
-            return await self._abstain(ident, x_quarry_run, report.reason, extra={"checks": checks})
+            return await self._abstain(ident, x_quarry_run, reason, extra={"checks": checks})
         await self.runs.end_answer.remote(x_quarry_run, pkey, "answered")
         trace_id = await self._trace(ident, "answer", {"run_id": x_quarry_run, "outcome": "answered", "checks": checks})
         self._count("answer", 200)

@@ -159,11 +159,11 @@ def test_fifth_check_and_run_state_with_a_hand_made_decision():
     bad = Claim(statement="The cutoff is 16:00.", passage_id="ticket@1#c17", quote="remains on the 16:00 cutoff")
     good = Claim(statement="The cutoff is 15:00.", passage_id="policy@3#eur", quote="Migrated tenants use the 15:00")
     report = check_claims([good, bad], run.retrieved_ids, texts.get, rejected=run.rejected_ids)
-    assert not report.passed and report.reason == "cites_rejected_evidence"
+    assert not report.passed and report.abstention_reason == "cites_rejected_evidence"
     assert [c.failed_checks for c in report.claims] == [(), ("not_rejected",)]
     assert check_claims([good], run.retrieved_ids, texts.get, rejected=run.rejected_ids).passed
     wrong = Claim(statement="The cutoff is 14:00.", passage_id="policy@3#eur", quote="Migrated tenants use the 15:00")
-    assert check_claims([wrong], run.retrieved_ids, texts.get, rejected=run.rejected_ids).reason == \
+    assert check_claims([wrong], run.retrieved_ids, texts.get, rejected=run.rejected_ids).abstention_reason == \
         "citation_check_failed"
 
 

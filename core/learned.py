@@ -53,8 +53,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from quarry.core.gate import DEFAULT_MARGIN, GateDecision, evaluate_gate
-from quarry.core.records import Candidate, Passage
+from quarry.core.records import Candidate, Passage, SearchRequest
 from quarry.core.rerank import apply_rerank
+from quarry.core.search import first_stage
 from quarry.core.tokenizer import tokenize
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -533,7 +534,7 @@ class LearnedRanker:
                 for pid, s, r in apply_rerank(scores, [c.passage_id for c in candidates], top_k)]
 
     def as_second_stage(self) -> "SecondStage":
-        """A ``SecondStage`` for :func:`quarry.core.search.hybrid_search`."""
+        """A ``SecondStage`` for :func:`quarry.core.search.search`."""
         self._check()
 
         def stage(query: str, candidates: Sequence[Candidate], passages: Sequence[Passage], top_k: int) -> list[Candidate]:
@@ -648,12 +649,9 @@ def mine_candidates(
     settings: "SearchSettings",
     query_vectors: Mapping[str, np.ndarray] | None = None,
 ) -> dict[str, Mined]:
-    """Quarry's own first stage (mask -> lexical and dense legs with floors -> RRF), as
-    :func:`quarry.core.search.hybrid_search` runs it, for each query. Candidates are
-    therefore exactly those the principal could be served."""
-    from quarry.core.search import dense_leg, fuse, lexical_leg
-
-    masks = index.masks(principal)
+    """Quarry's own first stage (:func:`quarry.core.search.first_stage`: mask -> lexical
+    and dense legs with floors -> RRF) for each query, unfiltered by doc type or date.
+    Candidates are therefore exactly those the principal could be served."""
     qids = list(queries)
     if query_vectors is None:
         vecs = embedder.encode([queries[q] for q in qids]) if qids else np.zeros((0, 1), np.float32)
@@ -661,10 +659,8 @@ def mine_candidates(
     out: dict[str, Mined] = {}
     for q in qids:
         text = queries[q]
-        lex = lexical_leg(index, masks, text, settings.lexical_width, settings.lexical_floor)
-        den = dense_leg(index, masks, query_vectors[q], settings.dense_width, settings.dense_floor)
-        cands = fuse(lex, den, index, settings)
-        out[q] = Mined(text, cands, [index.passage_at(c.row) for c in cands])
+        fs = first_stage(index, principal, SearchRequest(query=text), embedder, settings, query_vectors[q])
+        out[q] = Mined(text, list(fs.candidates), [index.passage_at(c.row) for c in fs.candidates])
     return out
 
 
@@ -775,7 +771,7 @@ def train_and_gate(
 
     For ``quarry eval beir --train-split train``: pass the dataset's *train* queries and
     qrels (never test), then score test queries through
-    ``hybrid_search(..., second_stage=ranker.as_second_stage())`` when a ranker came back.
+    ``search(..., second_stage=ranker.as_second_stage())`` when a ranker came back.
     Sentence features are off by default (on 2 CPU cores they need tens of minutes for
     SciFact); with ``sentence_features=True`` they use ``sentence`` (a prepared cache), else
     ``sentence_embedder``, else ``embedder`` (the index's dense embedder).

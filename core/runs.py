@@ -38,6 +38,7 @@ class RunState(BaseModel):
     seen_ids: frozenset[str] = frozenset()  # passage ids returned by this run's searches
     exhausted: bool = False  # no further search allowed
     fetched_ids: frozenset[str] = frozenset()  # ids read through fetch (ACL-checked, so citable)
+    rejected_ids: frozenset[str] = frozenset()  # ids this run's evidence resolution rejected (citation check 5)
     finished: bool = False  # submit_answer (or a search past the budget) ended the run
     outcome: str | None = None  # "answered" or an abstention reason code
 
@@ -82,15 +83,18 @@ def reserve_search(state: RunState) -> RunState:
 
 
 def record_results(
-    state: RunState, returned_ids: Iterable[str], *, first_search_exempt: bool = True
+    state: RunState, returned_ids: Iterable[str], *, first_search_exempt: bool = True,
+    rejected_ids: Iterable[str] = (),
 ) -> tuple[RunState, frozenset[str]]:
-    """Apply a reserved search's results: add new ids and apply the new-evidence rule."""
+    """Apply a reserved search's results: add new ids, remember what resolution rejected,
+    and apply the new-evidence rule."""
     returned = frozenset(returned_ids)
     new_ids = returned - state.seen_ids
     exhausted = state.exhausted or state.used >= state.budget
     if not new_ids and not (first_search_exempt and state.used <= 1):
         exhausted = True
-    return state.model_copy(update={"seen_ids": state.seen_ids | returned, "exhausted": exhausted}), new_ids
+    return state.model_copy(update={"seen_ids": state.seen_ids | returned, "exhausted": exhausted,
+                                    "rejected_ids": state.rejected_ids | frozenset(rejected_ids)}), new_ids
 
 
 def apply_search(

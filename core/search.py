@@ -1,14 +1,25 @@
-"""One search call (DESIGN §4): mask -> legs with floors -> RRF -> rerank -> expand -> cite.
+"""One search call (DESIGN §4) as separate stages, composed in one order everywhere:
 
-The principal's mask is computed first and applied inside each leg, so a denied passage
-is never scored, fused, reranked, expanded or cited. Every stage reports what it kept and
-dropped; candidates keep each leg's rank for the trace (ids only, never text).
+1. :func:`first_stage`: the principal's mask, lexical and dense legs with floors, RRF;
+2. :func:`apply_second_stage`: a ranker's output (ids, scores, ranks) applied to the
+   fused candidates, or the fused top-k when none ran;
+3. :func:`expansion`: survivors expanded to parent sections under a token ceiling;
+4. resolution: :func:`plan_resolution` (``resolve`` + the contradiction queries), each
+   follow-up through :func:`first_stage` under the same principal and filters
+   (:func:`follow_up_request`, :func:`follow_up_found`), then :func:`conclude_resolution`;
+5. :func:`assemble`: the response, each excerpt carrying its verdict.
+
+:func:`search` runs them in-process (``quarry search``, evaluation, tests). The Serve
+Gateway composes the same functions through its deployments, passing the records of
+``quarry.core.stage_records``; nothing here calls back into serve. The mask is applied
+inside each leg, so a denied passage is never scored, fused, reranked, expanded, resolved
+or cited. Candidates keep each leg's rank for the trace (ids only, never text).
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,6 +31,7 @@ from quarry.core.fusion import rrf
 from quarry.core.index import TenantIndex, pack_row
 from quarry.core.records import (
     Candidate,
+    Decision,
     Excerpt,
     Passage,
     Principal,
@@ -27,8 +39,19 @@ from quarry.core.records import (
     SearchResult,
     StageReport,
 )
+from quarry.core.resolve import follow_up_queries
+from quarry.core.resolve import resolve as resolve_evidence
+from quarry.core.stage_records import (
+    Expansion,
+    FirstStage,
+    FollowUp,
+    RankedCandidate,
+    RerankOutcome,
+    Resolution,
+    Survivors,
+    StageInfo,
+)
 from quarry.core.tokenizer import identifiers, is_lookup, tokenize
-
 
 class SearchSettings(BaseModel):
     """Server-side search configuration, validated once at the edge."""
@@ -48,6 +71,8 @@ class SearchSettings(BaseModel):
     expand: bool = True
     pin_identifiers: bool = Field(
         True, description="for identifier lookups, passages holding every queried identifier verbatim rank first")
+    follow_up_width: int = Field(3, ge=1, le=50, description="candidates each contradiction-search query adds")
+    max_follow_ups: int = Field(2, ge=0, le=10, description="contradiction-search queries per search")
 
 
 @dataclass(frozen=True)
@@ -128,12 +153,6 @@ def fuse(lex: LegHits, den: LegHits, index: TenantIndex, settings: SearchSetting
             fused_rank=rank, fused_score=score, exact_match=gid in lex.exact,
         ))
     return out
-
-
-# A second stage: given the query and the fused candidates (with their passages), return
-# the candidates reordered, each carrying rerank_score/rerank_rank. quarry.core.rerank
-# provides implementations; None keeps the fused order.
-SecondStage = Callable[[str, Sequence[Candidate], Sequence[Passage], int], list[Candidate]]
 
 
 def _count_tokens(text: str) -> int:
@@ -222,57 +241,232 @@ def empty_message(request: SearchRequest) -> str:
     return f"No evidence found. Tried {tried}. To change: " + "; ".join(advice) + "."
 
 
-def hybrid_search(
+
+
+# -- 1. first stage ------------------------------------------------------------------
+
+def candidate_width(settings: SearchSettings, requested: int | None, top_k: int) -> int:
+    """The fused width handed to the second stage: the request's (server-capped upstream)
+    or the configured one, never fewer than ``top_k``."""
+    return max(requested or settings.candidate_width, top_k)
+
+
+def first_stage(
     index: TenantIndex,
     principal: Principal,
     request: SearchRequest,
-    embedder: Embedder,
+    embedder: Embedder | None,
     settings: SearchSettings = SearchSettings(),
-    second_stage: SecondStage | None = None,
     query_vector: np.ndarray | None = None,
-) -> SearchResult:
+) -> FirstStage:
+    """Filter -> legs -> fuse: the one first stage that serving, ``quarry search``, ranker
+    training and evaluation all run. ``query_vector`` skips encoding (callers that encode
+    queries in batches); otherwise ``embedder`` encodes ``request.query``."""
     if principal.tenant != index.tenant:
         raise PermissionError("principal and index belong to different tenants")
-    if request.top_k > settings.top_k_ceiling:
-        raise ValueError(f"top_k {request.top_k} exceeds the server ceiling {settings.top_k_ceiling}")
     masks = index.masks(principal, request.doc_type, request.valid_at)
     visible = int(sum(int(m.sum()) for m in masks))
     stages = [StageReport(name="filter", kept=visible, note="rows visible to the principal under the filters")]
-
     lex = lexical_leg(index, masks, request.query, settings.lexical_width, settings.lexical_floor)
     stages.append(StageReport(name="lexical", kept=len(lex.rows), dropped=lex.dropped))
-    qvec = query_vector if query_vector is not None else embedder.encode([request.query])[0]
-    den = dense_leg(index, masks, qvec, settings.dense_width, settings.dense_floor)
+    if query_vector is None:
+        if embedder is None:
+            raise ValueError("first_stage needs an embedder or a query_vector")
+        query_vector = embedder.encode([request.query])[0]
+    den = dense_leg(index, masks, query_vector, settings.dense_width, settings.dense_floor)
     stages.append(StageReport(name="dense", kept=len(den.rows), dropped=den.dropped))
-
     cands = fuse(lex, den, index, settings)
     union = len(set(lex.rows) | set(den.rows))
     stages.append(StageReport(name="fuse", kept=len(cands), dropped=union - len(cands)))
+    return FirstStage(tenant=index.tenant, generation=index.generation, candidates=tuple(cands),
+                      stages=tuple(stages), lexical_rows=lex.rows, dense_rows=den.rows)
 
-    if second_stage is not None and cands:
-        passages = [index.passage_at(c.row) for c in cands]  # the second stage reads every candidate
-        ranked = second_stage(request.query, cands, passages, request.top_k)
-        stages.append(StageReport(name="rerank", kept=len(ranked), dropped=len(cands) - len(ranked)))
-        by_id = {p.passage_id: p for p in passages}
-        survivors = [by_id[c.passage_id] for c in ranked]
-        trace = {c.passage_id: c for c in cands}
-        trace.update({c.passage_id: c for c in ranked})
-        cands = sorted(trace.values(), key=lambda c: c.fused_rank)
-    else:
-        survivors = [index.passage_at(c.row) for c in cands[: request.top_k]]  # parse only what is delivered
-        stages.append(StageReport(name="rerank", kept=len(survivors), dropped=len(cands) - len(survivors),
-                                  note="skipped: fused order stands"))
 
-    excerpts, truncated = expand(index, principal, survivors, settings.delivered_token_ceiling,
-                                 request.valid_at, settings.expand)
-    stages.append(StageReport(name="expand", kept=len(excerpts), dropped=len(survivors) - len(excerpts),
-                              note="truncated" if truncated else ""))
+def no_first_stage(tenant: str, generation: int = 0) -> FirstStage:
+    """What a tenant without a published index gets: the same shape as finding nothing."""
+    return FirstStage(tenant=tenant, generation=generation, candidates=(),
+                      stages=(StageReport(name="filter", kept=0),))
+
+
+# -- 2. second stage -----------------------------------------------------------------
+
+# An in-process second stage: given the query and the fused candidates (with their
+# passages), return the kept candidates reordered, each carrying rerank_score/rerank_rank.
+# quarry.core.learned and quarry.core.gate provide implementations; None keeps the fused order.
+SecondStage = Callable[[str, Sequence[Candidate], Sequence[Passage], int], list[Candidate]]
+
+
+def rerank_in_process(stage: SecondStage, query: str, candidates: Sequence[Candidate],
+                      passages: Sequence[Passage], top_k: int, info: StageInfo | None = None) -> RerankOutcome:
+    """Run an in-process second stage and return its output as the Reranker deployment does."""
+    ranked = stage(query, candidates, passages, top_k)
+    return RerankOutcome(status="applied", info=info or StageInfo(enabled=True, name=getattr(stage, "name", None)),
+                         ranked=tuple(RankedCandidate(passage_id=c.passage_id, rerank_score=float(c.rerank_score),
+                                                      rerank_rank=int(c.rerank_rank)) for c in ranked))
+
+
+def _rerank_note(outcome: RerankOutcome | None) -> str:
+    if outcome is None:
+        return "skipped: fused order stands"
+    if outcome.status == "applied":
+        i = outcome.info
+        note = " ".join(x for x in (i.kind, "second stage", i.name) if x)
+        return note + (" (promoted by this index's gate)" if i.kind == "learned" else "")
+    if outcome.status == "failed":
+        return "skipped: the second stage was unavailable; fused order stands"
+    return "skipped: no second stage is enabled for this index; fused order stands"
+
+
+def apply_second_stage(first: FirstStage, outcome: RerankOutcome | None, top_k: int) -> Survivors:
+    """Apply a second stage's ranked ids to the fused candidates. Without an applied stage
+    the fused top-k survive. Relevance order only: resolution never reorders it."""
+    cands = first.candidates
+    if outcome is None or outcome.status != "applied":
+        kept = tuple(c.passage_id for c in cands[:top_k])
+        return Survivors(candidates=cands, survivors=kept, status=outcome.status if outcome else "skipped",
+                         report=StageReport(name="rerank", kept=len(kept), dropped=len(cands) - len(kept),
+                                            note=_rerank_note(outcome)))
+    by_id = {c.passage_id: c for c in cands}
+    unknown = [r.passage_id for r in outcome.ranked if r.passage_id not in by_id]
+    if unknown:  # a stage may only reorder what the first stage let through
+        raise ValueError(f"second stage returned {len(unknown)} id(s) that are not candidates, e.g. {unknown[0]!r}")
+    for r in outcome.ranked:
+        by_id[r.passage_id] = by_id[r.passage_id].model_copy(
+            update={"rerank_score": r.rerank_score, "rerank_rank": r.rerank_rank})
+    kept = tuple(r.passage_id for r in outcome.ranked[:top_k])
+    return Survivors(candidates=tuple(by_id[c.passage_id] for c in cands), survivors=kept, status="applied",
+                     report=StageReport(name="rerank", kept=len(kept), dropped=len(cands) - len(kept),
+                                        note=_rerank_note(outcome)))
+
+
+# -- 3. expansion --------------------------------------------------------------------
+
+def expansion(index: TenantIndex, principal: Principal, passages: Sequence[Passage],
+              settings: SearchSettings, valid_at: dt.date | None) -> Expansion:
+    excerpts, truncated = expand(index, principal, passages, settings.delivered_token_ceiling, valid_at,
+                                 settings.expand)
+    return Expansion(excerpts=tuple(excerpts), truncated=truncated,
+                     report=StageReport(name="expand", kept=len(excerpts), dropped=len(passages) - len(excerpts),
+                                        note="truncated" if truncated else ""))
+
+
+def nothing_expanded() -> Expansion:
+    return Expansion(excerpts=(), truncated=False, report=StageReport(name="expand", kept=0))
+
+
+# -- 4. resolution -------------------------------------------------------------------
+
+def plan_resolution(passages: Sequence[Passage], principal: Principal, valid_at: dt.date | None,
+                    settings: SearchSettings, authority: Mapping[str, int] | None = None,
+                    ) -> tuple[Decision, tuple[str, ...]]:
+    """The first decision over the delivered passages and the contradiction-search
+    queries it asks for (deduplicated, at most ``settings.max_follow_ups``)."""
+    decision = resolve_evidence(passages, principal, valid_at, authority)
+    queries = tuple(dict.fromkeys(q.strip() for q in follow_up_queries(decision, passages) if q.strip()))
+    return decision, queries[: settings.max_follow_ups]
+
+
+def follow_up_request(request: SearchRequest, query: str, settings: SearchSettings) -> SearchRequest:
+    """A follow-up keeps the request's filters (doc_type, valid_at) at a small width."""
+    return SearchRequest(query=query[:2000], top_k=settings.follow_up_width, doc_type=request.doc_type,
+                         valid_at=request.valid_at)
+
+
+def follow_up_found(query: str, first: FirstStage, known: set[str] | frozenset[str],
+                    settings: SearchSettings) -> FollowUp:
+    """The follow-up's top candidates not already among the delivered passages."""
+    found = tuple(c.passage_id for c in first.candidates[: settings.follow_up_width] if c.passage_id not in known)
+    return FollowUp(query=query, found=found, generation=first.generation)
+
+
+def conclude_resolution(
+    delivered: Sequence[Passage], added: Sequence[Passage], first_decision: Decision, follow_ups: Sequence[FollowUp],
+    principal: Principal, valid_at: dt.date | None, authority: Mapping[str, int] | None = None,
+) -> Resolution:
+    """Resolve again over delivered + what the follow-ups added (never delivered as
+    excerpts; they appear only in the decision)."""
+    decision = resolve_evidence([*delivered, *added], principal, valid_at, authority) if added else first_decision
+    note = f"{len(decision.unresolved)} unresolved; contradiction search: {len(follow_ups)} follow-up " \
+           f"quer{'y' if len(follow_ups) == 1 else 'ies'} added {len(added)} passage(s)"
+    return Resolution(decision=decision, follow_ups=tuple(follow_ups),
+                      report=StageReport(name="resolve", kept=len(decision.selected), dropped=len(decision.rejected),
+                                         note=note))
+
+
+def nothing_resolved(request: SearchRequest) -> Resolution:
+    decision = Decision(valid_at=request.valid_at or dt.date.today())
+    return Resolution(decision=decision, report=StageReport(name="resolve", kept=0, note="nothing to resolve"))
+
+
+def resolve_in_process(index: TenantIndex, principal: Principal, request: SearchRequest,
+                       delivered: Sequence[Passage], embedder: Embedder | None, settings: SearchSettings,
+                       authority: Mapping[str, int] | None = None) -> Resolution:
+    """Resolution with its contradiction search run through :func:`first_stage` here
+    (the Resolver deployment runs the same steps through the Retriever handle)."""
+    decision, queries = plan_resolution(delivered, principal, request.valid_at, settings, authority)
+    known = {p.passage_id for p in delivered}
+    follow_ups, added = [], []
+    narrow = settings.model_copy(update={"candidate_width": settings.follow_up_width})
+    for q in queries:
+        fs = first_stage(index, principal, follow_up_request(request, q, settings), embedder, narrow)
+        fu = follow_up_found(q, fs, known, settings)
+        follow_ups.append(fu)
+        for pid in fu.found:
+            p = index.passage(pid, principal)
+            if p is not None:
+                added.append(p)
+                known.add(pid)
+    return conclude_resolution(delivered, added, decision, follow_ups, principal, request.valid_at, authority)
+
+
+# -- 5. the response -----------------------------------------------------------------
+
+def assemble(request: SearchRequest, first: FirstStage, second: Survivors, expanded: Expansion,
+             resolution: Resolution | None) -> SearchResult:
+    """The search result: excerpts in relevance order, each with its verdict; the decision."""
+    decision = resolution.decision if resolution is not None else None
+    excerpts = expanded.excerpts
+    if decision is not None:
+        excerpts = tuple(e.model_copy(update={"verdict": decision.verdict(e.passage_id)}) for e in excerpts)
+    stages = [*first.stages, second.report, expanded.report] + ([resolution.report] if resolution else [])
     return SearchResult(
-        excerpts=tuple(excerpts),
-        candidates=tuple(cands),
-        stages=tuple(stages),
-        generation=index.generation,
-        delivered_tokens=sum(e.token_count for e in excerpts),
-        truncated=truncated,
-        message="" if excerpts else empty_message(request),
+        excerpts=excerpts, candidates=second.candidates, stages=tuple(stages), generation=first.generation,
+        delivered_tokens=sum(e.token_count for e in excerpts), truncated=expanded.truncated,
+        message="" if excerpts else empty_message(request), decision=decision,
     )
+
+
+def search(
+    index: TenantIndex,
+    principal: Principal,
+    request: SearchRequest,
+    embedder: Embedder | None,
+    settings: SearchSettings = SearchSettings(),
+    second_stage: SecondStage | None = None,
+    resolve: bool = True,
+    query_vector: np.ndarray | None = None,
+) -> SearchResult:
+    """One search in-process: the same stages, in the same order, as the Serve composition."""
+    if request.top_k > settings.top_k_ceiling:
+        raise ValueError(f"top_k {request.top_k} exceeds the server ceiling {settings.top_k_ceiling}")
+    first = first_stage(index, principal, request, embedder, settings, query_vector)
+    outcome = None
+    by_row: dict[str, Passage] = {}
+    if second_stage is not None and first.candidates:
+        passages = [index.passage_at(c.row) for c in first.candidates]  # the second stage reads every candidate
+        by_row = {p.passage_id: p for p in passages}
+        outcome = rerank_in_process(second_stage, request.query, first.candidates, passages, request.top_k)
+    second = apply_second_stage(first, outcome, request.top_k)
+    rows = {c.passage_id: c.row for c in first.candidates}
+    survivors = [by_row.get(pid) or index.passage_at(rows[pid]) for pid in second.survivors]  # parse only these
+    expanded = expansion(index, principal, survivors, settings, request.valid_at)
+    resolution = None
+    if resolve:
+        delivered_ids = {e.passage_id for e in expanded.excerpts}
+        delivered = [p for p in survivors if p.passage_id in delivered_ids]
+        resolution = resolve_in_process(index, principal, request, delivered, embedder, settings)
+    return assemble(request, first, second, expanded, resolution)
+
+
+# Older name, kept for its many callers: the same composition.
+hybrid_search = search

@@ -20,7 +20,7 @@ from typing import Any
 
 
 from quarry.core import layout
-from quarry.core.records import Principal
+from quarry.core.records import Principal, SearchRequest
 from quarry.eval.metrics import doc_ranking, mean, ndcg_at_k, recall_at_k
 
 WIDTH = 100  # each leg's width and the candidate width, so recall@100 is measurable
@@ -107,12 +107,13 @@ def _score(rankings: dict[str, list[str]], ds: Dataset) -> dict[str, float]:
 
 
 def run_stages(index, ds: Dataset, embedder, second_stage=None) -> dict[str, dict[str, float]]:
-    """Lexical, dense and hybrid (and rerank when a second stage is given) over the queries."""
-    from quarry.core.search import SearchSettings, dense_leg, fuse, lexical_leg
+    """Lexical, dense and hybrid (and rerank when a second stage is given) over the queries,
+    all from one :func:`quarry.core.search.first_stage` call per query (each leg's own
+    ranking rides in its record)."""
+    from quarry.core.search import SearchSettings, first_stage
 
     settings = SearchSettings(lexical_width=WIDTH, dense_width=WIDTH, candidate_width=WIDTH)
     principal = Principal(tenant=index.tenant, subject="eval")
-    masks = index.masks(principal)
     qids = list(ds.qrels)
     qvecs = embedder.encode([ds.queries[q] for q in qids])
     docs_of = lambda rows: doc_ranking([index.passage_at(r).doc_id for r in rows])  # noqa: E731
@@ -120,11 +121,10 @@ def run_stages(index, ds: Dataset, embedder, second_stage=None) -> dict[str, dic
     if second_stage is not None:
         out["rerank"] = {}
     for qi, q in enumerate(qids):
-        lex = lexical_leg(index, masks, ds.queries[q], WIDTH, settings.lexical_floor)
-        den = dense_leg(index, masks, qvecs[qi], WIDTH, settings.dense_floor)
-        cands = fuse(lex, den, index, settings)
-        out["lexical"][q] = doc_ranking([c for c in (index.passage_at(r).doc_id for r in lex.rows)])
-        out["dense"][q] = docs_of(den.rows)
+        fs = first_stage(index, principal, SearchRequest(query=ds.queries[q]), embedder, settings, qvecs[qi])
+        cands = list(fs.candidates)
+        out["lexical"][q] = docs_of(fs.lexical_rows)
+        out["dense"][q] = docs_of(fs.dense_rows)
         out["hybrid"][q] = doc_ranking([c.doc_id for c in cands])
         if second_stage is not None:
             passages = [index.passage_at(c.row) for c in cands]

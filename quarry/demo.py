@@ -10,7 +10,11 @@
    - it submits an answer whose claims quote the returned excerpts exactly, and shows the
      server's four citation checks (read from the protected trace with an operator token);
    - one honest abstention on a question the corpus cannot answer: the generic message
-     to the user, the reason code only in the trace.
+     to the user, the reason code only in the trace;
+   - the Acme question of seed 000 §11.7 as an acme all-staff user: the response's decision
+     record (selected, rejected with the id that defeats each, unresolved), the honest
+     answer built from that record alone, and an answer citing the rejected ticket comment,
+     which the server refuses with check 5 (``cites_rejected_evidence``, only in the trace).
 4. Shuts Serve and Ray down.
 """
 
@@ -31,6 +35,10 @@ FOLLOW_UP = "Security add-on SSO price"
 UNANSWERABLE = "Can Globex settle payouts in Japanese yen (JPY)?"
 UNANSWERABLE_RETRY = "JPY yen payout currency"
 UNANSWERABLE_TERMS = ("jpy", "yen")  # what an answer would have to mention
+ACME_TENANT, ACME_GROUPS = "acme", ("all-staff",)
+ACME_QUESTION = "What is the EUR settlement cutoff for Acme?"
+ACME_SUBJECT = "EUR cutoff"  # the phrase a sentence stating the value holds
+_TIME = re.compile(r"\b\d{1,2}:\d{2}\b")
 
 
 def add_arguments(p) -> None:
@@ -153,10 +161,108 @@ class Agent:
         r.raise_for_status()
         return r.json()
 
+    def fetch(self, run: str, id_: str) -> dict[str, Any] | None:
+        r = self.http.post("/v1/fetch", headers=self._h(run), json={"id": id_})
+        return r.json() if r.status_code == 200 else None
+
     def trace(self, trace_id: str) -> dict[str, Any]:
         r = self.http.get(f"/v1/trace/{trace_id}", headers={"Authorization": f"Bearer {self.op}"})
         r.raise_for_status()
         return r.json()
+
+
+def show_decision(decision: dict[str, Any]) -> None:
+    print(f"  decision record (valid at {decision['valid_at']}):")
+    for x in decision["selected"]:
+        print(f"    selected    {x['passage_id']}  ({x['reason']})")
+    for x in decision["rejected"]:
+        print(f"    rejected    {x['passage_id']}  {x['reason']}" + (f" by {x['by']}" if x["by"] else ""))
+    for x in decision["unresolved"]:
+        print(f"    unresolved  {' vs '.join(x['passage_ids'])}  ({x['reason']})")
+    if not decision["unresolved"]:
+        print("    unresolved  none")
+
+
+def _value(text: str, *phrases: str) -> str | None:
+    """The time stated in the sentence of ``text`` that holds one of ``phrases``."""
+    pieces = re.split(r"(?<=[.!?])\s+|\n+", text)
+    for ph in phrases:
+        for piece in pieces:
+            m = _TIME.search(piece) if ph.lower() in piece.lower() else None
+            if m:
+                return m.group(0)
+    return None
+
+
+def honest_response(decision: dict[str, Any], passages: dict[str, dict[str, Any]]) -> str | None:
+    """The seed's honest answer, built from the decision record alone: each rejected source
+    with what it claimed and what defeats it, then the governing value. ``passages`` maps the
+    record's ids to what the agent read (the excerpts, or a fetch for a follow-up's id)."""
+    stating = [x for x in decision["selected"] if _value(passages.get(x["passage_id"], {}).get("text", ""),
+                                                          ACME_SUBJECT)]
+    if not stating:
+        return None
+    # what governs first (a reason other than "supporting"), then the higher authority
+    best = min(stating, key=lambda x: (x["reason"] == "supporting", -passages[x["passage_id"]]["authority_rank"]))
+    gov = passages[best["passage_id"]]
+    value = _value(gov["text"], ACME_SUBJECT)
+    parts = []
+    for x in decision["rejected"]:
+        p, by = passages.get(x["passage_id"]), passages.get(x["by"] or "")
+        claimed = _value(p["text"], "until", "cutoff") if p else None
+        if p is None or claimed is None:
+            continue
+        if x["reason"] == "condition_ended" and by is not None:
+            events = by.get("events") or []
+            proof = (f"says {events[0]['what']} on {events[0]['on']}" if events else
+                     f"says: {_sentence_with(by['text'], 'completed') or 'the condition ended'}")
+            parts.append(f"the {p['title']} says {claimed} {p.get('condition') or 'under a condition'}, "
+                         f"while the {by['title']} {proof}")
+        elif x["reason"] == "superseded_by" and by is not None:
+            parts.append(f"the {p['title']} says {claimed} but is superseded by the {by['title']}")
+        else:
+            parts.append(f"the {p['title']} says {claimed} but was rejected ({x['reason']})")
+    if not parts:
+        return f"The {gov['title']} sets {value}; no source in this search contradicts it."
+    said = "; ".join(parts)
+    return (f"{said[0].upper()}{said[1:]}; and the {gov['title']} sets {value}. I therefore resolve the cutoff "
+            f"to {value}; confirm whether the rollout record is authoritative before executing.")
+
+
+def acme_case(agent: "Agent") -> dict[str, Any]:
+    """The Acme question: the decision record, the honest answer, a rejected citation."""
+    out: dict[str, Any] = {}
+    run = agent.new_run()
+    body = agent.search(run, ACME_QUESTION, top_k=10)
+    decision = body["decision"]
+    out["decision"] = decision
+    show_decision(decision)
+    read = {e["passage_id"]: e for e in body["excerpts"]}
+    for x in decision["rejected"]:  # a defeating id may come from the contradiction search: read it
+        for pid in (x["passage_id"], x["by"]):
+            if pid and pid not in read:
+                got = agent.fetch(run, pid)
+                if got and got.get("passages"):
+                    read[pid] = got["passages"][0]
+    honest = honest_response(decision, read)
+    out["honest"] = honest
+    print(f"  honest response, from the record alone: {honest!r}")
+    target = next((x["passage_id"] for x in decision["rejected"] if x["passage_id"] in read
+                   and _sentence_with(read[x["passage_id"]]["text"], "until")), None)
+    if target is None:
+        print("  (nothing in this search was rejected, so there is no rejected citation to attempt)")
+        return out
+    quote = _sentence_with(read[target]["text"], "until")
+    claim = {"statement": f"Acme's EUR cutoff is {_value(quote, 'until')}.", "passage_id": target, "quote": quote}
+    print(f"  a careless answer cites the rejected {target}: quote {quote!r}")
+    ans = agent.answer(run, {"claims": [claim]})
+    out["rejected_attempt"] = ans
+    trace = agent.trace(ans["trace_id"])
+    out["rejected_reason"] = trace.get("reason")
+    failed = [c["failed"] for c in trace.get("checks", [])]
+    print(f"  submit_answer -> status {ans['status']!r}; the user sees: {ans['message']!r}")
+    print(f"  the operator trace says {trace.get('reason')!r}; failed checks {failed}")
+    return out
 
 
 def scripted_agent(base_url: str, secret: str) -> dict[str, Any]:
@@ -241,6 +347,12 @@ def scripted_agent(base_url: str, secret: str) -> dict[str, Any]:
         out["abstention_reason"] = reason
         print(f"  the reason code {reason!r} is only in the protected trace "
               f"(generic message: {abst['message'] == ABSTENTION_MESSAGE})")
+
+    _step(f"5. relevance is not authority: {ACME_QUESTION!r} as {ACME_TENANT} all-staff")
+    acme_tok = mint_token(ACME_TENANT, "demo-agent", ACME_GROUPS, secret=secret, ttl_s=900)
+    acme_op = mint_token(ACME_TENANT, "demo-operator", (), secret=secret, ttl_s=900, scope="operator")
+    with httpx.Client(base_url=base_url, timeout=120) as http:
+        out["acme"] = acme_case(Agent(http, acme_tok, acme_op))
     return out
 
 
@@ -270,6 +382,9 @@ def run(args) -> int:
         ok = out["answer"]["status"] == "answered" and all(
             all(c[n] for n in ("retrieved", "quote_length", "quote_match", "numbers")) for c in out["checks"])
         ok = ok and out["abstention"]["status"] == "abstained"
+        attempt = out["acme"].get("rejected_attempt")  # present whenever resolution rejected a source
+        ok = ok and (attempt is None or (attempt["status"] == "abstained"
+                                         and out["acme"]["rejected_reason"] == "cites_rejected_evidence"))
     finally:
         _step("shut down")
         launch.stop()

@@ -29,18 +29,35 @@ def make_embedder(spec: str | None, manifest: dict):
     return SentenceTransformerEmbedder(spec if spec and spec != name else None)
 
 
+def format_decision(decision) -> list[str]:
+    """The decision record, one line per passage: what governs, what was rejected and by
+    what, what could not be decided."""
+    if decision is None:
+        return []
+    out = [f"decision (valid at {decision.valid_at.isoformat()}):"]
+    out += [f"  selected    {s.passage_id}: {s.reason}" for s in decision.selected]
+    out += [f"  rejected    {r.passage_id}: {r.reason}" + (f" by {r.by}" if r.by else "")
+            + (f" ({r.detail})" if r.detail else "") for r in decision.rejected]
+    out += [f"  unresolved  {' vs '.join(u.passage_ids)}: {u.reason}" for u in decision.unresolved]
+    if len(out) == 1:
+        out.append("  (no evidence to resolve)")
+    return out
+
+
 def format_result(result) -> str:
     from quarry.core.embedding import heading_trail
 
     if not result.excerpts:
-        return result.message
+        return "\n".join([result.message, *format_decision(result.decision)])
     out = []
     for i, e in enumerate(result.excerpts, 1):
         dates = f"{e.effective_from or '?'}..{e.effective_to or ''}"
         head = " > ".join(heading_trail(e.title, e.heading_path))
-        flags = (" [truncated]" if e.truncated else "") + (f" [{e.validity}]" if e.validity else "")
+        flags = (" [truncated]" if e.truncated else "") + (f" [{e.validity}]" if e.validity else "") + (
+            f" [{e.verdict}]" if e.verdict else "")
         out.append(f"[{i}] {e.passage_id}  ({e.doc_type}, authority {e.authority}, effective {dates}){flags}\n"
                    f"    {head}\n    " + e.text.replace("\n", "\n    "))
+    out += format_decision(result.decision)
     out.append("stages: " + ", ".join(f"{s.name}={s.kept}" for s in result.stages)
                + f"; delivered {result.delivered_tokens} tokens; generation {result.generation}")
     return "\n".join(out)
@@ -51,8 +68,8 @@ def run(args) -> int:
 
     from quarry.core.index import TenantIndex
     from quarry.core.records import Principal, SearchRequest
-    from quarry.core.search import SearchSettings, hybrid_search
     from quarry.core.errors import UsageError
+    from quarry.core.search import SearchSettings, search
 
     ceiling = SearchSettings().top_k_ceiling
     if not 1 <= args.top_k <= ceiling:
@@ -74,6 +91,6 @@ def run(args) -> int:
         return 2
     principal = Principal(tenant=args.tenant, subject=args.subject,
                           groups=frozenset(g for g in args.groups.split(",") if g))
-    result = hybrid_search(index, principal, request, make_embedder(args.embedder, index.manifest))
+    result = search(index, principal, request, make_embedder(args.embedder, index.manifest))
     print(result.model_dump_json(indent=2) if args.json else format_result(result))
     return 0

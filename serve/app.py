@@ -7,7 +7,7 @@ from typing import Any
 
 from ray.serve import Application
 
-from .deployments import Reranker, Retriever
+from .deployments import Reranker, Resolver, Retriever
 from .gateway import Gateway
 from .settings import ServeSettings, settings_from_args
 
@@ -24,8 +24,12 @@ def build_app(args: dict[str, Any] | ServeSettings | None = None) -> Application
     retriever = Retriever.options(
         num_replicas=s.retriever_replicas, max_ongoing_requests=s.max_ongoing_requests,
         ray_actor_options={"num_cpus": 0.5, "num_gpus": s.retriever_num_gpus},
-    ).bind(s, reranker)
+    ).bind(s)
+    # Resolution is light CPU work over a few passages; its follow-up queries go to the Retriever.
+    resolver = Resolver.options(
+        max_ongoing_requests=s.max_ongoing_requests, ray_actor_options={"num_cpus": 0.1},
+    ).bind(s, retriever)
     return Gateway.options(
         num_replicas=s.gateway_replicas, max_ongoing_requests=4 * s.max_ongoing_requests,
         ray_actor_options={"num_cpus": 0.25},
-    ).bind(s, retriever)
+    ).bind(s, retriever, reranker, resolver)

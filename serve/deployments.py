@@ -1,7 +1,10 @@
-"""Retriever and Reranker Serve deployments. Thin: the work is ``quarry.core``.
+"""Retriever, Reranker and Resolver Serve deployments. Thin: the work is ``quarry.core``.
 
-Payloads between deployments are ids and small records (principal, request, passage ids,
-short texts), never arrays: query vectors and masks stay inside the Retriever replica.
+The Gateway composes them in the order of ``quarry.core.search.search``: Retriever
+(first stage) -> Reranker (second stage) -> Retriever (expansion: it holds the index) ->
+Resolver (resolution; its contradiction search goes through the Retriever handle).
+Payloads are the frozen records of ``quarry.core.stage_records`` (ids, ranks, codes, small
+records), never arrays: query vectors and masks stay inside the Retriever replica.
 """
 
 from __future__ import annotations
@@ -22,7 +25,29 @@ from quarry.core.embedding import HashingEmbedder, SentenceTransformerEmbedder
 from quarry.core.index import TenantIndex
 from quarry.core.records import Candidate, Passage, Principal, SearchRequest
 from quarry.core.rerank import RerankInput, apply_rerank
-from quarry.core.search import SearchSettings, hybrid_search
+from quarry.core.search import (
+    SearchSettings,
+    candidate_width,
+    conclude_resolution,
+    expansion,
+    first_stage,
+    follow_up_found,
+    follow_up_request,
+    no_first_stage,
+    nothing_expanded,
+    plan_resolution,
+)
+from quarry.core.stage_records import (
+    ExpandRequest,
+    Expansion,
+    FirstStage,
+    RankedCandidate,
+    RerankOutcome,
+    RerankRequest,
+    Resolution,
+    ResolveRequest,
+    StageInfo,
+)
 
 from .settings import ServeSettings
 
@@ -44,13 +69,45 @@ def _gate_summary(decision: dict[str, Any] | None) -> dict[str, Any] | None:
     return {k: decision[k] for k in keep if k in decision}
 
 
+def search_settings(s: ServeSettings) -> SearchSettings:
+    return SearchSettings(**{"top_k_ceiling": s.top_k_ceiling, **s.search})
+
+
+class GenerationIndexes:
+    """Memory-mapped indexes by (tenant, generation), LRU-bounded: what the Reranker and
+    the Resolver read passages from (pages are shared with the Retriever's copy)."""
+
+    def __init__(self, root: str, capacity: int):
+        self.root, self.capacity = root, capacity
+        self._lru: OrderedDict[tuple[str, int], TenantIndex] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def put(self, index: TenantIndex) -> None:
+        with self._lock:
+            self._lru[(index.tenant, index.generation)] = index
+            self._lru.move_to_end((index.tenant, index.generation))
+            while len(self._lru) > self.capacity:
+                self._lru.popitem(last=False)
+
+    def get(self, tenant: str, gen: int) -> TenantIndex:
+        key = (tenant, gen)
+        with self._lock:
+            idx = self._lru.get(key)
+            if idx is not None:
+                self._lru.move_to_end(key)
+                return idx
+        idx = TenantIndex.load(self.root, tenant, gen)
+        self.put(idx)
+        return idx
+
+
 class _Stage:
     """What the Reranker serves for one (tenant, generation)."""
 
     __slots__ = ("kind", "fn", "info", "checked_at", "lock")
 
     def __init__(self, kind: str | None, fn: Any, info: dict[str, Any]):
-        self.kind, self.fn, self.info = kind, fn, info
+        self.kind, self.fn, self.info = kind, fn, StageInfo(**info)
         self.checked_at = time.monotonic()
         self.lock = threading.Lock()  # one LightGBM predict at a time per model
 
@@ -76,7 +133,7 @@ class Reranker:
             if settings.reranker_factory else None
         self.cross_name = getattr(self.cross, "name", settings.reranker_factory) if self.cross else None
         self._stages: OrderedDict[tuple[str, int], _Stage] = OrderedDict()
-        self._indexes: OrderedDict[tuple[str, int], TenantIndex] = OrderedDict()
+        self._indexes = GenerationIndexes(settings.index_root, 2 * settings.lru_tenants)
         self._lock = threading.Lock()
         self._key_locks: dict[tuple[str, int], threading.Lock] = {}
         self.score_batch.set_max_batch_size(settings.reranker_batch_size)
@@ -130,7 +187,7 @@ class Reranker:
             now = _gate_summary(read_decision(self.s.index_root, tenant, gen)) or {}
         except Exception:  # noqa: BLE001 - keep serving what we have
             return False
-        was = st.info.get("gate") or {}
+        was = st.info.gate or {}
         return any(now.get(k) != was.get(k) for k in ("enabled", "model_id", "decided_at", "kind"))
 
     def _stage(self, tenant: str, gen: int) -> _Stage:
@@ -162,25 +219,11 @@ class Reranker:
                     self._key_locks.pop(old, None)
             return fresh
 
-    def _index(self, tenant: str, gen: int) -> TenantIndex:
-        key = (tenant, gen)
-        with self._lock:
-            idx = self._indexes.get(key)
-            if idx is not None:
-                self._indexes.move_to_end(key)
-                return idx
-        idx = TenantIndex.load(self.s.index_root, tenant, gen)  # memory-mapped: shares pages with the Retriever
-        with self._lock:
-            self._indexes[key] = idx
-            while len(self._indexes) > 2 * self.s.lru_tenants:
-                self._indexes.popitem(last=False)
-        return idx
-
     # -- serving -----------------------------------------------------------------------
     async def recent_batch_sizes(self) -> list[int]:
         return list(self.batch_sizes)
 
-    async def describe(self, tenant: str, generation: int) -> dict[str, Any]:
+    async def describe(self, tenant: str, generation: int) -> StageInfo:
         """The stage served for this tenant's generation and the gate decision behind it."""
         return (await asyncio.to_thread(self._stage, tenant, generation)).info
 
@@ -198,29 +241,64 @@ class Reranker:
         with st.lock:
             return st.fn(query, cands, passages, top_k)
 
-    async def rerank(self, tenant: str, generation: int, query: str, candidates: list[dict[str, Any]],
-                     top_k: int) -> dict[str, Any]:
-        """``{"applied": bool, "info": stage info, "ranked": [{passage_id, rerank_score, rerank_rank}]}``.
-        ``candidates`` are the fused candidates' records (ids, rows, ranks, scores); they
-        were already filtered for the principal by the Retriever."""
-        st = await asyncio.to_thread(self._stage, tenant, generation)
-        if not st.info.get("enabled"):
-            return {"applied": False, "info": st.info, "ranked": []}
-        cands = [Candidate(**c) for c in candidates]
-        index = await asyncio.to_thread(self._index, tenant, generation)
+    async def rerank(self, req: RerankRequest) -> RerankOutcome:
+        """The kept top-k of ``req.candidates`` (already filtered for the principal by the
+        Retriever) with scores and ranks, or ``skipped`` with the stage info saying why."""
+        st = await asyncio.to_thread(self._stage, req.tenant, req.generation)
+        if not st.info.enabled:
+            return RerankOutcome(status="skipped", info=st.info)
+        cands = list(req.candidates)
+        index = await asyncio.to_thread(self._indexes.get, req.tenant, req.generation)
         passages = [index.passage_at(c.row) for c in cands]
         for c, p in zip(cands, passages):
             if c.passage_id != p.passage_id:  # a row from another generation: never rank the wrong text
-                raise ValueError(f"candidate {c.passage_id!r} does not match row {c.row} of {tenant} gen {generation}")
+                raise ValueError(f"candidate {c.passage_id!r} does not match row {c.row} of {req.tenant} "
+                                 f"gen {req.generation}")
         if st.kind == "learned":
-            ranked = await asyncio.to_thread(self._learned, st, query, cands, passages, top_k)
+            ranked = await asyncio.to_thread(self._learned, st, req.query, cands, passages, req.top_k)
             out = [(c.passage_id, float(c.rerank_score), int(c.rerank_rank)) for c in ranked]
         else:
             inputs = [RerankInput(p.passage_id, p.envelope.title, tuple(p.heading_path), p.text) for p in passages]
-            scores = await self.score_batch((query, inputs))
-            out = apply_rerank(scores, [c.passage_id for c in cands], top_k)
-        return {"applied": True, "info": st.info,
-                "ranked": [{"passage_id": pid, "rerank_score": sc, "rerank_rank": r} for pid, sc, r in out]}
+            scores = await self.score_batch((req.query, inputs))
+            out = apply_rerank(scores, [c.passage_id for c in cands], req.top_k)
+        return RerankOutcome(status="applied", info=st.info, ranked=tuple(
+            RankedCandidate(passage_id=pid, rerank_score=sc, rerank_rank=r) for pid, sc, r in out))
+
+
+@serve.deployment(name="Resolver")
+class Resolver:
+    """Evidence resolution over a search's delivered passages (``quarry.core.resolve``),
+    read here from the same memory-mapped generation under the principal's permissions.
+    Its contradiction search runs each follow-up query through the Retriever's first stage
+    with the same principal and filters, at a small width; it never spends the run's
+    search budget (the Gateway only reserves the agent's own searches)."""
+
+    def __init__(self, settings: ServeSettings, retriever):
+        self.s = settings
+        self.search_settings = search_settings(settings)
+        self.retriever = retriever
+        self._indexes = GenerationIndexes(settings.index_root, 2 * settings.lru_tenants)
+
+    def _load(self, principal: Principal, gen: int, ids) -> list[Passage]:
+        index = self._indexes.get(principal.tenant, gen)
+        return [p for p in (index.passage(pid, principal) for pid in ids) if p is not None]
+
+    async def resolve(self, req: ResolveRequest) -> Resolution:
+        settings, p = self.search_settings, req.principal
+        delivered = await asyncio.to_thread(self._load, p, req.generation, req.passage_ids)
+        decision, queries = await asyncio.to_thread(plan_resolution, delivered, p, req.request.valid_at, settings)
+        known = {x.passage_id for x in delivered}
+        follow_ups, added = [], []
+        for q in queries:
+            fs = await self.retriever.first_stage.remote(p, follow_up_request(req.request, q, settings),
+                                                         settings.follow_up_width)
+            fu = follow_up_found(q, fs, known, settings)
+            follow_ups.append(fu)
+            new = await asyncio.to_thread(self._load, p, fu.generation, fu.found)
+            added += new
+            known.update(x.passage_id for x in new)
+        return await asyncio.to_thread(conclude_resolution, delivered, added, decision, follow_ups, p,
+                                       req.request.valid_at)
 
 
 class _Entry:
@@ -232,18 +310,17 @@ class _Entry:
 
 @serve.deployment(name="Retriever")
 class Retriever:
-    """Loads tenant indexes lazily (LRU over tenants), hot-swaps on a new ``CURRENT``,
-    and runs the core hybrid search with the verified principal's filter."""
+    """Loads tenant indexes lazily (LRU over tenants), hot-swaps on a new ``CURRENT``, and
+    runs the first stage and the expansion with the verified principal's filter."""
 
-    def __init__(self, settings: ServeSettings, reranker=None):
+    def __init__(self, settings: ServeSettings):
         self.s = settings
-        self.search_settings = SearchSettings(**{"top_k_ceiling": settings.top_k_ceiling, **settings.search})
-        self.reranker = reranker
+        self.search_settings = search_settings(settings)
         self._cache: OrderedDict[str, _Entry] = OrderedDict()
+        self._retired = GenerationIndexes(settings.index_root, settings.lru_tenants)  # swapped-out generations
         self._lock = threading.Lock()
         self._loading: dict[str, threading.Lock] = {}
         self._embedders: dict[str, Any] = {}
-        self._stage_infos: OrderedDict[tuple[str, int], tuple[float, dict[str, Any]]] = OrderedDict()
         self.dense_choice = choose_backend(settings.dense_device)  # proven once per replica, fail closed
 
     # -- index cache -------------------------------------------------------------------
@@ -292,6 +369,8 @@ class Retriever:
                         raise
                     log.exception("loading %s gen %s failed; still serving gen %s", tenant, gen, entry.index.generation)
                     index = entry.index
+            if entry is not None and entry.index is not index:
+                self._retired.put(entry.index)  # requests that started on it finish on it
             with self._lock:
                 self._cache[tenant] = _Entry(index, time.monotonic())
                 self._cache.move_to_end(tenant)
@@ -317,96 +396,44 @@ class Retriever:
             self._embedders[key] = emb
         return emb
 
-    # -- second stage through the Reranker handle -------------------------------------
-    def stage_info(self, tenant: str, generation: int) -> dict[str, Any]:
-        """What the Reranker serves for this generation (cached ``stage_check_s``); the
-        Retriever skips the handle call entirely when no stage is enabled."""
-        if self.reranker is None:
-            return {"kind": None, "enabled": False, "generation": generation,
-                    "reason": "second stage off in this deployment (reranker_enabled: false)"}
-        key = (tenant, generation)
-        now = time.monotonic()
-        with self._lock:
-            hit = self._stage_infos.get(key)
-        if hit is not None and now - hit[0] < self.s.stage_check_s:
-            return hit[1]
-        try:
-            info = self.reranker.describe.remote(tenant, generation).result(timeout_s=self.s.reranker_timeout_s)
-        except Exception as e:  # noqa: BLE001 - the fused order is always a valid answer
-            log.warning("Reranker.describe(%s, %s) failed: %s", tenant, generation, e)
-            return {"kind": None, "enabled": False, "generation": generation, "unavailable": True,
-                    "reason": f"second stage unavailable ({type(e).__name__})"}
-        with self._lock:
-            self._stage_infos[key] = (time.monotonic(), info)
-            while len(self._stage_infos) > 2 * self.s.lru_tenants:
-                self._stage_infos.popitem(last=False)
-        return info
+    def _query_vector(self, index: TenantIndex, query: str):
+        """The query's dense vector with the index's embedder: the one place queries are encoded."""
+        return self._embedder(index).encode([query])[0]
 
-    def _make_second_stage(self, tenant: str, generation: int, outcome: dict[str, Any]):
-        def stage(query: str, cands, passages, top_k: int) -> list[Candidate]:
-            # Runs in a worker thread (see search), so blocking on the handle is safe.
-            payload = [c.model_dump(mode="json") for c in cands]
-            try:
-                res = self.reranker.rerank.remote(tenant, generation, query, payload, top_k).result(
-                    timeout_s=self.s.reranker_timeout_s)
-            except Exception as e:  # noqa: BLE001 - degrade to the fused order, say so
-                log.warning("rerank for %s gen %s failed: %s", tenant, generation, e)
-                outcome.update(status="failed", error=type(e).__name__)
-                return list(cands[:top_k])
-            outcome["info"] = res["info"]
-            if not res["applied"]:
-                outcome["status"] = "skipped"
-                return list(cands[:top_k])
-            outcome["status"] = "applied"
-            by_id = {c.passage_id: c for c in cands}
-            return [by_id[r["passage_id"]].model_copy(update={"rerank_score": r["rerank_score"],
-                                                              "rerank_rank": r["rerank_rank"]})
-                    for r in res["ranked"]]
+    def _index_at(self, tenant: str, generation: int) -> TenantIndex | None:
+        """The generation a search's first stage ran on, for its expansion: the live one,
+        else one just swapped out (a request finishes on the generation it started on)."""
+        live = self.index_for(tenant)
+        if live is not None and live.generation == generation:
+            return live
+        return self._retired.get(tenant, generation)
 
-        return stage
-
-    def _search(self, principal: Principal, request: SearchRequest, candidate_width: int | None = None) -> dict[str, Any]:
-        t0 = time.perf_counter()
+    # -- stages ------------------------------------------------------------------------
+    def _first_stage(self, principal: Principal, request: SearchRequest, width: int | None) -> FirstStage:
         index = self.index_for(principal.tenant)
-        t1 = time.perf_counter()
         if index is None:  # no index for this tenant: same shape as finding nothing
-            from quarry.core.search import empty_message
-
-            return {"excerpts": [], "candidates": [], "generation": 0, "delivered_tokens": 0, "truncated": False,
-                    "stages": [{"name": "filter", "kept": 0, "dropped": 0, "note": ""}],
-                    "message": empty_message(request), "second_stage": {"enabled": False, "status": "skipped"},
-                    "timings_ms": {"index": (t1 - t0) * 1000}}
+            return no_first_stage(principal.tenant)
         settings = self.search_settings
-        width = max(candidate_width or settings.candidate_width, request.top_k)
-        if width != settings.candidate_width:
-            settings = settings.model_copy(update={"candidate_width": width})
-        info = self.stage_info(principal.tenant, index.generation)
-        outcome: dict[str, Any] = {"status": "skipped", "info": info}
-        stage = self._make_second_stage(principal.tenant, index.generation, outcome) if info.get("enabled") else None
-        t2 = time.perf_counter()
-        result = hybrid_search(index, principal, request, self._embedder(index), settings, second_stage=stage)
-        info = outcome["info"]
-        status = outcome["status"]
-        if status == "applied":
-            note = f"{info.get('kind')} second stage {info.get('name')}" + (
-                " (promoted by this index's gate)" if info.get("kind") == "learned" else "")
-        elif status == "failed":
-            note = "skipped: the second stage was unavailable; fused order stands"
-        elif self.reranker is None:
-            note = "skipped: no second stage in this deployment; fused order stands"
-        else:
-            note = "skipped: no second stage is enabled for this index; fused order stands"
-        stages = [st.model_copy(update={"note": note}) if st.name == "rerank" else st for st in result.stages]
-        out = result.model_copy(update={"stages": tuple(stages)}).model_dump(mode="json")
-        out["second_stage"] = {**_info_for_trace(info), "status": status, "candidate_width": width,
-                               **({"error": outcome["error"]} if "error" in outcome else {})}
-        out["timings_ms"] = {"index": (t1 - t0) * 1000, "stage_info": (t2 - t1) * 1000,
-                             "search": (time.perf_counter() - t2) * 1000}
-        return out
+        w = candidate_width(settings, width, request.top_k)
+        if w != settings.candidate_width:
+            settings = settings.model_copy(update={"candidate_width": w})
+        return first_stage(index, principal, request, None, settings, self._query_vector(index, request.query))
 
-    async def search(self, principal: Principal, request: SearchRequest,
-                     candidate_width: int | None = None) -> dict[str, Any]:
-        return await asyncio.to_thread(self._search, principal, request, candidate_width)
+    async def first_stage(self, principal: Principal, request: SearchRequest,
+                          candidate_width: int | None = None) -> FirstStage:
+        """Filter -> legs -> fuse under the verified principal (``quarry.core.search.first_stage``)."""
+        return await asyncio.to_thread(self._first_stage, principal, request, candidate_width)
+
+    def _expand(self, req: ExpandRequest) -> Expansion:
+        index = self._index_at(req.principal.tenant, req.generation)
+        if index is None or not req.passage_ids:
+            return nothing_expanded()
+        passages = [p for p in (index.passage(pid, req.principal) for pid in req.passage_ids) if p is not None]
+        return expansion(index, req.principal, passages, self.search_settings, req.request.valid_at)
+
+    async def expand(self, req: ExpandRequest) -> Expansion:
+        """Survivors (ids, delivered order) expanded to parent sections under the token ceiling."""
+        return await asyncio.to_thread(self._expand, req)
 
     def _fetch(self, principal: Principal, id_: str) -> dict[str, Any] | None:
         index = self.index_for(principal.tenant)
@@ -454,27 +481,20 @@ class Retriever:
         with self._lock:
             return {t: e.index.generation for t, e in self._cache.items()}
 
-    def _status(self, tenants: list[str] | None) -> dict[str, Any]:
-        out = {}
-        for tenant, gen in self.loaded().items():
-            if tenants is None or tenant in tenants:
-                out[tenant] = {"generation": gen, "second_stage": _info_for_trace(self.stage_info(tenant, gen)),
-                               "dense": self.dense_choice.to_json()}
-        return out
-
-    async def status(self, tenants: list[str] | None = None) -> dict[str, Any]:
-        """Loaded tenants of this replica: live generation and the second stage served
-        (kind, enabled, gate metrics, model id). ``tenants`` limits what is reported."""
-        return await asyncio.to_thread(self._status, tenants)
+    async def status(self, tenants: list[str] | None = None) -> dict[str, dict[str, Any]]:
+        """Loaded tenants of this replica: live generation and the dense leg's device (the
+        Gateway adds the second stage it composes); ``tenants`` limits what is reported."""
+        return {t: {"generation": g, "dense": self.dense_choice.to_json()}
+                for t, g in self.loaded().items() if tenants is None or t in tenants}
 
 
-def _info_for_trace(info: dict[str, Any]) -> dict[str, Any]:
+def info_for_trace(info: StageInfo) -> dict[str, Any]:
     """Stage info as recorded in traces and /healthz: kind, enabled, why, gate metrics, model id."""
-    gate = info.get("gate") or {}
+    gate = info.gate or {}
     return {
-        "kind": info.get("kind"), "enabled": bool(info.get("enabled")), "name": info.get("name"),
-        "reason": info.get("reason"), "model_id": info.get("model_id") or gate.get("model_id"),
-        "metrics": info.get("metrics") or gate.get("metrics"), "generation": info.get("generation"),
+        "kind": info.kind, "enabled": info.enabled, "name": info.name,
+        "reason": info.reason, "model_id": info.model_id or gate.get("model_id"),
+        "metrics": info.metrics or gate.get("metrics"), "generation": info.generation,
         "gate": {k: gate.get(k) for k in ("kind", "enabled", "reason", "model_id", "decided_at") if k in gate} or None,
     }
 

@@ -6,7 +6,9 @@ not-permitted share one response everywhere: ``404 {"detail": "not found"}``.
 """
 
 
+import asyncio
 import hashlib
+import logging
 import time
 import uuid
 from typing import Any
@@ -18,12 +20,26 @@ from pydantic import ValidationError
 from ray import serve
 
 from quarry.core.citations import ABSTENTION_MESSAGE, check_claims
+from quarry.core.records import Principal, SearchResult
 from quarry.core.runs import groups_hash, principal_key
+from quarry.core.search import apply_second_stage, assemble, candidate_width, nothing_expanded, nothing_resolved
+from quarry.core.stage_records import (
+    ExpandRequest,
+    FirstStage,
+    RerankOutcome,
+    RerankRequest,
+    Resolution,
+    ResolveRequest,
+    StageInfo,
+)
 
 from .auth import AuthError, Identity, bearer_token, verify_token
+from .deployments import info_for_trace, search_settings
 from .runstore import NOT_FOUND, get_stores
 from .settings import ServeSettings
 from .tools import FetchRequest, SearchToolRequest, SubmitAnswerRequest, tool_definitions
+
+log = logging.getLogger("quarry.serve")
 
 NOT_FOUND_BODY = {"detail": "not found"}
 RUN_HEADER = "X-Quarry-Run"
@@ -74,14 +90,45 @@ def _metrics():
     }
 
 
+# Module-level helpers the Gateway uses sit above it: @serve.deployment pickles the class
+# where it is defined, so names defined below it would be missing in the replica.
+def search_response(res: SearchResult) -> dict[str, Any]:
+    """The agent-facing body of a search: excerpts (each with its verdict), the decision
+    record next to them, stages and counts. The trace-only parts (candidates) stay out."""
+    return {
+        "excerpts": [e.model_dump(mode="json") for e in res.excerpts],
+        # {"valid_at", "selected": [{passage_id, reason}], "rejected": [{passage_id, reason, by, detail}],
+        #  "unresolved": [{passage_ids, reason}]}: the same record quarry search --json prints
+        "decision": None if res.decision is None else res.decision.model_dump(mode="json"),
+        "stages": [st.model_dump(mode="json") for st in res.stages],
+        "generation": res.generation,
+        "delivered_tokens": res.delivered_tokens,
+        "truncated": res.truncated,
+        "message": res.message,
+    }
+
+
+async def _awaited(response):
+    """A deployment response as a coroutine, so ``asyncio.wait_for`` can bound it."""
+    return await response
+
+
 @serve.deployment(name="Gateway")
 @serve.ingress(api)
 class Gateway:
-    def __init__(self, settings: ServeSettings, retriever):
+    """Verifies the caller, applies the run rules, and composes the search path from
+    deployment handles in the order of ``quarry.core.search.search``: Retriever (first
+    stage) -> Reranker (second stage) -> Retriever (expansion) -> Resolver -> response.
+    The per-tool logic (``_search_impl``, ...) is separate from the FastAPI handlers so
+    other transports can call it."""
+
+    def __init__(self, settings: ServeSettings, retriever, reranker=None, resolver=None):
         self.s = settings
-        self.retriever = retriever
+        self.retriever, self.reranker, self.resolver = retriever, reranker, resolver
+        self.search_settings = search_settings(settings)
         self.runs, self.traces = get_stores(settings.store_name_prefix, settings.ray_namespace, settings.trace_capacity)
         self.m = _metrics()
+        self._stage_infos: dict[tuple[str, int], tuple[float, StageInfo]] = {}
 
     # -- helpers -----------------------------------------------------------------------
     def _identity(self, authorization: str | None) -> Identity:
@@ -134,7 +181,8 @@ class Gateway:
             return {"status": "ok"}
         tenants = None if ident.is_admin else [ident.principal.tenant]
         loaded = await self.retriever.status.remote(tenants)
-        return {"status": "ok", "tenants": loaded}
+        return {"status": "ok", "tenants": {t: {**v, "second_stage": info_for_trace(
+            await self._stage_info(t, v["generation"]))} for t, v in loaded.items()}}
 
     @api.get("/v1/tools", tags=["agent"])
     async def tools(self) -> dict[str, Any]:
@@ -149,14 +197,72 @@ class Gateway:
         self._count("runs", 200)
         return {"run_id": view["run_id"], "budget": view["budget"], "searches_left": view["searches_left"]}
 
-    @api.post("/v1/search", tags=["agent"])
-    async def search(self, request: SearchToolRequest, response: Response,
-                     authorization: str | None = Header(default=None),
-                     x_quarry_run: str = Header(alias=RUN_HEADER)):
+    # -- the search path: a composition of deployment handles -------------------------
+    async def _stage_info(self, tenant: str, generation: int) -> StageInfo:
+        """What the Reranker serves for this generation, cached ``stage_check_s``, so a
+        search skips the Reranker hop entirely when no stage is enabled."""
+        if self.reranker is None:
+            return StageInfo(generation=generation,
+                             reason="second stage off in this deployment (reranker_enabled: false)")
+        key = (tenant, generation)
+        hit = self._stage_infos.get(key)
+        if hit is not None and time.monotonic() - hit[0] < self.s.stage_check_s:
+            return hit[1]
+        try:
+            info = await asyncio.wait_for(_awaited(self.reranker.describe.remote(tenant, generation)),
+                                          self.s.reranker_timeout_s)
+        except Exception as e:  # noqa: BLE001 - the fused order is always a valid answer
+            log.warning("Reranker.describe(%s, %s) failed: %s", tenant, generation, e)
+            return StageInfo(generation=generation, unavailable=True,
+                             reason=f"second stage unavailable ({type(e).__name__})")
+        self._stage_infos[key] = (time.monotonic(), info)
+        if len(self._stage_infos) > 2 * self.s.lru_tenants:
+            self._stage_infos.pop(next(iter(self._stage_infos)))
+        return info
+
+    async def _second_stage(self, first: FirstStage, query: str, top_k: int) -> RerankOutcome:
+        info = await self._stage_info(first.tenant, first.generation)
+        if not info.enabled or not first.candidates:
+            return RerankOutcome(status="skipped", info=info)
+        req = RerankRequest(tenant=first.tenant, generation=first.generation, query=query,
+                            candidates=first.candidates, top_k=top_k)
+        try:
+            return await asyncio.wait_for(_awaited(self.reranker.rerank.remote(req)), self.s.reranker_timeout_s)
+        except Exception as e:  # noqa: BLE001 - degrade to the fused order, say so
+            log.warning("rerank for %s gen %s failed: %s", first.tenant, first.generation, e)
+            return RerankOutcome(status="failed", info=info, error=type(e).__name__)
+
+    async def _compose(self, principal: Principal, request: SearchToolRequest, timing: dict[str, float]
+                       ) -> tuple[SearchResult, RerankOutcome, Resolution]:
+        """Retriever -> Reranker -> Retriever (expand) -> Resolver, each returning a typed record."""
+        core = request.core()
+        t0 = time.perf_counter()
+        first: FirstStage = await self.retriever.first_stage.remote(principal, core, request.candidates)
+        timing["retrieve"] = self._lat("retrieve", t0)
+        t0 = time.perf_counter()
+        outcome = await self._second_stage(first, core.query, core.top_k)
+        timing["rerank"] = self._lat("rerank", t0)
+        second = apply_second_stage(first, outcome, core.top_k)
+        if second.survivors:
+            t0 = time.perf_counter()
+            expanded = await self.retriever.expand.remote(ExpandRequest(
+                principal=principal, request=core, generation=first.generation, passage_ids=second.survivors))
+            timing["expand"] = self._lat("expand", t0)
+            t0 = time.perf_counter()
+            resolution = await self.resolver.resolve.remote(ResolveRequest(
+                principal=principal, request=core, generation=first.generation,
+                passage_ids=tuple(e.passage_id for e in expanded.excerpts)))
+            timing["resolve"] = self._lat("resolve", t0)
+        else:
+            expanded, resolution = nothing_expanded(), nothing_resolved(core)
+        return assemble(core, first, second, expanded, resolution), outcome, resolution
+
+    async def _search_impl(self, ident: Identity, run_id: str, request: SearchToolRequest,
+                           timing: dict[str, float] | None = None) -> dict[str, Any] | JSONResponse:
+        """The search tool: limits, the run's budget, the composed search path, the run
+        state (delivered and rejected ids) and the trace. ``timing`` collects per-stage ms."""
+        timing = {} if timing is None else timing
         t_start = time.perf_counter()
-        timing: dict[str, float] = {}  # per-stage ms, returned as a Server-Timing header (no content)
-        ident = self._identity(authorization)
-        timing["auth"] = self._lat("auth", t_start)
         if request.top_k > self.s.top_k_ceiling:
             raise _Reject(422, {"detail": [{"loc": ["body", "top_k"], "type": "less_than_equal",
                                             "msg": f"top_k may be at most {self.s.top_k_ceiling}"}]})
@@ -165,7 +271,7 @@ class Gateway:
                                             "msg": f"candidates may be at most {self.s.candidate_width_ceiling}"}]})
         pkey = principal_key(ident.principal)
         t0 = time.perf_counter()
-        slot = await self.runs.reserve_search.remote(x_quarry_run, pkey)
+        slot = await self.runs.reserve_search.remote(run_id, pkey)
         timing["reserve"] = self._lat("run_store", t0)
         if slot == NOT_FOUND:
             self._count("search", 404)
@@ -173,59 +279,67 @@ class Gateway:
         if not slot["allowed"]:
             self._count("search", 409)
             # Searching past the budget ends the run: it abstains with budget_exhausted.
-            return await self._abstain(ident, x_quarry_run, "budget_exhausted", status=409,
+            return await self._abstain(ident, run_id, "budget_exhausted", status=409,
                                        extra={"query": request.query, "first_refusal": slot.get("newly_finished")})
+        res, outcome, resolution = await self._compose(ident.principal, request, timing)
+        decision = res.decision
+        delivered = [e.passage_id for e in res.excerpts]
         t0 = time.perf_counter()
-        res = await self.retriever.search.remote(ident.principal, request.core(), request.candidates)
-        timing["retrieve"] = self._lat("retrieve", t0)
-        timing.update({f"retriever-{k}": v for k, v in res.get("timings_ms", {}).items()})
-        for stage, ms in res.get("timings_ms", {}).items():
-            self.m["latency"].observe(ms, tags={"stage": f"retriever_{stage}"})
-        delivered = [e["passage_id"] for e in res["excerpts"]]
-        t0 = time.perf_counter()
-        after = await self.runs.record_results.remote(x_quarry_run, pkey, delivered)
+        after = await self.runs.record_results.remote(run_id, pkey, delivered, sorted(decision.rejected_ids))
         timing["record"] = self._lat("run_store", t0)
         if after == NOT_FOUND:
             raise _not_found()
-        self.m["candidates"].observe(len(res["candidates"]))
-        self.m["delivered"].observe(res["delivered_tokens"])
+        self.m["candidates"].observe(len(res.candidates))
+        self.m["delivered"].observe(res.delivered_tokens)
         final_pos = {pid: i for i, pid in enumerate(delivered, start=1)}
-        expanded = {e["passage_id"] for e in res["excerpts"] if e.get("expanded_to")}
+        expanded = {e.passage_id for e in res.excerpts if e.expanded_to}
+        width = candidate_width(self.search_settings, request.candidates, request.top_k)
         t0 = time.perf_counter()
         trace_id = await self._trace(ident, "search", {
-            "run_id": x_quarry_run,
+            "run_id": run_id,
             "query": request.query,
             "filters": {"top_k": request.top_k, "doc_type": request.doc_type,
                         "valid_at": request.valid_at and request.valid_at.isoformat(),
                         "candidates": request.candidates},
-            "generation": res["generation"],
+            "generation": res.generation,
             # which second stage ran (or why none did): kind, gate decision, metrics, model id
-            "second_stage": res.get("second_stage"),
-            "candidates": [{**c, "expanded": c["passage_id"] in expanded,
-                            "final_position": final_pos.get(c["passage_id"])} for c in res["candidates"]],
-            "stages": res["stages"],
+            "second_stage": {**info_for_trace(outcome.info), "status": outcome.status, "candidate_width": width,
+                             **({"error": outcome.error} if outcome.error else {})},
+            "candidates": [{**c.model_dump(mode="json"), "expanded": c.passage_id in expanded,
+                            "final_position": final_pos.get(c.passage_id), "verdict": decision.verdict(c.passage_id)}
+                           for c in res.candidates],
+            "stages": [st.model_dump(mode="json") for st in res.stages],
             "delivered": delivered,
-            "source_versions": sorted({f"{e['doc_id']}@{e['version']}" for e in res["excerpts"]}),
+            "source_versions": sorted({f"{e.doc_id}@{e.version}" for e in res.excerpts}),
+            # the resolution: ids and reason codes; follow-up queries by digest only (derived from passages)
+            "decision": decision.model_dump(mode="json"),
+            "follow_ups": [{"query_sha256": hashlib.sha256(f.query.encode()).hexdigest()[:16],
+                            "found": list(f.found), "generation": f.generation} for f in resolution.follow_ups],
             "new_ids": after["new_ids"],
             "searches_left": after["searches_left"],
-            "truncated": res["truncated"],
+            "truncated": res.truncated,
         })
         timing["trace"] = (time.perf_counter() - t0) * 1000
-        timing["total"] = self._lat("total_search", t_start)
-        response.headers["Server-Timing"] = ", ".join(f"{k};dur={v:.2f}" for k, v in timing.items())
+        self._lat("search", t_start)
         self._count("search", 200)
-        return {
-            "run_id": x_quarry_run,
-            "excerpts": res["excerpts"],
-            "stages": res["stages"],
-            "generation": res["generation"],
-            "delivered_tokens": res["delivered_tokens"],
-            "truncated": res["truncated"],
-            "message": res["message"],
-            "new_passage_ids": after["new_ids"],
-            "searches_left": after["searches_left"],
-            "trace_id": trace_id,
-        }
+        body = search_response(res)
+        return {"run_id": run_id, **body, "new_passage_ids": after["new_ids"],
+                "searches_left": after["searches_left"], "trace_id": trace_id}
+
+    @api.post("/v1/search", tags=["agent"])
+    async def search(self, request: SearchToolRequest, response: Response,
+                     authorization: str | None = Header(default=None),
+                     x_quarry_run: str = Header(alias=RUN_HEADER)):
+        t_start = time.perf_counter()
+        timing: dict[str, float] = {}  # per-stage ms, returned as a Server-Timing header (no content)
+        ident = self._identity(authorization)
+        timing["auth"] = self._lat("auth", t_start)
+        out = await self._search_impl(ident, x_quarry_run, request, timing)
+        timing["total"] = self._lat("total_search", t_start)
+        if isinstance(out, JSONResponse):
+            return out
+        response.headers["Server-Timing"] = ", ".join(f"{k};dur={v:.2f}" for k, v in timing.items())
+        return out
 
     @api.post("/v1/fetch", tags=["agent"])
     async def fetch(self, request: FetchRequest, authorization: str | None = Header(default=None),
@@ -273,6 +387,7 @@ class Gateway:
             self._count("answer", 422)
             return JSONResponse({"detail": _jsonable(errors)}, status_code=422)
         retrieved = set(start["retrieved_ids"])
+        rejected = frozenset(start.get("rejected_ids", ()))  # what this run's resolution rejected
         if decision.abstention is not None:
             reason = "model_abstained" if retrieved else "no_visible_evidence"
             await self.runs.end_answer.remote(x_quarry_run, pkey, reason)
@@ -280,12 +395,13 @@ class Gateway:
             return await self._abstain(ident, x_quarry_run, reason)
         cited = sorted({c.passage_id for c in decision.claims} & retrieved)
         texts = await self.retriever.texts.remote(ident.principal, cited) if cited else {}
-        report = check_claims(decision.claims, retrieved, texts.get)
+        report = check_claims(decision.claims, retrieved, texts.get, rejected=rejected)
         checks = [c.model_dump(mode="json") | {"failed": list(c.failed_checks)} for c in report.claims]
         if not report.passed:
-            await self.runs.end_answer.remote(x_quarry_run, pkey, "citation_check_failed")
+            reason = report.abstention_reason  # cites_rejected_evidence or citation_check_failed
+            await self.runs.end_answer.remote(x_quarry_run, pkey, reason)
             self._count("answer", 200)
-            return await self._abstain(ident, x_quarry_run, "citation_check_failed", extra={"checks": checks})
+            return await self._abstain(ident, x_quarry_run, reason, extra={"checks": checks})
         await self.runs.end_answer.remote(x_quarry_run, pkey, "answered")
         trace_id = await self._trace(ident, "answer", {"run_id": x_quarry_run, "outcome": "answered", "checks": checks})
         self._count("answer", 200)

@@ -80,11 +80,12 @@ class RunStore:
         self._put(s)
         return {**_view(s), "allowed": True}
 
-    def record_results(self, run_id: str, pkey: str, ids: list[str]) -> dict[str, Any] | str:
+    def record_results(self, run_id: str, pkey: str, ids: list[str],
+                       rejected_ids: list[str] | None = None) -> dict[str, Any] | str:
         s = self._get(run_id, pkey)
         if s is None:
             return NOT_FOUND
-        s, new = runs.record_results(s, ids)
+        s, new = runs.record_results(s, ids, rejected_ids=rejected_ids or ())
         self._put(s)
         return {**_view(s), "new_ids": sorted(new)}
 
@@ -107,7 +108,8 @@ class RunStore:
         if s.finished:
             return {**_view(s), "allowed": False}
         self._put(runs.finish(s, "pending"))
-        return {**_view(s), "allowed": True, "retrieved_ids": sorted(s.retrieved_ids)}
+        return {**_view(s), "allowed": True, "retrieved_ids": sorted(s.retrieved_ids),
+                "rejected_ids": sorted(s.rejected_ids)}
 
     def end_answer(self, run_id: str, pkey: str, outcome: str) -> None:
         s = self._get(run_id, pkey)

@@ -10,9 +10,13 @@ import sys
 
 import pytest
 
+from quarry.core import resolve as resolve_mod
 from quarry.core.citations import ABSTENTION_MESSAGE
 
 pytestmark = [pytest.mark.slow, pytest.mark.serve]
+
+# Lead: after merging the `resolve` branch this flag is False and the Acme assertions run.
+PLACEHOLDER = "INTERFACE ONLY" in (resolve_mod.__doc__ or "")
 
 
 def test_demo_runs_the_scripted_agent_over_http(tmp_path):
@@ -38,5 +42,13 @@ def test_demo_runs_the_scripted_agent_over_http(tmp_path):
     assert f"status 'abstained'; the user sees: {ABSTENTION_MESSAGE!r}" in out
     assert "reason code 'model_abstained' is only in the protected trace" in out
     assert out.count("searches left:") >= 6 and "stages: filter=" in out
+    # the Acme question: the decision record, the honest response built from it
+    assert "5. relevance is not authority: 'What is the EUR settlement cutoff for Acme?'" in out
+    assert "decision record (valid at " in out and "    selected    settlement-policy@3#" in out
+    assert "honest response, from the record alone: 'The " in out
+    if not PLACEHOLDER:  # the real resolver rejects the ticket comment; citing it fails check 5
+        assert "rejected    ticket-482-comment-17@1#" in out and "condition_ended by deploy-acme-cutover@1#" in out
+        assert "I therefore resolve the cutoff to 15:00" in out
+        assert "the operator trace says 'cites_rejected_evidence'; failed checks [['not_rejected']]" in out
     assert "Serve and Ray stopped" in out
     assert not (tmp_path / "home").exists()  # the demo signs with its own key, writes nothing there

@@ -58,33 +58,36 @@ def _candidates(root):
     p = Principal(tenant="globex", subject="u", groups=frozenset({"all-staff"}))
     m = mine_candidates(idx, p, HashingEmbedder(dim=64), {"q": "Security add-on SSO price"},
                         SearchSettings(candidate_width=8))["q"]
-    return idx.generation, [c.model_dump(mode="json") for c in m.candidates]
+    return idx.generation, tuple(m.candidates)
 
 
 def test_cross_encoder_is_served_without_a_promoted_ranker(index_root, tiny_ce):
     r = _reranker(index_root, reranker_factory="quarry.core.rerank:CrossEncoderReranker",
                   reranker_options={"model": tiny_ce, "max_length": 64})
+    from quarry.core.stage_records import RerankRequest
+
     gen, cands = _candidates(index_root)
-    out = asyncio.run(r.rerank("globex", gen, "Security add-on SSO price", cands, 3))
-    assert out["applied"] and out["info"]["kind"] == "cross-encoder"
-    assert [x["rerank_rank"] for x in out["ranked"]] == [1, 2, 3]
-    assert {x["passage_id"] for x in out["ranked"]} <= {c["passage_id"] for c in cands}
+    req = RerankRequest(tenant="globex", generation=gen, query="Security add-on SSO price", candidates=cands, top_k=3)
+    out = asyncio.run(r.rerank(req))
+    assert out.status == "applied" and out.info.kind == "cross-encoder"
+    assert [x.rerank_rank for x in out.ranked] == [1, 2, 3]
+    assert {x.passage_id for x in out.ranked} <= {c.passage_id for c in cands}
     # a candidate whose row does not hold that passage (another generation) is refused
-    bad = [dict(cands[0], passage_id="globex-nope@1#x")] + cands[1:]
-    with pytest.raises(ValueError):
-        asyncio.run(r.rerank("globex", gen, "q", bad, 3))
+    bad = (cands[0].model_copy(update={"passage_id": "globex-nope@1#x"}), *cands[1:])
+    with pytest.raises(ValueError, match="does not match row"):
+        asyncio.run(r.rerank(req.model_copy(update={"candidates": bad})))
 
     # the gate recorded a cross-encoder decision that said no: nothing is served
     from quarry.core.gate import evaluate_gate, record_decision
 
     record_decision(index_root, "globex", gen, evaluate_gate(0.6, 0.55, model_id=None), kind="cross-encoder")
-    out = asyncio.run(r.rerank("globex", gen, "Security add-on SSO price", cands, 3))
-    assert not out["applied"] and out["info"]["enabled"] is False
-    assert "does not beat the margin" in out["info"]["reason"]
+    out = asyncio.run(r.rerank(req))
+    assert out.status == "skipped" and out.ranked == () and out.info.enabled is False
+    assert "does not beat the margin" in out.info.reason
 
 
 def test_nothing_configured_is_skipped_with_a_reason(index_root):
     r = _reranker(index_root)
     gen, cands = _candidates(index_root)
     info = asyncio.run(r.describe("globex", gen))
-    assert info["enabled"] is False and info["reason"]
+    assert info.enabled is False and info.reason

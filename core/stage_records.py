@@ -1,0 +1,108 @@
+"""Typed records passed between the stages of one search (DESIGN §4, §6).
+
+The in-process search (:func:`quarry.core.search.search`) and the Serve composition
+(Gateway -> Retriever -> Reranker -> Retriever -> Resolver) hand each other these same
+frozen records, so both run the same stages in the same order and no stage reads a dict
+by key. They carry ids, ranks, scores, codes and small records, never arrays or masks.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from quarry.core.records import Candidate, Decision, Excerpt, Frozen, Principal, SearchRequest, StageReport
+
+
+class FirstStage(Frozen):
+    """Filter -> lexical and dense legs (with floors) -> RRF, for one query."""
+
+    tenant: str
+    generation: int
+    candidates: tuple[Candidate, ...]  # fused order, at most the candidate width
+    stages: tuple[StageReport, ...]  # filter, lexical, dense, fuse
+    lexical_rows: tuple[int, ...] = ()  # each leg's own ranking (tenant-wide rows): evaluation scores legs alone
+    dense_rows: tuple[int, ...] = ()
+
+
+class StageInfo(Frozen):
+    """Which second stage serves a (tenant, generation), and the gate decision behind it."""
+
+    kind: Literal["learned", "cross-encoder"] | None = None
+    enabled: bool = False
+    name: str | None = None
+    reason: str | None = None
+    model_id: str | None = None
+    generation: int | None = None
+    metrics: dict[str, Any] | None = None  # the gate's numbers, recorded in traces as they are
+    gate: dict[str, Any] | None = None  # JSON-safe summary of the recorded gate decision
+    unavailable: bool = False  # the Reranker could not be asked
+
+
+class RankedCandidate(Frozen):
+    passage_id: str
+    rerank_score: float
+    rerank_rank: int
+
+
+class RerankRequest(Frozen):
+    """What the Gateway sends the Reranker: the fused candidates (ids, rows, ranks); the
+    Reranker reads their passages from the same index generation itself."""
+
+    tenant: str
+    generation: int
+    query: str
+    candidates: tuple[Candidate, ...]
+    top_k: int
+
+
+class RerankOutcome(Frozen):
+    """A second stage's output: the kept top-k with scores, or why none ran."""
+
+    status: Literal["applied", "skipped", "failed"]
+    ranked: tuple[RankedCandidate, ...] = ()
+    info: StageInfo = StageInfo()
+    error: str | None = None  # exception class name when status is "failed"
+
+
+class Survivors(Frozen):
+    """The survivors of the second stage (or the fused top-k when none ran)."""
+
+    candidates: tuple[Candidate, ...]  # every fused candidate, in fused order, rerank fields where ranked
+    survivors: tuple[str, ...]  # passage ids, delivered order
+    report: StageReport
+    status: Literal["applied", "skipped", "failed"] = "skipped"
+
+
+class Expansion(Frozen):
+    excerpts: tuple[Excerpt, ...]  # verdict unset: resolution runs after expansion
+    truncated: bool
+    report: StageReport
+
+
+class ExpandRequest(Frozen):
+    principal: Principal
+    request: SearchRequest
+    generation: int
+    passage_ids: tuple[str, ...]
+
+
+class FollowUp(Frozen):
+    """One contradiction-search query and what it added to the resolver's evidence. The
+    query text is derived from passages, so traces record only its digest and the ids."""
+
+    query: str
+    found: tuple[str, ...]  # passage ids not already among the delivered ones
+    generation: int
+
+
+class Resolution(Frozen):
+    decision: Decision
+    follow_ups: tuple[FollowUp, ...] = ()
+    report: StageReport
+
+
+class ResolveRequest(Frozen):
+    principal: Principal
+    request: SearchRequest
+    generation: int
+    passage_ids: tuple[str, ...]  # the delivered excerpts, in order

@@ -1,0 +1,101 @@
+"""The decision record over HTTP: the Resolver deployment runs in the search path, every
+search response carries ``decision`` next to the excerpts (each with its verdict), the
+trace records it by ids and codes, and ``submit_answer`` refuses a citation of rejected
+evidence (check 5: the user gets the one generic abstention, the code is in the trace).
+
+The Acme assertions are the real resolver's rules (seed 000 §11.7); they are skipped while
+``quarry.core.resolve`` is the placeholder interface. Lead: run this file after merging
+the `resolve` branch.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from quarry.core import resolve as resolve_mod
+from quarry.core.citations import ABSTENTION_MESSAGE, ABSTENTION_REASONS
+
+pytestmark = [pytest.mark.serve, pytest.mark.slow]
+
+ACME_Q = "What is the EUR settlement cutoff for Acme?"
+PLACEHOLDER = "INTERFACE ONLY" in (resolve_mod.__doc__ or "")
+
+
+def _acme(app):
+    tok = app.token(subject="acme-agent", groups=("all-staff",))
+    run = app.new_run(tok)
+    r = app.search(tok, run, ACME_Q, top_k=10)
+    assert r.status_code == 200, r.text
+    return tok, run, r.json()
+
+
+def test_every_search_response_carries_the_decision_record(quarry_app):
+    app = quarry_app
+    _, _, body = _acme(app)
+    d = body["decision"]
+    assert set(d) >= {"selected", "rejected", "unresolved"} and body["excerpts"]
+    verdicts = {}
+    for s in d["selected"]:
+        assert set(s) == {"passage_id", "reason"}
+        verdicts[s["passage_id"]] = "selected"
+    for x in d["rejected"]:
+        assert {"passage_id", "reason", "by"} <= set(x)
+        verdicts[x["passage_id"]] = "rejected"
+    for u in d["unresolved"]:
+        assert set(u) == {"passage_ids", "reason"}
+        verdicts.update({pid: "unresolved" for pid in u["passage_ids"]})
+    # each excerpt carries its verdict, and it is the decision's
+    assert all(e["verdict"] == verdicts[e["passage_id"]] for e in body["excerpts"])
+    resolve_stage = next(s for s in body["stages"] if s["name"] == "resolve")
+    assert resolve_stage["kept"] == len(d["selected"]) and resolve_stage["dropped"] == len(d["rejected"])
+    # the trace holds the same decision by ids and codes, and each candidate's verdict
+    trace = app.trace(body["trace_id"]).json()
+    assert trace["decision"]["selected"] and [s["passage_id"] for s in trace["decision"]["selected"]] == [
+        s["passage_id"] for s in d["selected"]]
+    assert {c["passage_id"]: c["verdict"] for c in trace["candidates"] if c["final_position"]} == {
+        e["passage_id"]: e["verdict"] for e in body["excerpts"]}
+    assert all("query" not in f and len(f["query_sha256"]) == 16 for f in trace["follow_ups"])
+
+
+def test_tool_description_tells_the_agent_how_to_use_the_decision(quarry_app):
+    search = next(t for t in quarry_app.http.get("/v1/tools").json()["anthropic"] if t["name"] == "search")
+    desc = search["description"]
+    assert "decision" in desc and "rejected" in desc and "unresolved" in desc and "selected" in desc
+
+
+@pytest.mark.skipif(PLACEHOLDER, reason="needs the real quarry.core.resolve (lead: run after merging `resolve`)")
+def test_acme_decision_and_a_rejected_citation_fails_check_five(quarry_app):
+    app = quarry_app
+    tok, run, body = _acme(app)
+    d = body["decision"]
+    rejected = {x["passage_id"]: x for x in d["rejected"]}
+    ticket = next(pid for pid in rejected if pid.startswith("ticket-482-comment-17@"))
+    assert rejected[ticket]["reason"] == "condition_ended" and rejected[ticket]["by"].startswith("deploy-acme-cutover@")
+    runbook = [pid for pid in rejected if pid.startswith("settlement-runbook@2#")]
+    assert runbook and all(rejected[p]["reason"] == "superseded_by" and rejected[p]["by"].startswith(
+        "settlement-policy@3") for p in runbook)
+    selected_docs = {s["passage_id"].split("#")[0] for s in d["selected"]}
+    assert {"settlement-policy@3", "deploy-acme-cutover@1"} <= selected_docs and d["unresolved"] == []
+    excerpt = {e["passage_id"]: e for e in body["excerpts"]}
+    assert excerpt[ticket]["verdict"] == "rejected"  # delivered, but marked
+
+    claim = {"statement": "Acme's EUR cutoff is 16:00.", "passage_id": ticket,
+             "quote": "Acme remains on the 16:00 cutoff until cutover"}
+    r = app.http.post("/v1/answer", headers=app.h(tok, run), json={"claims": [claim]})
+    assert r.status_code == 200
+    out = r.json()
+    assert out["status"] == "abstained" and out["message"] == ABSTENTION_MESSAGE
+    assert not any(code in r.text for code in ABSTENTION_REASONS)
+    trace = app.trace(out["trace_id"]).json()
+    assert trace["reason"] == "cites_rejected_evidence" and trace["checks"][0]["failed"] == ["not_rejected"]
+
+    # the same answer from the governing policy passes every check
+    tok2, run2, body2 = _acme(app)
+    policy = next(s["passage_id"] for s in body2["decision"]["selected"]
+                  if s["passage_id"].startswith("settlement-policy@3#eur-cutoff"))
+    good = {"statement": "Acme's EUR cutoff is 15:00.", "passage_id": policy,
+            "quote": "Migrated tenants use the 15:00 EUR cutoff"}
+    r2 = app.http.post("/v1/answer", headers=app.h(tok2, run2), json={"claims": [good]})
+    assert r2.json()["status"] == "answered", json.dumps(app.trace(r2.json()["trace_id"]).json())

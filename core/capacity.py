@@ -236,7 +236,8 @@ def size_deployment(name: str, load: DeploymentLoad, peak_calls_per_s: float, tr
     if trough_calls_per_s > peak_calls_per_s:
         raise ValueError(f"trough rate {trough_calls_per_s}/s exceeds peak rate {peak_calls_per_s}/s")
     lam = peak_calls_per_s * load.visits_per_call
-    flight = Dist(p50=in_flight(lam, load.service_ms.p50 / 1000), p95=in_flight(lam, load.service_ms.p95 / 1000))
+    flight = Dist(p50=round(in_flight(lam, load.service_ms.p50 / 1000), 6),
+                  p95=round(in_flight(lam, load.service_ms.p95 / 1000), 6))
     target = float(load.batch_size) if load.batch_size else load.concurrency_per_replica * policy.target_utilization
     need = Dist(p50=_ceil(flight.p50 / target), p95=_ceil(flight.p95 / target))
     trough = in_flight(trough_calls_per_s * load.visits_per_call, load.service_ms.p50 / 1000)

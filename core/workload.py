@@ -57,6 +57,21 @@ class Prices(_Frozen):
     reranker_per_mtok: float = Field(ge=0)
 
 
+class Cluster(_Frozen):
+    """Worker shape for the KubeRay manifest: the plan's replica demand is packed onto
+    workers of this size (the Ray autoscaler adds and removes them between the bounds)."""
+
+    image: str = "registry.example.com/quarry/quarry-serve:0.1.0"  # FROM rayproject/ray:2.60.0-py311 + quarry-rag[serve]
+    ray_version: str = "2.60.0"
+    head_cpus: float = Field(default=2, gt=0)
+    head_memory: str = "8Gi"
+    cpu_worker_cpus: float = Field(default=8, gt=0)
+    cpu_worker_memory: str = "32Gi"
+    gpu_worker_cpus: float = Field(default=8, gt=0)
+    gpu_worker_gpus: int = Field(default=1, ge=1)
+    gpu_worker_memory: str = "64Gi"
+
+
 class WorkloadProfile(_Frozen):
     name: str
     description: str = ""
@@ -71,6 +86,7 @@ class WorkloadProfile(_Frozen):
     prices: Prices
     autoscaling: AutoscalingPolicy = AutoscalingPolicy()
     deployments: dict[str, DeploymentLoad]
+    cluster: Cluster = Cluster()
     app_args: dict[str, Any] = Field(default_factory=dict)  # non-sizing Serve application args
     provenance: dict[str, str] = Field(default_factory=dict)  # field -> "measured: ..." / "assumed: ..."
 

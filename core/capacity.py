@@ -129,6 +129,23 @@ def in_flight(arrival_per_s: float, time_in_system_s: float) -> float:
     return arrival_per_s * time_in_system_s
 
 
+def poisson_quantile(mean: float, q: float = 0.95) -> int:
+    """Smallest k with P(N <= k) >= q for N ~ Poisson(mean). With Poisson arrivals the
+    number of requests in service is Poisson around Little's-law mean (M/G/inf), so this is
+    the in-flight count to size for at quantile q, not the mean."""
+    if mean < 0 or not 0 < q < 1:
+        raise ValueError(f"poisson_quantile needs mean >= 0 and 0 < q < 1, got {mean}, {q}")
+    if mean == 0:
+        return 0
+    k, log_pmf = 0, -mean
+    total = math.exp(log_pmf)
+    while total < q:
+        k += 1
+        log_pmf += math.log(mean) - math.log(k)
+        total += math.exp(log_pmf)
+    return k
+
+
 def _rate(x: float, name: str) -> None:
     if not 0 <= x <= 1:
         raise ValueError(f"{name} must be a fraction in [0, 1], got {x}")
@@ -188,7 +205,8 @@ class DeploymentSizing(BaseModel):
 
     name: str
     peak_requests_per_s: float
-    in_flight_peak: Dist          # λ_peak × service time (Little's law)
+    mean_in_flight: Dist          # λ_peak × service time at p50/p95 (Little's law)
+    in_flight_peak: Dist          # p50: the mean; p95: Poisson 95th percentile at p95 service
     replicas_peak: Dist           # in_flight_peak / target_ongoing_requests, rounded up
     min_replicas: int
     max_replicas: int
@@ -236,8 +254,11 @@ def size_deployment(name: str, load: DeploymentLoad, peak_calls_per_s: float, tr
     if trough_calls_per_s > peak_calls_per_s:
         raise ValueError(f"trough rate {trough_calls_per_s}/s exceeds peak rate {peak_calls_per_s}/s")
     lam = peak_calls_per_s * load.visits_per_call
-    flight = Dist(p50=round(in_flight(lam, load.service_ms.p50 / 1000), 6),
-                  p95=round(in_flight(lam, load.service_ms.p95 / 1000), 6))
+    mean_in_flight = Dist(p50=round(in_flight(lam, load.service_ms.p50 / 1000), 6),
+                          p95=round(in_flight(lam, load.service_ms.p95 / 1000), 6))
+    # p50: Little's-law mean at median service time; p95: the Poisson 95th percentile of
+    # the in-flight count at p95 service time (bursts, not the average, fill replicas).
+    flight = Dist(p50=mean_in_flight.p50, p95=max(mean_in_flight.p95, poisson_quantile(mean_in_flight.p95)))
     target = float(load.batch_size) if load.batch_size else load.concurrency_per_replica * policy.target_utilization
     need = Dist(p50=_ceil(flight.p50 / target), p95=_ceil(flight.p95 / target))
     trough = in_flight(trough_calls_per_s * load.visits_per_call, load.service_ms.p50 / 1000)
@@ -247,7 +268,7 @@ def size_deployment(name: str, load: DeploymentLoad, peak_calls_per_s: float, tr
     if capped:
         hi = max(lo, load.max_replicas_cap)
     return DeploymentSizing(
-        name=name, peak_requests_per_s=lam, in_flight_peak=flight, replicas_peak=need,
+        name=name, peak_requests_per_s=lam, mean_in_flight=mean_in_flight, in_flight_peak=flight, replicas_peak=need,
         min_replicas=lo, max_replicas=hi, capped=capped, target_ongoing_requests=round(target, 6),
         max_ongoing_requests=max(_ceil(2 * target), load.batch_size or 1), batch_size=load.batch_size,
         look_back_period_s=policy.look_back_period_s, upscale_delay_s=policy.upscale_delay_s,

@@ -126,14 +126,14 @@ def render_table(plan, profile) -> str:
         fa, fb = (("yes" if v else "no") if isinstance(v, bool) else _n(v) for v in (a, b))
         lines.append(f"  {label:<{w - 2}} {fa:>16} {fb:>16}")
     lines.append("")
-    lines.append("deployments (Ray Serve autoscaling_config; in-flight = calls/s x service time)")
-    hdr = ("deployment", "req/s", "service ms", "in-flight", "need", "min", "max", "target", "max_ongoing",
+    lines.append("deployments (Ray Serve autoscaling_config; in-flight mean = calls/s x service time, p95 = Poisson 95th percentile)")
+    hdr = ("deployment", "req/s", "service ms p50/p95", "in-flight mean/p95", "replicas p50/p95", "min", "max", "target", "max_ongoing",
            "batch", "cpus", "gpus")
     rows = []
     for d in plan.deployments:
         load = profile.deployments[d.name]
         rows.append((d.name, _n(d.peak_requests_per_s), f"{_n(load.service_ms.p50)}/{_n(load.service_ms.p95)}",
-                     f"{_n(d.in_flight_peak.p50)}/{_n(d.in_flight_peak.p95)}",
+                     f"{_n(d.mean_in_flight.p50)}/{_n(d.in_flight_peak.p95)}",
                      f"{_n(d.replicas_peak.p50)}/{_n(d.replicas_peak.p95)}", str(d.min_replicas),
                      str(d.max_replicas) + (" (capped)" if d.capped else ""), _n(d.target_ongoing_requests),
                      str(d.max_ongoing_requests), str(d.batch_size or "-"), _n(d.num_cpus), _n(d.num_gpus)))

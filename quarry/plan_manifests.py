@@ -48,7 +48,9 @@ def _container(name: str, image: str, cpus: float, memory: str, gpus: int = 0) -
     limits: dict[str, Any] = {"cpu": _qty(cpus), "memory": memory}
     if gpus:
         limits["nvidia.com/gpu"] = str(gpus)
-    return {"name": name, "image": image, "resources": {"limits": limits, "requests": dict(limits)}}
+    # Replicas read the HS256 key from the environment; on Kubernetes it comes from a Secret.
+    env = [{"name": "QUARRY_JWT_SECRET", "valueFrom": {"secretKeyRef": {"name": "quarry-jwt", "key": "secret"}}}]
+    return {"name": name, "image": image, "env": env, "resources": {"limits": limits, "requests": dict(limits)}}
 
 
 def rayservice(plan: CapacityPlan, profile: WorkloadProfile, serve_cfg: dict[str, Any], *,

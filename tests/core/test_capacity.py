@@ -118,6 +118,13 @@ def test_p95_is_computed_from_p95_inputs():
     assert p.p95.active_paths == pytest.approx(25 * 2_470 * 1.3 / 1000)
 
 
+def test_poisson_quantile_against_scipy():
+    stats = pytest.importorskip("scipy.stats")
+    for mean in (0.01, 0.46, 3.15, 6.3, 80, 2_000):
+        assert cap.poisson_quantile(mean) == int(stats.poisson.ppf(0.95, mean))
+    assert cap.poisson_quantile(0) == 0
+
+
 # --- sizing -------------------------------------------------------------------------------------
 
 POLICY = AutoscalingPolicy(look_back_period_s=10, upscale_delay_s=10, downscale_delay_s=60, target_utilization=0.8)
@@ -126,10 +133,12 @@ POLICY = AutoscalingPolicy(look_back_period_s=10, upscale_delay_s=10, downscale_
 def test_sizing_follows_littles_law():
     load = DeploymentLoad(service_ms=Dist(p50=70, p95=140), concurrency_per_replica=1)
     s = cap.size_deployment("Retriever", load, peak_calls_per_s=45, trough_calls_per_s=3.6, policy=POLICY)
-    assert s.in_flight_peak.p50 == pytest.approx(3.15) and s.in_flight_peak.p95 == pytest.approx(6.3)
+    assert s.mean_in_flight == Dist(p50=3.15, p95=6.3)  # 45/s × 70 ms, 45/s × 140 ms
+    assert s.in_flight_peak.p50 == 3.15
+    assert s.in_flight_peak.p95 == 11                   # Poisson(6.3) 95th percentile
     assert s.target_ongoing_requests == 0.8
-    assert s.replicas_peak == Dist(p50=4, p95=8)       # ceil(3.15/0.8), ceil(6.3/0.8)
-    assert (s.min_replicas, s.max_replicas) == (1, 8)  # trough 3.6 × 0.07 = 0.252 in flight
+    assert s.replicas_peak == Dist(p50=4, p95=14)       # ceil(3.15/0.8), ceil(11/0.8)
+    assert (s.min_replicas, s.max_replicas) == (1, 14)  # trough 3.6 × 0.07 = 0.252 in flight
     assert s.max_ongoing_requests == 2
     cfg = s.autoscaling_config()
     assert cfg["upscale_delay_s"] >= cfg["look_back_period_s"] <= cfg["downscale_delay_s"]
@@ -140,7 +149,8 @@ def test_batching_deployment_targets_a_full_batch():
     s = cap.size_deployment("Reranker", load, peak_calls_per_s=200, trough_calls_per_s=10, policy=POLICY)
     assert s.target_ongoing_requests == 16
     assert s.max_ongoing_requests >= s.batch_size
-    assert s.max_replicas == 5  # ceil(200 × 0.4 / 16)
+    assert s.mean_in_flight.p95 == 80                   # 200/s × 0.4 s
+    assert s.max_replicas == 6  # ceil(Poisson(80) p95 = 95 / 16)
     assert s.serve_options()["ray_actor_options"] == {"num_cpus": 1.0, "num_gpus": 1.0}
 
 
@@ -175,7 +185,8 @@ def test_seed_plan_sizes_every_deployment_with_autoscaling():
     assert [d.name for d in p.deployments] == ["Gateway", "Retriever", "Reranker"]
     r = p.deployment("Retriever")
     assert r.peak_requests_per_s == 45  # 25 tasks/s × 1.8 calls
-    assert r.max_replicas == 4          # ceil(45 × 0.07 / 0.8)
+    assert r.mean_in_flight.p50 == 3.15  # 45/s × 70 ms
+    assert r.max_replicas == 8           # ceil(Poisson(3.15) p95 = 6 / 0.8)
     assert p.deployment("Reranker").num_gpus == 1
 
 

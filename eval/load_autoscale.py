@@ -161,7 +161,10 @@ def summarise(rec: Recorder, phases: list[tuple[str, float, float]], plan, profi
             "error_kinds": ", ".join(f"{k}: {v}" for k, v in sorted(Counter(str(r["status"]) for r in reqs
                                                                              if r["status"] != 200).items())) or "-", "achieved_per_s": round(len(reqs) / secs, 2) if secs else 0,
             "p50_ms": round(_q(ok, 50), 1), "p95_ms": round(_q(ok, 95), 1),
+            # completions per second of the phase: below the offered rate means saturation
+            "ok_per_s": round(len(ok) / secs, 2) if secs else 0,
             "in_flight_sampled_mean": round(statistics.fmean(s["in_flight"] for s in samples), 2) if samples else 0,
+            "in_flight_sampled_p50": round(_q([s["in_flight"] for s in samples], 50), 1) if samples else 0,
             "in_flight_sampled_max": max((s["in_flight"] for s in samples), default=0),
             "in_flight_littles_law": round(len(reqs) / secs * statistics.fmean(ok) / 1000, 2) if ok and secs else 0,
             "in_flight_planned": round(cap.in_flight(rate, gw.p50 / 1000), 2),
@@ -184,11 +187,15 @@ def plot(rec: Recorder, plan, path: Path, phases: list[tuple[str, float, float]]
     import matplotlib.pyplot as plt
 
     t = [s["t"] for s in rec.samples]
-    fig, (a1, a2) = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
+    fig, (a1, a2) = plt.subplots(2, 1, figsize=(9, 6.4), sharex=True)
     for d in plan.deployments:
         a1.step(t, [s.get(f"{d.name}.running", 0) for s in rec.samples], where="post", label=f"{d.name} running")
         a1.axhline(d.max_replicas, ls=":", lw=0.8, color=a1.lines[-1].get_color())
-    a1.set_ylabel("replicas (dotted: planned max)")
+    for d, line in zip(plan.deployments, list(a1.lines)[::2]):
+        if any(f"{d.name}.target" in x for x in rec.samples):
+            a1.step(t, [x.get(f"{d.name}.target", 0) for x in rec.samples], where="post", ls="--", lw=0.7,
+                    color=line.get_color())
+    a1.set_ylabel("replicas (dashed: autoscaler target,\ndotted: planned max)", fontsize=8)
     a1.legend(loc="upper left", fontsize=8)
     a2.plot(t, [s["in_flight"] for s in rec.samples], lw=0.8, label="in flight (client, sampled 1/s)")
     a2.set_ylabel("requests in flight")
@@ -196,9 +203,10 @@ def plot(rec: Recorder, plan, path: Path, phases: list[tuple[str, float, float]]
     for b, (name, rate, _) in zip(bounds, phases):
         for ax in (a1, a2):
             ax.axvline(b, color="grey", lw=0.5)
-        a2.text(b + 1, a2.get_ylim()[1] * 0.9, f"{name}\n{rate:g}/s", fontsize=7, va="top")
+        a1.annotate(f"{name} {rate:g}/s", (b, 1.0), xycoords=("data", "axes fraction"), xytext=(2, 2),
+                    textcoords="offset points", fontsize=7, va="bottom")
     a2.legend(loc="upper right", fontsize=8)
-    fig.suptitle("Quarry on loopback: planned autoscaling under two arrival rates (2 shared cores)")
+    fig.suptitle("Quarry on loopback: planned autoscaling under two arrival rates (2 shared cores)", y=0.995)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 

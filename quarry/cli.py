@@ -42,6 +42,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("quarry.serve.cli_entry", "start the Ray Serve endpoint for agents"),
     "token": ("quarry.serve.token_cmd", "mint a development bearer token"),
     "train-ranker": ("quarry.jobs.train_ranker", "train a tenant's learned second-stage ranker and gate it"),
+    "plan": ("quarry.plan_cmd", "capacity plan from a workload profile: cost table, Serve autoscaling config, RayService"),
 }
 
 

@@ -7,29 +7,44 @@ from typing import Any
 
 from ray.serve import Application
 
+from quarry.core.workload import DEPLOYMENTS
+
 from .deployments import Reranker, Resolver, Retriever
 from .gateway import Gateway
 from .settings import ServeSettings, settings_from_args
 
 
+def _options(s: ServeSettings, name: str, **defaults: Any) -> dict[str, Any]:
+    """The builder's defaults for deployment ``name``, overridden by the planned options
+    (``quarry plan``); an autoscaling config replaces a fixed replica count."""
+    opts = {**defaults, **s.deployment_options.get(name, {})}
+    if opts.get("autoscaling_config"):
+        opts.pop("num_replicas", None)
+    return opts
+
+
 def build_app(args: dict[str, Any] | ServeSettings | None = None) -> Application:
     s = settings_from_args(args)
+    unknown = sorted(set(s.deployment_options) - set(DEPLOYMENTS))
+    if unknown:
+        raise ValueError(f"deployment_options for unknown deployment(s) {unknown}; "
+                         f"the application has {', '.join(DEPLOYMENTS)}")
     reranker = None
     if s.reranker_enabled:
         # max_ongoing_requests must cover a full batch or @serve.batch never fills one.
-        reranker = Reranker.options(
-            max_ongoing_requests=max(s.max_ongoing_requests, 2 * s.reranker_batch_size),
+        reranker = Reranker.options(**_options(
+            s, "Reranker", max_ongoing_requests=max(s.max_ongoing_requests, 2 * s.reranker_batch_size),
             ray_actor_options={"num_cpus": s.reranker_num_cpus, "num_gpus": s.reranker_num_gpus},
-        ).bind(s)
-    retriever = Retriever.options(
-        num_replicas=s.retriever_replicas, max_ongoing_requests=s.max_ongoing_requests,
+        )).bind(s)
+    retriever = Retriever.options(**_options(
+        s, "Retriever", num_replicas=s.retriever_replicas, max_ongoing_requests=s.max_ongoing_requests,
         ray_actor_options={"num_cpus": 0.5, "num_gpus": s.retriever_num_gpus},
-    ).bind(s)
+    )).bind(s)
     # Resolution is light CPU work over a few passages; its follow-up queries go to the Retriever.
-    resolver = Resolver.options(
-        max_ongoing_requests=s.max_ongoing_requests, ray_actor_options={"num_cpus": 0.1},
-    ).bind(s, retriever)
-    return Gateway.options(
-        num_replicas=s.gateway_replicas, max_ongoing_requests=4 * s.max_ongoing_requests,
+    resolver = Resolver.options(**_options(
+        s, "Resolver", max_ongoing_requests=s.max_ongoing_requests, ray_actor_options={"num_cpus": 0.1},
+    )).bind(s, retriever)
+    return Gateway.options(**_options(
+        s, "Gateway", num_replicas=s.gateway_replicas, max_ongoing_requests=4 * s.max_ongoing_requests,
         ray_actor_options={"num_cpus": 0.25},
-    ).bind(s, retriever, reranker, resolver)
+    )).bind(s, retriever, reranker, resolver)

@@ -41,7 +41,13 @@ def config_args(config: str | None) -> dict[str, Any]:
     apps = data.get("applications")
     if apps:
         mine = [a for a in apps if a.get("import_path", "").startswith("quarry.serve.app")] or apps
-        return dict(mine[0].get("args") or {})
+        out = dict(mine[0].get("args") or {})
+        # The config's per-deployment options (autoscaling from `quarry plan`) apply here too,
+        # as `serve deploy` would apply them.
+        planned = {d["name"]: {k: v for k, v in d.items() if k != "name"} for d in mine[0].get("deployments") or []}
+        if planned:
+            out.setdefault("deployment_options", planned)
+        return out
     return dict(data)
 
 

@@ -75,6 +75,10 @@ class ServeSettings(BaseModel):
     # request may ask for up to this many.
     candidate_width_ceiling: int = Field(default=100, ge=1, le=1000)
     search: dict[str, Any] = Field(default_factory=dict)  # quarry.core.search.SearchSettings overrides
+    # Ray Serve options per deployment name (Gateway, Retriever, Reranker): autoscaling_config,
+    # max_ongoing_requests, ray_actor_options, as `quarry plan` writes them into a Serve
+    # config's `deployments` list. They override the builder's defaults.
+    deployment_options: dict[str, dict[str, Any]] = Field(default_factory=dict)
     run_budget: int = Field(default=3, ge=1, le=20)
     top_k_ceiling: int = Field(default=10, ge=1, le=50)
     trace_capacity: int = Field(default=10_000, ge=10)

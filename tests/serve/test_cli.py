@@ -40,7 +40,10 @@ def test_serve_arguments_and_config_file(tmp_path, monkeypatch):
     args = build_parser("serve").parse_args(["serve", "--index-root", "idx", "--config", "infra/serve/quarry-serve.yaml"])
     assert (args.host, args.port, args.address) == ("127.0.0.1", 8000, None)
     data = config_args(args.config)  # the Serve config file's application args
-    assert data["gateway_replicas"] == 2 and data["run_budget"] == 3
+    # Replica counts are planned (quarry plan), not args: the deployments list becomes deployment_options.
+    assert "gateway_replicas" not in data and data["run_budget"] == 3
+    assert set(data["deployment_options"]) == {"Gateway", "Retriever", "Reranker"}
+    assert all("autoscaling_config" in o for o in data["deployment_options"].values())
     s = settings_from_args({**data, "index_root": "/abs/idx"})
     assert s.index_root == "/abs/idx" and s.auth.algorithms == ("HS256",)
     flat = tmp_path / "flat.yaml"

@@ -1,0 +1,187 @@
+"""``quarry plan``: the cost and capacity table for a workload profile, and the Ray Serve
+config (and KubeRay RayService) whose deployments autoscale as the plan says."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+EPILOG = """\
+examples:
+  quarry plan --profile infra/profiles/seed-11-5.yaml --json
+  quarry plan --profile infra/profiles/quarry-local.yaml --out infra/serve/quarry-serve.yaml \\
+      --rayservice infra/kuberay/rayservice.yaml
+  quarry plan --profile infra/profiles/quarry-local.yaml --from-traces var/traces/
+
+--from-traces reads search traces (JSON lines or Parquet, a file or a folder) and replaces
+the profile's candidate, delivered-token, survivor, calls-per-task and service-time
+distributions with the measured ones (see quarry/core/trace_samples.py for the fields).
+"""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.epilog = EPILOG
+    p.add_argument("--profile", required=True, help="workload profile YAML (infra/profiles/*.yaml)")
+    p.add_argument("--from-traces", default=None, metavar="PATH",
+                   help="fill the profile's distributions from search traces under PATH")
+    p.add_argument("--out", default=None, metavar="FILE", help="write the Ray Serve config here")
+    p.add_argument("--rayservice", default=None, metavar="FILE", help="write a KubeRay RayService manifest here")
+    p.add_argument("--json", action="store_true", help="print the plan as one JSON object instead of the table")
+
+
+def load_profile(path: str):
+    import yaml
+    from pydantic import ValidationError
+
+    from quarry.core.workload import WorkloadProfile
+
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except OSError as e:
+        raise ValueError(f"cannot read profile {path}: {e.strerror}") from e
+    except yaml.YAMLError as e:
+        raise ValueError(f"{path} is not valid YAML: {e}") from e
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a mapping of profile fields (see infra/profiles/seed-11-5.yaml)")
+    try:
+        return WorkloadProfile.model_validate(data)
+    except ValidationError as e:
+        err = e.errors()[0]
+        where = ".".join(str(x) for x in err["loc"]) or "profile"
+        raise ValueError(f"{path}: {where}: {err['msg']} ({e.error_count()} problem(s) in all)") from e
+
+
+def plan_json(plan) -> dict[str, Any]:
+    """The plan as plain JSON; whole numbers print as integers (8800, not 8800.0)."""
+    def ints(v: Any) -> Any:
+        if isinstance(v, dict):
+            return {k: ints(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [ints(x) for x in v]
+        return int(v) if isinstance(v, float) and v.is_integer() else v
+
+    return ints(json.loads(plan.model_dump_json()))
+
+
+def _n(x: float) -> str:
+    if x == float("inf"):
+        return "never"
+    if float(x).is_integer():
+        return f"{int(x):,}"
+    return f"{x:,.4f}".rstrip("0").rstrip(".") if abs(x) < 10 else f"{x:,.1f}"
+
+
+ROWS = (
+    ("cost per retrieval call", None),
+    ("reranker token-units (candidates x tokens)", "reranker_token_units"),
+    ("delivered tokens after expansion", "delivered_tokens"),
+    ("narrow evidence token-turns", "narrow_token_turns"),
+    ("wide (unranked) tokens", "wide_tokens"),
+    ("wide token-turns", "wide_token_turns"),
+    ("token-turns avoided by the funnel", "avoided_token_turns"),
+    ("reranking pays (break-even condition)", "reranking_pays"),
+    ("break-even remaining turns", "break_even_turns"),
+    ("one-turn case: token reduction", "one_turn.reduction"),
+    ("one-turn case: reranking pays", "one_turn.reranking_pays"),
+    ("per day", None),
+    ("retrieval calls", "calls_per_day"),
+    ("main-model token-turns avoided", "avoided_token_turns_per_day"),
+    ("reranker token-units", "reranker_token_units_per_day"),
+    ("per task", None),
+    ("calls per task (insufficiency model)", "calls_per_task"),
+    ("calls per task at target insufficiency", "calls_per_task_target"),
+    ("fall in retrieval calls", "calls_fall"),
+    ("one pass ms (retrieve + rerank + judge)", "pass_ms"),
+    ("expected retrieval-path ms", "expected_latency_ms"),
+    ("expected ms at target repeat rate", "expected_latency_target_ms"),
+    ("saved by halving rerank ms", "rerank_halving_saving_ms"),
+    ("saved by halving the repeat rate ms", "repeat_halving_saving_ms"),
+    ("at peak (Little's law)", None),
+    ("active retrieval paths", "active_paths"),
+    ("active paths at target repeat rate", "active_paths_target"),
+    ("endpoint calls/s", "peak_calls_per_s"),
+)
+
+
+def _get(e, path: str):
+    for part in path.split("."):
+        e = getattr(e, part)
+    return e
+
+
+def render_table(plan, profile) -> str:
+    lines = [f"quarry plan: profile {plan.profile}"
+             + (f" (measured on {plan.measured_on})" if plan.measured_on else " (nothing measured: illustrative)")]
+    w = 46
+    lines.append(f"{'':<{w}} {'p50':>16} {'p95':>16}")
+    for label, key in ROWS:
+        if key is None:
+            lines.append(label)
+            continue
+        a, b = _get(plan.p50, key), _get(plan.p95, key)
+        fa, fb = (("yes" if v else "no") if isinstance(v, bool) else _n(v) for v in (a, b))
+        lines.append(f"  {label:<{w - 2}} {fa:>16} {fb:>16}")
+    lines.append("")
+    lines.append("deployments (Ray Serve autoscaling_config; in-flight mean = calls/s x service time, p95 = Poisson 95th percentile)")
+    hdr = ("deployment", "req/s", "service ms p50/p95", "in-flight mean/p95", "replicas p50/p95", "min", "max", "target", "max_ongoing",
+           "batch", "cpus", "gpus")
+    rows = []
+    for d in plan.deployments:
+        load = profile.deployments[d.name]
+        rows.append((d.name, _n(d.peak_requests_per_s), f"{_n(load.service_ms.p50)}/{_n(load.service_ms.p95)}",
+                     f"{_n(d.mean_in_flight.p50)}/{_n(d.in_flight_peak.p95)}",
+                     f"{_n(d.replicas_peak.p50)}/{_n(d.replicas_peak.p95)}", str(d.min_replicas),
+                     str(d.max_replicas) + (" (capped)" if d.capped else ""), _n(d.target_ongoing_requests),
+                     str(d.max_ongoing_requests), str(d.batch_size or "-"), _n(d.num_cpus), _n(d.num_gpus)))
+    widths = [max(len(str(r[i])) for r in (hdr, *rows)) for i in range(len(hdr))]
+    for r in (hdr, *rows):
+        lines.append("  " + "  ".join(str(c).rjust(widths[i]) if i else str(c).ljust(widths[i]) for i, c in enumerate(r)))
+    a = profile.autoscaling
+    lines.append(f"  look_back_period_s {_n(a.look_back_period_s)}, upscale_delay_s {_n(a.upscale_delay_s)}, "
+                 f"downscale_delay_s {_n(a.downscale_delay_s)}; p50/p95 columns are at p50/p95 service time")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    from quarry.core.workload import plan as make_plan
+
+    from . import plan_manifests as pm
+
+    try:
+        profile = load_profile(args.profile)
+        if args.from_traces:
+            from quarry.core.trace_samples import apply_samples, collect_samples, read_trace_records
+
+            samples = collect_samples(read_trace_records(args.from_traces))
+            profile = apply_samples(profile, samples, args.from_traces)
+        plan = make_plan(profile)
+    except (OSError, ValueError) as e:
+        print(f"quarry plan: error: {e}", file=sys.stderr)
+        return 2
+    cfg = pm.serve_config(plan, profile)
+    header = (f"# Generated by `quarry plan --profile {args.profile}"
+              + (f" --from-traces {args.from_traces}" if args.from_traces else "")
+              + "`; do not edit by hand: change the profile and regenerate.\n"
+              "# Every deployment autoscales with the planned settings (quarry.core.capacity).\n"
+              "# The HS256 secret is not written here: set QUARRY_JWT_SECRET in the runtime env, or\n"
+              "# point jwt_public_key_file at the identity provider's RS256 public key.\n")
+    for path, data in ((args.out, cfg), (args.rayservice, pm.rayservice(plan, profile, cfg) if args.rayservice else None)):
+        if path:
+            try:
+                Path(path).parent.mkdir(parents=True, exist_ok=True)
+                Path(path).write_text(pm.dump_yaml(data, header))
+            except OSError as e:
+                print(f"quarry plan: error: cannot write {path}: {e.strerror}", file=sys.stderr)
+                return 2
+    if args.json:
+        print(json.dumps(plan_json(plan)))
+    else:
+        print(render_table(plan, profile))
+        for path, what in ((args.out, "Serve config"), (args.rayservice, "RayService manifest")):
+            if path:
+                print(f"wrote {what} {path}")
+    return 0

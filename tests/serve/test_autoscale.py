@@ -1,0 +1,104 @@
+"""A planned autoscaling config, deployed through the real app builder next to the session's
+application, scales the Retriever up under concurrent searches and back down when idle.
+
+No timing is asserted: the plan's target is set so far below any real load that any
+concurrent traffic asks for max_replicas, and the waits are only upper bounds for a loaded
+machine (the metric push interval is Ray's default 10 s in this shared Ray session)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+pytestmark = [pytest.mark.serve, pytest.mark.slow]
+
+APP, ROUTE = "quarry-autoscale", "/autoscale"
+RUN_HEADER = "X-Quarry-Run"
+SEED = Path(__file__).resolve().parents[2] / "infra" / "profiles" / "seed-11-5.yaml"
+
+
+def _profile():
+    import yaml
+
+    from quarry.core.workload import WorkloadProfile
+
+    data = yaml.safe_load(SEED.read_text())
+    data["autoscaling"] = {"look_back_period_s": 2, "upscale_delay_s": 2, "downscale_delay_s": 4,
+                           "target_utilization": 0.05}
+    # Tiny CPU reservations: the session's application already holds most of the 2 CPUs.
+    data["deployments"] = {
+        "Gateway": {"service_ms": 50, "concurrency_per_replica": 4, "num_cpus": 0.05},
+        # 45 calls/s x 25 ms = 1.125 in flight; target 0.05 -> many replicas, capped at 2.
+        "Retriever": {"service_ms": 25, "concurrency_per_replica": 1, "num_cpus": 0.05, "max_replicas_cap": 2},
+    }
+    return WorkloadProfile.model_validate(data)
+
+
+def _running(name: str) -> int:
+    from ray import serve
+
+    d = serve.status().applications[APP].deployments[name]
+    return sum(v for k, v in d.replica_states.items() if str(k).endswith("RUNNING"))
+
+
+def _wait(pred, bound_s: float) -> bool:
+    deadline = time.monotonic() + bound_s
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(0.5)
+    return pred()
+
+
+def test_planned_autoscaling_scales_retriever_up_and_down(quarry_app):
+    from ray import serve
+
+    from quarry.core.workload import plan
+    from quarry.plan_manifests import serve_config
+    from quarry.serve.app import build_app
+    from quarry.serve.settings import settings_from_args
+
+    profile = _profile()
+    p = plan(profile)
+    r = p.deployment("Retriever")
+    assert (r.min_replicas, r.max_replicas, r.capped) == (1, 2, True)
+    cfg = serve_config(p, profile)
+    dep_opts = {d["name"]: {k: v for k, v in d.items() if k != "name"} for d in cfg["applications"][0]["deployments"]}
+    settings = settings_from_args({
+        **cfg["applications"][0]["args"], "index_root": quarry_app.root, "jwt_secret": quarry_app.secret,
+        "ray_namespace": "quarry-test", "store_name_prefix": "quarrytest-autoscale", "deployment_options": dep_opts,
+    })
+    serve.run(build_app(settings), name=APP, route_prefix=ROUTE)
+    try:
+        assert _wait(lambda: _running("Retriever") == 1, 120)
+        base = f"{quarry_app.base}{ROUTE}"
+        token = quarry_app.token(tenant="acme", groups=("support",))
+        stop = threading.Event()
+        statuses: list[int] = []
+
+        def client() -> None:
+            with httpx.Client(base_url=base, timeout=60) as http:
+                while not stop.is_set():
+                    run = http.post("/v1/runs", headers={"Authorization": f"Bearer {token}"}).json()["run_id"]
+                    r = http.post("/v1/search", json={"query": "settlement cutoff"},
+                                  headers={"Authorization": f"Bearer {token}", RUN_HEADER: run})
+                    statuses.append(r.status_code)
+
+        threads = [threading.Thread(target=client, daemon=True) for _ in range(6)]
+        for t in threads:
+            t.start()
+        try:
+            scaled_up = _wait(lambda: _running("Retriever") == 2, 150)
+        finally:
+            stop.set()
+            for t in threads:
+                t.join(timeout=60)
+        assert scaled_up, "Retriever never reached its planned max_replicas=2 under load"
+        assert statuses and set(statuses) == {200}
+        assert _wait(lambda: _running("Retriever") == 1, 150), "Retriever did not scale back to min_replicas=1"
+    finally:
+        serve.delete(APP)

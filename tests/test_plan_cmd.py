@@ -1,0 +1,170 @@
+"""`quarry plan`: JSON and table output, the generated Serve config against Ray's own schema,
+the RayService against KubeRay's CRD schema, the checked-in files against a fresh
+regeneration, --from-traces, and bad input."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+
+from quarry.cli import main
+from quarry.plan_manifests import validate_rayservice, validate_serve_config
+
+ROOT = Path(__file__).resolve().parents[1]
+SEED = ROOT / "infra" / "profiles" / "seed-11-5.yaml"
+LOCAL = ROOT / "infra" / "profiles" / "quarry-local.yaml"
+
+
+def plan(capsys, *argv: str) -> tuple[int, str, str]:
+    rc = main(["plan", *argv])
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def test_seed_json_prints_every_worked_number(capsys):
+    rc, out, _ = plan(capsys, "--profile", str(SEED), "--json")
+    assert rc == 0
+    e = json.loads(out)["p50"]  # one JSON object
+    assert {k: e[k] for k in ("reranker_token_units", "delivered_tokens", "narrow_token_turns", "wide_token_turns",
+                              "avoided_token_turns", "calls_per_day", "avoided_token_turns_per_day",
+                              "reranker_token_units_per_day")} == {
+        "reranker_token_units": 8_800, "delivered_tokens": 2_600, "narrow_token_turns": 15_600,
+        "wide_token_turns": 42_000, "avoided_token_turns": 26_400, "calls_per_day": 18_000,
+        "avoided_token_turns_per_day": 475_200_000, "reranker_token_units_per_day": 158_400_000}
+    assert e["one_turn"] == {"wide_tokens": 7_000, "narrow_tokens": 2_600, "reduction": 4_400,
+                             "reranker_token_units": 8_800, "reranking_pays": True}
+    assert (e["calls_per_task"], e["calls_per_task_target"], e["calls_fall"]) == (1.6, 1.3, 0.1875)
+    assert (e["pass_ms"], e["expected_latency_ms"], e["expected_latency_target_ms"]) == (2_080, 2_704, 2_392)
+    assert (e["rerank_halving_saving_ms"], e["repeat_halving_saving_ms"]) == (136.5, 312)
+    assert (e["active_paths"], e["active_paths_target"]) == (67.6, 59.8)
+    assert isinstance(e["reranker_token_units"], int)  # 8800, not 8800.0
+
+
+def test_table_names_each_figure(capsys):
+    rc, out, _ = plan(capsys, "--profile", str(SEED))
+    assert rc == 0
+    assert "475,200,000" in out and "158,400,000" in out and "67.6" in out
+    for name in ("Gateway", "Retriever", "Reranker"):
+        assert name in out
+
+
+def test_serve_config_validates_with_rays_schema_and_autoscales_everything(capsys, tmp_path):
+    out = tmp_path / "serve.yaml"
+    rc, _, _ = plan(capsys, "--profile", str(LOCAL), "--out", str(out))
+    assert rc == 0
+    cfg = yaml.safe_load(out.read_text())
+    validate_serve_config(cfg)
+    from ray.serve.schema import ServeApplicationSchema
+
+    app = ServeApplicationSchema.model_validate(cfg["applications"][0])
+    assert {d.name for d in app.deployments} == {"Gateway", "Retriever", "Reranker", "Resolver"}
+    for d in cfg["applications"][0]["deployments"]:
+        a = d["autoscaling_config"]
+        assert "num_replicas" not in d
+        assert a["upscale_delay_s"] >= a["look_back_period_s"] and a["downscale_delay_s"] >= a["look_back_period_s"]
+        assert d["max_ongoing_requests"] >= a["target_ongoing_requests"]
+    assert not any(k.endswith("_replicas") for k in cfg["applications"][0]["args"])
+
+
+def test_ray_schema_rejects_a_broken_config(capsys, tmp_path):
+    from pydantic import ValidationError
+
+    out = tmp_path / "serve.yaml"
+    plan(capsys, "--profile", str(LOCAL), "--out", str(out))
+    cfg = yaml.safe_load(out.read_text())
+    cfg["applications"][0]["deployments"][0]["num_replicas"] = 2  # with autoscaling_config: refused
+    with pytest.raises(ValidationError, match="num_replicas"):
+        validate_serve_config(cfg)
+
+
+def test_rayservice_validates_against_the_kuberay_crd_schema(capsys, tmp_path):
+    out = tmp_path / "rs.yaml"
+    rc, _, _ = plan(capsys, "--profile", str(SEED), "--rayservice", str(out))
+    assert rc == 0
+    m = yaml.safe_load(out.read_text())
+    validate_rayservice(m)
+    groups = {g["groupName"]: g for g in m["spec"]["rayClusterConfig"]["workerGroupSpecs"]}
+    assert set(groups) == {"cpu", "gpu"}  # the seed's reranker asks for a GPU
+    assert groups["gpu"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    embedded = yaml.safe_load(m["spec"]["serveConfigV2"])
+    validate_serve_config(embedded)
+    broken = copy.deepcopy(m)
+    del broken["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]["maxReplicas"]
+    with pytest.raises(jsonschema.ValidationError, match="maxReplicas"):
+        validate_rayservice(broken)
+    broken = copy.deepcopy(m)
+    broken["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]["minReplicas"] = "one"
+    with pytest.raises(jsonschema.ValidationError):
+        validate_rayservice(broken)
+
+
+@pytest.mark.parametrize("checked_in, flag", [("infra/serve/quarry-serve.yaml", "--out"),
+                                              ("infra/kuberay/rayservice.yaml", "--rayservice")])
+def test_checked_in_configs_are_what_quarry_plan_generates(capsys, tmp_path, monkeypatch, checked_in, flag):
+    monkeypatch.chdir(ROOT)  # the header records the relative profile path
+    out = tmp_path / "regen.yaml"
+    assert plan(capsys, "--profile", "infra/profiles/quarry-local.yaml", flag, str(out))[0] == 0
+    assert (ROOT / checked_in).read_text() == out.read_text(), (
+        f"{checked_in} is stale: regenerate it with quarry plan --profile infra/profiles/quarry-local.yaml {flag} {checked_in}")
+
+
+def test_quarry_serve_config_applies_the_planned_autoscaling():
+    """`quarry serve --config` reads the generated file; the app builder then carries the
+    planned options (Ray's own builder, no cluster needed)."""
+    from ray.serve._private.build_app import build_app as ray_build
+
+    from quarry.serve.app import build_app
+    from quarry.serve.cli_entry import config_args
+
+    args = {**config_args(str(ROOT / "infra/serve/quarry-serve.yaml")), "jwt_secret": "s" * 40}
+    planned = {d["name"]: d for d in yaml.safe_load((ROOT / "infra/serve/quarry-serve.yaml").read_text())
+               ["applications"][0]["deployments"]}
+    built = {d.name: d for d in ray_build(build_app(args), name="quarry").deployments}
+    assert set(built) == set(planned)
+    for name, d in built.items():
+        a = d._deployment_config.autoscaling_config
+        assert a is not None, name
+        assert (a.min_replicas, a.max_replicas) == (planned[name]["autoscaling_config"]["min_replicas"],
+                                                    planned[name]["autoscaling_config"]["max_replicas"])
+        assert d._deployment_config.max_ongoing_requests == planned[name]["max_ongoing_requests"]
+
+
+def test_from_traces_fills_distributions_from_jsonl_and_parquet(capsys, tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = []
+    for i in range(40):
+        rows.append({"kind": "search", "run_id": f"r{i // 2}", "candidates": [{"passage_id": f"p{j}"} for j in range(30 + i % 5)],
+                     "delivered_tokens": 100 + 10 * i, "stages": [{"name": "rerank", "kept": 4}],
+                     "server_timing": f"auth;dur=0.3, retrieve;dur={20 + i % 7}.0, total;dur={50 + i}.0"})
+    rows.append({"kind": "answer", "run_id": "r0"})  # not a search: ignored
+    (tmp_path / "a.jsonl").write_text("\n".join(json.dumps(r) for r in rows[:20]) + "\n")
+    tail = [{**r, "candidates": len(r["candidates"]) if "candidates" in r else None} for r in rows[20:]]
+    pq.write_table(pa.Table.from_pylist(tail), tmp_path / "b.parquet")
+    rc, out, err = plan(capsys, "--profile", str(LOCAL), "--from-traces", str(tmp_path), "--json")
+    assert rc == 0, err
+    p = json.loads(out)
+    # 40 searches over 20 runs -> 2 calls per task; delivered 100..490 -> p50 295
+    assert p["p50"]["peak_calls_per_s"] == 12 * 2
+    assert p["p50"]["delivered_tokens"] == 295
+    assert p["p95"]["delivered_tokens"] == pytest.approx(100 + 10 * 39 * 0.95, abs=1e-6)
+    assert p["deployments"][0]["name"] == "Gateway" and p["deployments"][0]["peak_requests_per_s"] == 24
+
+
+def test_bad_input_is_one_line_and_exit_2(capsys, tmp_path):
+    rc, _, err = plan(capsys, "--profile", str(tmp_path / "missing.yaml"))
+    assert rc == 2 and err.count("\n") == 1 and "cannot read profile" in err
+    bad = tmp_path / "bad.yaml"
+    data = yaml.safe_load(SEED.read_text())
+    data["recovery"]["repeat_rate"] = 1.4
+    bad.write_text(yaml.safe_dump(data))
+    rc, _, err = plan(capsys, "--profile", str(bad))
+    assert rc == 2 and "recovery.repeat_rate" in err and "Traceback" not in err
+    rc, _, err = plan(capsys, "--profile", str(SEED), "--from-traces", str(tmp_path / "none"))
+    assert rc == 2 and "no trace file" in err

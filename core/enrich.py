@@ -67,7 +67,7 @@ _FROM = re.compile(_SELF + r"\b(?:is\s+)?(?:effective|in\s+force|takes\s+effect|
 _TO = re.compile(_SELF + r"\b(?:is\s+)?(?:effective|in\s+force|valid)\s+(?:until|to|through)\s*:?\*{0,2}\s*(?P<date>"
                  + DATE + r")|\bexpires\s+on\s+(?P<date2>" + DATE + ")", re.IGNORECASE)
 
-FIELDS = ("condition", "events", "supersedes", "superseded_by", "effective_from", "effective_to")
+FIELDS = ("condition", "events", "supersedes", "superseded_by", "effective_from", "effective_to")  # what it may fill
 
 
 def parse_date(text: str) -> dt.date | None:

@@ -8,8 +8,10 @@ import datetime as dt
 
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from quarry.core.enrich import enrich, parse_date
+from quarry.core.enrich import FIELDS, enrich, parse_date
 from quarry.core.pipeline import prepare
 from quarry.core.records import Event, Principal, SourceDocument
 from quarry.core.resolve import resolve
@@ -155,3 +157,17 @@ def test_acme_resolution_from_text_alone_matches_front_matter(sample_docs, day):
     # Without the enricher the stripped corpus resolves differently: it is the enricher's doing.
     unenriched = resolve(prepare(stripped, enrich_envelopes=False)[0], ACME, day)
     assert unenriched != from_meta
+
+
+_PIECES = list("abcEUR 0123456789:.,-_@`|#*\n%€$") + [
+    "until ", "remains ", "completed on ", "2026-01-15", " per ", "replaces ", "superseded by ",
+    "effective from ", "15 January 2026", "owner ", "status "]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(_PIECES), min_size=1, max_size=60).map("".join).filter(str.strip))
+def test_enrich_never_raises_and_is_idempotent(text):
+    d = SourceDocument(doc_id="d", tenant="acme", acl=("*",), text=text, doc_type="deployment", entities=("acme",))
+    e = enrich(d)
+    assert enrich(e) == e
+    assert set(e.extracted) <= set(FIELDS)

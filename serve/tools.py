@@ -21,10 +21,12 @@ __all__ = ["SearchRequest", "SearchToolRequest", "FetchRequest", "Abstention", "
 
 
 # Every string and list an agent sends is bounded (defect 5) and strictly typed (defect 9):
-# a JSON "5" or true is not an integer, 0 is not a date, and control characters (NUL and
+# a JSON "5" or true is not an integer (5.0 is, as in JSON Schema), 0 is not a date, and control characters (NUL and
 # the like) are not text. The patterns are written so pydantic and a JSON-Schema validator
 # read them the same way (anchored, ASCII classes).
 NO_CONTROL = r"^[^\x00-\x08\x0B\x0C\x0E-\x1F\x7F]*$"
+# ...and not blank: at least one character that is neither whitespace nor control
+QUERY = r"^[^\x00-\x08\x0B\x0C\x0E-\x1F\x7F]*[^\s\x00-\x08\x0B\x0C\x0E-\x1F\x7F][^\x00-\x08\x0B\x0C\x0E-\x1F\x7F]*$"
 DOC_TYPE = r"^[a-z0-9][a-z0-9_.-]{0,62}$"  # the slug a source document's doc_type must be
 MAX_DOC_TYPES = 16
 _ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
@@ -39,25 +41,30 @@ def _iso_date_only(v: Any) -> Any:
     raise ValueError("valid_at must be a date written YYYY-MM-DD")
 
 
+def _json_integer(v: Any) -> Any:
+    """A JSON integer: ``5`` or ``5.0`` (JSON Schema's reading), never ``"5"`` or ``true``."""
+    if isinstance(v, (bool, str, bytes)):
+        raise ValueError("must be a JSON integer, not a string or boolean")
+    return v
+
+
 DocType = Annotated[str, StringConstraints(min_length=1, max_length=63, pattern=DOC_TYPE)]
+JsonInt = Annotated[int, BeforeValidator(_json_integer)]
 
 
 class SearchToolRequest(SearchRequest):
     """Search the documents you are allowed to read; who you are comes from your credentials."""
 
-    query: str = Field(min_length=1, max_length=2000, pattern=NO_CONTROL,
+    query: str = Field(min_length=1, max_length=2000, pattern=QUERY,
                        description="What to look for, in words or exact identifiers.")
-    top_k: int = Field(default=4, ge=1, le=50, strict=True, description="How many cited excerpts to return.")
+    top_k: JsonInt = Field(default=4, ge=1, le=50, description="How many cited excerpts to return.")
     doc_type: tuple[DocType, ...] | None = Field(
         default=None, min_length=1, max_length=MAX_DOC_TYPES,
         description=f"Only these document types, e.g. ['policy'] (at most {MAX_DOC_TYPES}).")
     valid_at: Annotated[dt.date | None, BeforeValidator(_iso_date_only)] = Field(
         default=None, description="Only evidence in force on this date (YYYY-MM-DD).")
-    candidates: int | None = Field(
+    candidates: Annotated[int, Field(ge=1, le=1000), BeforeValidator(_json_integer)] | None = Field(
         default=None,
-        ge=1,
-        le=1000,
-        strict=True,
         description=(
             "Optional. How many of the best first-stage matches the re-ranking stage looks at before "
             "the top_k are chosen (default: the server's; the server caps it). Raise it, e.g. to 100, "

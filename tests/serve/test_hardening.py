@@ -158,7 +158,7 @@ def test_wrong_content_type_is_415(quarry_app, searcher, ctype):
     {"query": "refund", "top_k": 11},  # over this server's ceiling
     {"query": "refund", "top_k": "5"},  # strict types (defect 9)
     {"query": "refund", "top_k": True},
-    {"query": "refund", "top_k": 4.0},
+    {"query": "refund", "top_k": 4.5},
     {"query": "refund", "candidates": "60"},
     {"query": "refund", "valid_at": 0},  # not 1970-01-01
     {"query": "refund", "valid_at": "2026-02-30"},  # invalid dates

@@ -176,7 +176,7 @@ class Gateway:
             # Searching past the budget ends the run: it abstains with budget_exhausted.
             return await self._abstain(ident, x_quarry_run, "budget_exhausted", status=409,
                                        extra={**query_fields(ident.principal.tenant, request.query,
-                                                                          self.s.trace_query_chars),
+                                                             self.s.trace_query_chars),
                                               "first_refusal": slot.get("newly_finished")})
         t0 = time.perf_counter()
         res = await self.retriever.search.remote(ident.principal, request.core(), request.candidates)

@@ -386,10 +386,17 @@ def test_real_responses_match_the_spec(quarry_app):
     assert r.status_code == 405 and "POST" in r.headers.get("allow", "")
 
 
-def test_raw_socket_oversized_header_is_refused(quarry_app):
-    """Below httpx: one 4 MiB header line on a raw connection gets 431, not a hang or a 5xx."""
-    host, port = quarry_app.base.removeprefix("http://").split(":")
+def _raw(app, request: bytes) -> bytes:
+    host, port = app.base.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=60) as s:
-        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"b" * (4 << 20) + b"\r\n\r\n")
-        head = s.recv(64)
+        s.sendall(request)
+        return s.recv(64)
+
+
+def test_raw_socket_oversized_header_and_target_are_refused(quarry_app):
+    """Below httpx: a 4 MiB header line gets 431 from the gateway; a 1 MB request target is
+    refused by the Serve proxy itself (uvicorn, 400). Neither hangs or answers 5xx."""
+    head = _raw(quarry_app, b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"b" * (4 << 20) + b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 431"), head
+    head = _raw(quarry_app, b"GET /healthz?x=" + b"a" * 1_000_000 + b" HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 4"), head

@@ -158,3 +158,25 @@ def test_platform_credential_is_separate_from_tenant_tokens():
     assert not verify_platform_token(mint_platform_token(platform_secret), HS)
     with pytest.raises(ValueError):
         AuthSettings(hs256_secret=SECRET, platform_hs256_secret=SECRET)
+
+
+def test_quarry_token_platform_mints_a_platform_credential(monkeypatch, capsys):
+    from quarry.cli import main
+    from quarry.serve.auth import verify_platform_token
+
+    platform_secret = "platform-secret-0123456789-0123456789-0123"
+    s = AuthSettings(hs256_secret=SECRET, platform_hs256_secret=platform_secret)
+    monkeypatch.delenv("QUARRY_PLATFORM_SECRET", raising=False)
+    assert main(["token", "--platform"]) == 2
+    assert "QUARRY_PLATFORM_SECRET" in capsys.readouterr().err
+    monkeypatch.setenv("QUARRY_PLATFORM_SECRET", platform_secret)
+    assert main(["token", "--platform", "--ttl", "60"]) == 0
+    tok = capsys.readouterr().out.strip()
+    assert verify_platform_token(tok, s)
+    with pytest.raises(AuthError):
+        verify_token(tok, s)
+    # a tenant token still needs its claims
+    assert main(["token", "--tenant", "acme"]) == 2
+    assert "--groups" in capsys.readouterr().err
+    monkeypatch.setenv("QUARRY_JWT_SECRET", SECRET)
+    assert main(["token", "--tenant", "acme", "--subject", "a\nb", "--groups", "x"]) == 2

@@ -229,7 +229,7 @@ def empty_message(request: SearchRequest) -> str:
     """What was tried and what to change. It never hints at evidence the caller cannot see."""
     filters = []
     if request.doc_type:
-        filters.append(f"doc_type in {list(request.doc_type)}")
+        filters.append(f"doc_type ({len(request.doc_type)} types)")  # never echo the values (issue 13)
     if request.valid_at:
         filters.append(f"valid_at={request.valid_at.isoformat()}")
     tried = "lexical (exact terms and identifiers) and semantic search over the documents you can access"

@@ -22,9 +22,15 @@ from quarry.core.records import Principal
 from .settings import AuthSettings
 
 REQUIRED_CLAIMS = ("exp", "iat", "aud", "iss", "sub")
-OPERATOR_SCOPE = "operator"  # may read its own tenant's traces and health details
-ADMIN_SCOPE = "admin"  # may read health details of every loaded tenant (not their traces)
-_TENANT = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
+OPERATOR_SCOPE = "operator"  # may read its own tenant's traces (filtered by its groups) and health
+PLATFORM_SCOPE = "platform"  # only in a platform token (own key and audience): every tenant's health
+# Claims are checked with exact types and full matches (re.fullmatch: a "$" anchor would
+# accept "acme\n"). Groups and subjects are opaque IdP strings, so they are bounded and
+# free of control characters and surrounding space rather than held to a slug.
+TENANT_PATTERN = re.compile(r"[a-z0-9][a-z0-9_.-]{0,62}")
+_OPAQUE = re.compile(r"[^\x00-\x20\x7F](?:[^\x00-\x1F\x7F]{0,254}[^\x00-\x20\x7F])?")
+MAX_GROUPS = 256
+_NUMERIC_CLAIMS = ("exp", "iat", "nbf")
 
 
 class AuthError(Exception):
@@ -41,9 +47,6 @@ class Identity(BaseModel):
     def is_operator(self) -> bool:
         return OPERATOR_SCOPE in self.scopes
 
-    @property
-    def is_admin(self) -> bool:
-        return ADMIN_SCOPE in self.scopes
 
 
 def _key_for(alg: str, settings: AuthSettings):
@@ -74,23 +77,64 @@ def verify_token(token: str, settings: AuthSettings) -> Identity:
         )
     except jwt.PyJWTError as e:
         raise AuthError(f"{type(e).__name__}: {e}") from None
+    _check_numeric_claims(claims)
     tenant, sub, groups = claims.get("tenant"), claims.get("sub"), claims.get("groups")
-    if not isinstance(tenant, str) or not _TENANT.match(tenant):
+    if not is_tenant_slug(tenant):
         raise AuthError("tenant claim missing or malformed")
-    if not isinstance(sub, str) or not sub.strip():
+    if not is_opaque_claim(sub):
         raise AuthError("sub claim malformed")
-    if not isinstance(groups, list) or not all(isinstance(g, str) and g.strip() for g in groups):
+    if type(groups) is not list or len(groups) > MAX_GROUPS or not all(is_opaque_claim(g) for g in groups):
         raise AuthError("groups claim must be a list of strings")
     # "*" is an ACL wildcard in the index; a token must not grant it as a group.
     if "*" in groups:
         raise AuthError("groups claim may not contain '*'")
-    scope = claims.get("scope", "")
-    if not isinstance(scope, str):
-        raise AuthError("scope claim must be a space-separated string")
+    scope = _scope(claims)
+    if PLATFORM_SCOPE in scope:
+        raise AuthError("a tenant token may not carry the platform scope")
     return Identity(
         principal=Principal(tenant=tenant, subject=sub, groups=frozenset(groups)),
-        scopes=frozenset(scope.split()),
+        scopes=scope,
     )
+
+
+def is_tenant_slug(value: object) -> bool:
+    return type(value) is str and TENANT_PATTERN.fullmatch(value) is not None
+
+
+def is_opaque_claim(value: object) -> bool:
+    return type(value) is str and _OPAQUE.fullmatch(value) is not None
+
+
+def _check_numeric_claims(claims: dict) -> None:
+    """``exp``/``iat``/``nbf`` must be JSON numbers: PyJWT also accepts ``"exp": "1999999999"``."""
+    for name in _NUMERIC_CLAIMS:
+        if name in claims and (type(claims[name]) not in (int, float) or claims[name] != claims[name]):
+            raise AuthError(f"{name} claim must be a number")
+
+
+def _scope(claims: dict) -> frozenset[str]:
+    scope = claims.get("scope", "")
+    if type(scope) is not str or len(scope) > 1000:
+        raise AuthError("scope claim must be a space-separated string")
+    return frozenset(scope.split())
+
+
+def verify_platform_token(token: str, settings: AuthSettings) -> bool:
+    """Whether ``token`` is a platform credential: HS256 under ``platform_hs256_secret``
+    with ``platform_audience`` and the platform scope. Tenant tokens are signed with
+    another key for another audience, so none passes; any failure is just ``False``."""
+    if settings.platform_hs256_secret is None:
+        return False
+    try:
+        if jwt.get_unverified_header(token).get("alg") != "HS256":
+            return False
+        claims = jwt.decode(token, settings.platform_hs256_secret.get_secret_value(), algorithms=["HS256"],
+                            audience=settings.platform_audience, issuer=settings.issuer, leeway=settings.leeway_s,
+                            options={"require": list(REQUIRED_CLAIMS)})
+        _check_numeric_claims(claims)
+        return PLATFORM_SCOPE in _scope(claims) and is_opaque_claim(claims.get("sub"))
+    except (jwt.PyJWTError, AuthError):
+        return False
 
 
 def bearer_token(authorization: str | None) -> str:
@@ -134,3 +178,12 @@ def mint_token(
     if secret is not None:
         return jwt.encode(claims, secret, algorithm="HS256")
     return jwt.encode(claims, private_key_pem, algorithm="RS256")
+
+
+def mint_platform_token(secret: str, subject: str = "platform", *, ttl_s: int = 600,
+                        audience: str = "quarry-platform", issuer: str = "quarry-dev") -> str:
+    """A platform credential for the cross-tenant health view (no tenant, no groups)."""
+    iat = int(time.time())
+    claims = {"iss": issuer, "aud": audience, "sub": subject, "iat": iat, "exp": iat + ttl_s,
+              "jti": uuid.uuid4().hex, "scope": PLATFORM_SCOPE}
+    return jwt.encode(claims, secret, algorithm="HS256")

@@ -14,7 +14,6 @@ import uuid
 from typing import Any
 
 from fastapi import FastAPI, Header, Request, Response
-from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from ray import serve
@@ -33,11 +32,14 @@ from quarry.core.stage_records import (
     StageInfo,
 )
 
-from .auth import AuthError, Identity, bearer_token, verify_token
+from . import edge
+from .auth import AuthError, Identity, bearer_token, verify_platform_token, verify_token
 from .deployments import info_for_trace, search_settings
+from .errors import error_details
 from .runstore import NOT_FOUND, get_stores
 from .settings import ServeSettings
 from .tools import FetchRequest, SearchToolRequest, SubmitAnswerRequest, tool_definitions
+from .trace_privacy import passage_ids, query_fields, redact_trace
 
 log = logging.getLogger("quarry.serve")
 
@@ -52,6 +54,7 @@ api = FastAPI(
         f"`POST /v1/runs` and send its id as `{RUN_HEADER}` on search, fetch and answer."
     ),
 )
+edge.install(api)  # size limits, the validation handler, the corrected spec: before serve.ingress freezes api
 
 
 class _Reject(Exception):
@@ -66,13 +69,6 @@ async def _reject(_: Request, e: _Reject):
 
 def _not_found() -> _Reject:
     return _Reject(404, NOT_FOUND_BODY)
-
-
-def _jsonable(errors: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
-    out = []
-    for e in errors or []:
-        out.append({"loc": ["body", *e.get("loc", ())], "type": e.get("type"), "msg": e.get("msg")})
-    return out
 
 
 def _metrics():
@@ -124,6 +120,7 @@ class Gateway:
 
     def __init__(self, settings: ServeSettings, retriever, reranker=None, resolver=None):
         self.s = settings
+        edge.configure(settings)
         self.retriever, self.reranker, self.resolver = retriever, reranker, resolver
         self.search_settings = search_settings(settings)
         self.runs, self.traces = get_stores(settings.store_name_prefix, settings.ray_namespace, settings.trace_capacity)
@@ -169,17 +166,23 @@ class Gateway:
     async def healthz(self, authorization: str | None = Header(default=None)) -> dict[str, Any]:
         """Liveness for probes: ``{"status": "ok"}``. With an operator token, also the
         operator's tenant as loaded by a Retriever replica (live generation, the second
-        stage served and its gate decision); an ``admin`` token sees every loaded tenant.
-        Tenant names are never listed to anonymous callers."""
-        if not authorization:
-            return {"status": "ok"}
+        stage served and its gate decision); only a platform credential (its own key and
+        audience, which no tenant token can carry) sees every loaded tenant. Tenant names
+        are never listed to anonymous callers."""
         try:
-            ident = verify_token(bearer_token(authorization), self.s.auth)
+            token = bearer_token(authorization)
         except AuthError:
             return {"status": "ok"}
-        if not (ident.is_operator or ident.is_admin):
-            return {"status": "ok"}
-        tenants = None if ident.is_admin else [ident.principal.tenant]
+        if verify_platform_token(token, self.s.auth):
+            tenants = None  # the platform view: every loaded tenant
+        else:
+            try:
+                ident = verify_token(token, self.s.auth)
+            except AuthError:
+                return {"status": "ok"}
+            if not ident.is_operator:
+                return {"status": "ok"}
+            tenants = [ident.principal.tenant]
         loaded = await self.retriever.status.remote(tenants)
         return {"status": "ok", "tenants": {t: {**v, "second_stage": info_for_trace(
             await self._stage_info(t, v["generation"]))} for t, v in loaded.items()}}
@@ -280,7 +283,9 @@ class Gateway:
             self._count("search", 409)
             # Searching past the budget ends the run: it abstains with budget_exhausted.
             return await self._abstain(ident, run_id, "budget_exhausted", status=409,
-                                       extra={"query": request.query, "first_refusal": slot.get("newly_finished")})
+                                       extra={**query_fields(ident.principal.tenant, request.query,
+                                                             self.s.trace_query_chars),
+                                              "first_refusal": slot.get("newly_finished")})
         res, outcome, resolution = await self._compose(ident.principal, request, timing)
         decision = res.decision
         delivered = [e.passage_id for e in res.excerpts]
@@ -297,7 +302,7 @@ class Gateway:
         t0 = time.perf_counter()
         trace_id = await self._trace(ident, "search", {
             "run_id": run_id,
-            "query": request.query,
+            **query_fields(ident.principal.tenant, request.query, self.s.trace_query_chars),
             "filters": {"top_k": request.top_k, "doc_type": request.doc_type,
                         "valid_at": request.valid_at and request.valid_at.isoformat(),
                         "candidates": request.candidates},
@@ -385,7 +390,7 @@ class Gateway:
             self.m["abstentions"].inc(tags={"reason": "invalid_decision"})
             await self._trace(ident, "abstention", {"run_id": x_quarry_run, "reason": "invalid_decision"})
             self._count("answer", 422)
-            return JSONResponse({"detail": _jsonable(errors)}, status_code=422)
+            return JSONResponse({"detail": error_details(errors or [], ("body",))}, status_code=422)
         retrieved = set(start["retrieved_ids"])
         rejected = frozenset(start.get("rejected_ids", ()))  # what this run's resolution rejected
         if decision.abstention is not None:
@@ -415,11 +420,7 @@ class Gateway:
         t = await self.traces.get.remote(trace_id, ident.principal.tenant)
         if t is None:
             raise _not_found()
-        return t
-
-
-@api.exception_handler(RequestValidationError)
-async def _validation(_: Request, e: RequestValidationError):
-    # Echo where and why, never the offending input values.
-    detail = [{"loc": list(x.get("loc", ())), "type": x.get("type"), "msg": x.get("msg")} for x in e.errors()]
-    return JSONResponse({"detail": detail}, status_code=422)
+        # The operator sees only ids its own groups may read (trace_privacy).
+        named = sorted(passage_ids(t))
+        visible = await self.retriever.texts.remote(ident.principal, named) if named else {}
+        return redact_trace(t, set(visible))

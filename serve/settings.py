@@ -21,6 +21,20 @@ class AuthSettings(BaseModel):
     hs256_secret: SecretStr | None = None
     rs256_public_key_pem: str | None = None
     leeway_s: int = Field(default=0, ge=0, le=300)
+    # The platform credential (cross-tenant /healthz): a JWT with its own audience, signed
+    # with its own secret, so no tenant token can carry it. None disables the view.
+    platform_hs256_secret: SecretStr | None = None
+    platform_audience: str = "quarry-platform"
+
+    @model_validator(mode="after")
+    def _distinct_platform_key(self) -> "AuthSettings":
+        if self.platform_hs256_secret is not None and (
+                self.hs256_secret is not None
+                and self.platform_hs256_secret.get_secret_value() == self.hs256_secret.get_secret_value()):
+            raise ValueError("platform_hs256_secret must differ from hs256_secret (tenant tokens would pass)")
+        if self.platform_audience == self.audience:
+            raise ValueError("platform_audience must differ from audience")
+        return self
 
     @model_validator(mode="after")
     def _one_key(self) -> "AuthSettings":
@@ -36,6 +50,19 @@ class AuthSettings(BaseModel):
         if self.rs256_public_key_pem:
             algs.append("RS256")
         return tuple(algs)
+
+
+class RequestLimits(BaseModel):
+    """Ceilings checked before a request is parsed (``serve/limits.py``): bodies above
+    ``max_body_bytes`` get 413, headers above ``max_header_bytes`` 431, JSON nested deeper
+    than ``max_json_depth`` 400. The largest valid tool call written as UTF-8 (20 claims of
+    4,400 characters at 4 bytes each, about 352 KB) stays under the default body limit."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_body_bytes: int = Field(default=512 * 1024, ge=1024, le=64 * 1024 * 1024)
+    max_header_bytes: int = Field(default=16 * 1024, ge=1024, le=1024 * 1024)
+    max_json_depth: int = Field(default=32, ge=4, le=512)
 
 
 class ServeSettings(BaseModel):
@@ -82,6 +109,10 @@ class ServeSettings(BaseModel):
     run_budget: int = Field(default=3, ge=1, le=20)
     top_k_ceiling: int = Field(default=10, ge=1, le=50)
     trace_capacity: int = Field(default=10_000, ge=10)
+    limits: RequestLimits = Field(default_factory=RequestLimits)
+    # Traces keep a hash of the query plus at most this many characters of a redacted form
+    # (digits masked, identifiers and emails replaced); 0 keeps the hash only.
+    trace_query_chars: int = Field(default=80, ge=0, le=500)
     ray_namespace: str = "quarry"
     store_name_prefix: str = "quarry"  # RunStore/TraceStore actor names; tests vary it
 
@@ -132,6 +163,10 @@ def settings_from_args(args: dict[str, Any] | ServeSettings | None = None) -> Se
     pub_file = data.pop("jwt_public_key_file", None) or os.environ.get("QUARRY_JWT_PUBLIC_KEY_FILE")
     if pub_file and "rs256_public_key_pem" not in auth:
         auth["rs256_public_key_pem"] = Path(pub_file).read_text()
+    if "platform_secret" in data:
+        auth["platform_hs256_secret"] = data.pop("platform_secret")
+    elif os.environ.get("QUARRY_PLATFORM_SECRET") and "platform_hs256_secret" not in auth:
+        auth["platform_hs256_secret"] = os.environ["QUARRY_PLATFORM_SECRET"]
     for k in ("audience", "issuer"):
         if k in data:
             auth[k] = data.pop(k)

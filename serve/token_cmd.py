@@ -19,6 +19,7 @@ EPILOG = """\
 examples:
   quarry token --tenant acme --subject alice --groups all-staff,support
   quarry token --tenant acme --subject ops --groups '' --scope operator --ttl 600
+  QUARRY_PLATFORM_SECRET=... quarry token --platform --ttl 600
   curl -H "Authorization: Bearer $(quarry token --tenant acme --subject alice --groups all-staff)" \\
        -X POST http://127.0.0.1:8000/v1/runs
 """
@@ -29,10 +30,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.description = (p.description or "") + (
         ". Prints a JWT signed with the local development key (the one `quarry serve` verifies with).")
     p.epilog = EPILOG
-    p.add_argument("--tenant", required=True, help="tenant the token is for (lowercase slug, e.g. acme)")
-    p.add_argument("--subject", required=True, help="the user or agent identity (the JWT 'sub' claim)")
-    p.add_argument("--groups", required=True,
-                   help="comma-separated access groups, e.g. all-staff,support ('' for none; '*' is not allowed)")
+    p.add_argument("--tenant", help="tenant the token is for (lowercase slug, e.g. acme); required unless --platform")
+    p.add_argument("--subject", help="the user or agent identity (the JWT 'sub' claim)")
+    p.add_argument("--groups",
+                   help="comma-separated access groups, e.g. all-staff,support ('' for none; '*' is not allowed); "
+                        "required unless --platform")
+    p.add_argument("--platform", action="store_true",
+                   help="mint a platform credential instead (every tenant's /healthz detail), signed with "
+                        "$QUARRY_PLATFORM_SECRET for the 'quarry-platform' audience; no tenant token can stand in")
     p.add_argument("--ttl", type=int, default=3600, help="seconds until the token expires (default 3600)")
     p.add_argument("--scope", default=None,
                    help="space-separated scopes; 'operator' may read search traces of its tenant")
@@ -51,14 +56,16 @@ def parse_groups(groups: str | list[str]) -> list[str]:
 def mint(tenant: str, subject: str, groups: str | list[str], ttl: int = 3600, scope: str | None = None,
          audience: str = "quarry", issuer: str = "quarry-dev", private_key_file: str | None = None) -> str:
     """Validate the claims the server will check and return a signed token."""
-    from .auth import _TENANT, mint_token
+    from .auth import is_opaque_claim, is_tenant_slug, mint_token
     from .settings import load_dev_secret
 
     gs = parse_groups(groups)
-    if not _TENANT.match(tenant):
+    if not is_tenant_slug(tenant):
         raise ValueError(f"tenant {tenant!r} is not a lowercase slug ([a-z0-9][a-z0-9_.-]*)")
-    if not subject.strip():
-        raise ValueError("subject must not be empty")
+    if not is_opaque_claim(subject):
+        raise ValueError("subject must be 1-256 characters without control characters or surrounding spaces")
+    if not all(is_opaque_claim(g) for g in gs):
+        raise ValueError("each group must be 1-256 characters without control characters")
     if "*" in gs:
         raise ValueError("'*' is an index ACL wildcard, not a group a token may carry")
     if ttl <= 0:
@@ -70,8 +77,24 @@ def mint(tenant: str, subject: str, groups: str | list[str], ttl: int = 3600, sc
     return mint_token(tenant, subject, gs, secret=load_dev_secret(), **kw)
 
 
+def mint_platform(subject: str | None, ttl: int, issuer: str = "quarry-dev") -> str:
+    from .auth import mint_platform_token
+
+    secret = os.environ.get("QUARRY_PLATFORM_SECRET")
+    if not secret:
+        raise ValueError("--platform needs QUARRY_PLATFORM_SECRET (the server's platform_secret) in the environment")
+    if ttl <= 0:
+        raise ValueError("--ttl must be positive")
+    return mint_platform_token(secret, subject or "platform", ttl_s=ttl, issuer=issuer)
+
+
 def run(args: argparse.Namespace) -> int:
     try:
+        if args.platform:
+            print(mint_platform(args.subject, args.ttl, args.issuer))
+            return 0
+        if args.tenant is None or args.subject is None or args.groups is None:
+            raise ValueError("--tenant, --subject and --groups are required (or give --platform)")
         tok = mint(args.tenant, args.subject, args.groups, args.ttl, args.scope, args.audience, args.issuer,
                    args.private_key_file)
     except (OSError, ValueError) as e:

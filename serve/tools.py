@@ -8,9 +8,11 @@ tenant, user or group field: who is searching comes only from the bearer token.
 from __future__ import annotations
 
 import copy
-from typing import Any
+import datetime as dt
+import re
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, model_validator
 
 from quarry.core.citations import Claim
 from quarry.core.records import SearchRequest
@@ -18,13 +20,51 @@ from quarry.core.records import SearchRequest
 __all__ = ["SearchRequest", "SearchToolRequest", "FetchRequest", "Abstention", "SubmitAnswerRequest", "Claim", "tool_definitions", "TOOLS"]
 
 
+# Every string and list an agent sends is bounded (defect 5) and strictly typed (defect 9):
+# a JSON "5" or true is not an integer (5.0 is, as in JSON Schema), 0 is not a date, and control characters (NUL and
+# the like) are not text. The patterns are written so pydantic and a JSON-Schema validator
+# read them the same way (anchored, ASCII classes).
+NO_CONTROL = r"^[^\x00-\x08\x0B\x0C\x0E-\x1F\x7F]*$"
+# ...and not blank: at least one character that is neither whitespace nor control
+QUERY = r"^[^\x00-\x08\x0B\x0C\x0E-\x1F\x7F]*[^\s\x00-\x08\x0B\x0C\x0E-\x1F\x7F][^\x00-\x08\x0B\x0C\x0E-\x1F\x7F]*$"
+DOC_TYPE = r"^[a-z0-9][a-z0-9_.-]{0,62}$"  # the slug a source document's doc_type must be
+MAX_DOC_TYPES = 16
+_ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+
+
+def _iso_date_only(v: Any) -> Any:
+    """Only ``YYYY-MM-DD`` (or null): pydantic alone would read 0 as 1970-01-01."""
+    if v is None or isinstance(v, dt.date) and not isinstance(v, dt.datetime):
+        return v
+    if isinstance(v, str) and _ISO_DATE.fullmatch(v):
+        return v
+    raise ValueError("valid_at must be a date written YYYY-MM-DD")
+
+
+def _json_integer(v: Any) -> Any:
+    """A JSON integer: ``5`` or ``5.0`` (JSON Schema's reading), never ``"5"`` or ``true``."""
+    if isinstance(v, (bool, str, bytes)):
+        raise ValueError("must be a JSON integer, not a string or boolean")
+    return v
+
+
+DocType = Annotated[str, StringConstraints(min_length=1, max_length=63, pattern=DOC_TYPE)]
+JsonInt = Annotated[int, BeforeValidator(_json_integer)]
+
+
 class SearchToolRequest(SearchRequest):
     """Search the documents you are allowed to read; who you are comes from your credentials."""
 
-    candidates: int | None = Field(
+    query: str = Field(min_length=1, max_length=2000, pattern=QUERY,
+                       description="What to look for, in words or exact identifiers.")
+    top_k: JsonInt = Field(default=4, ge=1, le=50, description="How many cited excerpts to return.")
+    doc_type: tuple[DocType, ...] | None = Field(
+        default=None, min_length=1, max_length=MAX_DOC_TYPES,
+        description=f"Only these document types, e.g. ['policy'] (at most {MAX_DOC_TYPES}).")
+    valid_at: Annotated[dt.date | None, BeforeValidator(_iso_date_only)] = Field(
+        default=None, description="Only evidence in force on this date (YYYY-MM-DD).")
+    candidates: Annotated[int, Field(ge=1, le=1000), BeforeValidator(_json_integer)] | None = Field(
         default=None,
-        ge=1,
-        le=1000,
         description=(
             "Optional. How many of the best first-stage matches the re-ranking stage looks at before "
             "the top_k are chosen (default: the server's; the server caps it). Raise it, e.g. to 100, "
@@ -42,6 +82,7 @@ class FetchRequest(BaseModel):
     id: str = Field(
         min_length=1,
         max_length=400,
+        pattern=NO_CONTROL,
         description=(
             "A passage_id from a search result (returns that passage), its expanded_to parent id "
             "(returns the whole section), or a doc_id (returns every passage of the document you may read)."
@@ -59,10 +100,29 @@ class Abstention(BaseModel):
     )
 
 
+def _not_nullable(schema: dict[str, Any]) -> None:
+    """``claims`` and ``abstention`` are optional keys, never ``null`` values: the schema
+    then says what the before-validator enforces (exactly one key present)."""
+    for name in ("claims", "abstention"):
+        node = schema["properties"][name]
+        branches = [b for b in node.pop("anyOf", []) if b.get("type") != "null"]
+        if branches:
+            node.update(branches[0])
+        node.pop("default", None)
+
+
 class SubmitAnswerRequest(BaseModel):
     """Exactly one of ``claims`` or ``abstention``."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", json_schema_extra=_not_nullable)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_key(cls, data: Any) -> Any:
+        if isinstance(data, dict) and (("claims" in data) == ("abstention" in data)
+                                       or data.get("claims", data.get("abstention")) is None):
+            raise ValueError("give exactly one of claims or abstention")
+        return data
 
     claims: list[Claim] | None = Field(
         default=None,

@@ -12,6 +12,7 @@ import pytest
 from quarry.core.records import SourceDocument
 
 SECRET = "serve-test-secret-0123456789-0123456789-0123456789-0123456789"
+PLATFORM_SECRET = "serve-test-platform-secret-0123456789-0123456789-0123456789"  # cross-tenant /healthz
 PREFIX = "quarrytest"
 
 # Controlled evidence the assertions rely on (exact text, ids, ACLs).
@@ -65,6 +66,11 @@ class Client:
 
         return mint_token(tenant, subject, groups, secret=SECRET, **kw)
 
+    def platform_token(self, **kw) -> str:
+        from quarry.serve.auth import mint_platform_token
+
+        return mint_platform_token(PLATFORM_SECRET, **kw)
+
     def h(self, token: str | None = None, run: str | None = None, **kw) -> dict[str, str]:
         h = {"Authorization": f"Bearer {token or self.token(**kw)}"}
         if run:
@@ -105,7 +111,8 @@ def quarry_app(tmp_path_factory):
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     # Two gateway replicas (run rules across replicas); a Reranker serving whatever each
     # tenant's gate recorded, re-read every 0.5 s so tests can promote a ranker mid-session.
-    settings = ServeSettings(index_root=root, auth=AuthSettings(hs256_secret=SECRET), gateway_replicas=2,
+    auth = AuthSettings(hs256_secret=SECRET, platform_hs256_secret=PLATFORM_SECRET)
+    settings = ServeSettings(index_root=root, auth=auth, gateway_replicas=2,
                              generation_check_ms=200, ray_namespace="quarry-test", store_name_prefix=PREFIX,
                              reranker_num_cpus=0.5, stage_check_s=0.5, candidate_width_ceiling=60)
     serve.run(build_app(settings), name="quarry", route_prefix="/")

@@ -96,3 +96,87 @@ def test_bearer_header_parsing():
 def test_settings_need_a_key():
     with pytest.raises(ValueError):
         AuthSettings()
+
+
+# -- issue 13, defect 6: exact claim types and full-match patterns ------------------------
+
+@pytest.mark.parametrize("over", [
+    {"tenant": "acme\n"},  # a "$" anchor matched before the newline
+    {"tenant": "acme\r\n"},
+    {"tenant": "acme "},
+    {"tenant": "ACME"},
+    {"tenant": "a" * 64},
+    {"tenant": 7},
+    {"exp": "9999999999"},  # PyJWT alone accepts numeric strings
+    {"exp": True},
+    {"exp": [9999999999]},
+    {"iat": "0"},
+    {"nbf": "0"},
+    {"sub": ""},
+    {"sub": "  "},
+    {"sub": "u\n"},
+    {"sub": " u"},
+    {"sub": ["u"]},
+    {"sub": "u" * 257},
+    {"groups": ["eng\n"]},
+    {"groups": [" eng"]},
+    {"groups": [""]},
+    {"groups": [1]},
+    {"groups": {"eng": True}},
+    {"groups": ["g%d" % i for i in range(257)]},
+    {"scope": ["operator"]},
+    {"scope": "operator platform"},  # the platform scope exists only in platform tokens
+])
+def test_claims_are_exact(over):
+    tok = jwt.encode(_claims(**over), SECRET, algorithm="HS256")
+    with pytest.raises(AuthError):
+        verify_token(tok, HS)
+
+
+def test_exact_claims_still_accept_real_identities():
+    ident = verify_token(jwt.encode(_claims(sub="alice@example.com", groups=["Finance Team", "all-staff"],
+                                            exp=time.time() + 60.5, tenant="acme-eu.2"), SECRET), HS)
+    assert ident.principal.tenant == "acme-eu.2" and ident.principal.groups == {"Finance Team", "all-staff"}
+
+
+def test_platform_credential_is_separate_from_tenant_tokens():
+    from quarry.serve.auth import mint_platform_token, verify_platform_token
+
+    platform_secret = "platform-secret-0123456789-0123456789-0123"
+    s = AuthSettings(hs256_secret=SECRET, platform_hs256_secret=platform_secret)
+    assert verify_platform_token(mint_platform_token(platform_secret), s)
+    # a tenant token, even one that claims the platform audience and scope, is not one
+    assert not verify_platform_token(mint_token("acme", "u", [], secret=SECRET, scope="operator"), s)
+    assert not verify_platform_token(jwt.encode(_claims(aud="quarry-platform", scope="platform"), SECRET), s)
+    # a platform token is not a tenant token either
+    with pytest.raises(AuthError):
+        verify_token(mint_platform_token(platform_secret), s)
+    # right key, wrong audience or scope
+    assert not verify_platform_token(mint_platform_token(platform_secret, audience="quarry"), s)
+    assert not verify_platform_token(jwt.encode(_claims(aud="quarry-platform", scope="operator"), platform_secret), s)
+    # not configured: nothing is a platform token
+    assert not verify_platform_token(mint_platform_token(platform_secret), HS)
+    with pytest.raises(ValueError):
+        AuthSettings(hs256_secret=SECRET, platform_hs256_secret=SECRET)
+
+
+def test_quarry_token_platform_mints_a_platform_credential(monkeypatch, capsys):
+    from quarry.cli import main
+    from quarry.serve.auth import verify_platform_token
+
+    platform_secret = "platform-secret-0123456789-0123456789-0123"
+    s = AuthSettings(hs256_secret=SECRET, platform_hs256_secret=platform_secret)
+    monkeypatch.delenv("QUARRY_PLATFORM_SECRET", raising=False)
+    assert main(["token", "--platform"]) == 2
+    assert "QUARRY_PLATFORM_SECRET" in capsys.readouterr().err
+    monkeypatch.setenv("QUARRY_PLATFORM_SECRET", platform_secret)
+    assert main(["token", "--platform", "--ttl", "60"]) == 0
+    tok = capsys.readouterr().out.strip()
+    assert verify_platform_token(tok, s)
+    with pytest.raises(AuthError):
+        verify_token(tok, s)
+    # a tenant token still needs its claims
+    assert main(["token", "--tenant", "acme"]) == 2
+    assert "--groups" in capsys.readouterr().err
+    monkeypatch.setenv("QUARRY_JWT_SECRET", SECRET)
+    assert main(["token", "--tenant", "acme", "--subject", "a\nb", "--groups", "x"]) == 2

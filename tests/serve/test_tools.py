@@ -76,3 +76,65 @@ def test_server_ceilings_are_in_the_search_schema():
     assert defs["openai"][0]["function"]["parameters"] == search
     # the module-level definitions are not mutated by a server's ceilings
     assert tool_definitions()["anthropic"][0]["input_schema"]["properties"]["top_k"]["maximum"] == 50
+
+
+def _typed_nodes(node):
+    if isinstance(node, dict):
+        if "type" in node:
+            yield node
+        for v in node.values():
+            yield from _typed_nodes(v)
+    elif isinstance(node, list):
+        for v in node:
+            yield from _typed_nodes(v)
+
+
+def test_every_string_and_list_is_bounded():
+    """Issue 13 defect 5: nothing an agent sends is unbounded (count and length)."""
+    for tool in tool_definitions(10, 60)["anthropic"]:
+        nodes = list(_typed_nodes(tool["input_schema"]))
+        # a format: date string is a fixed-width YYYY-MM-DD, checked by its own validator
+        strings = [n for n in nodes if n["type"] == "string" and n.get("format") != "date"]
+        arrays = [n for n in nodes if n["type"] == "array"]
+        assert strings, tool["name"]
+        for n in strings:
+            assert 0 < n.get("maxLength", 0) <= 2000, (tool["name"], n)
+        for n in arrays:
+            assert 0 < n.get("maxItems", 0) <= 20, (tool["name"], n)
+
+
+@pytest.mark.parametrize("body", [
+    {"query": "x", "top_k": "5"}, {"query": "x", "top_k": True}, {"query": "x", "candidates": "5"},
+    {"query": "x", "valid_at": 0}, {"query": "x", "valid_at": "2026-01-01T00:00:00"}, {"query": "x\x00"},
+    {"query": "   "}, {"query": "x", "doc_type": ["policy"] * 17}, {"query": "x", "doc_type": ["Policy"]},
+    {"query": "x", "doc_type": []},
+])
+def test_model_and_schema_refuse_the_same_search_inputs(body):
+    from quarry.serve.tools import SearchToolRequest
+
+    schema = Draft202012Validator(tool_definitions(10, 60)["anthropic"][0]["input_schema"],
+                                  format_checker=Draft202012Validator.FORMAT_CHECKER)
+    assert not schema.is_valid(body)
+    with pytest.raises(ValidationError):
+        SearchToolRequest.model_validate(body)
+
+
+def test_model_and_schema_accept_the_same_search_inputs():
+    from quarry.serve.tools import SearchToolRequest
+
+    schema = Draft202012Validator(tool_definitions(10, 60)["anthropic"][0]["input_schema"],
+                                  format_checker=Draft202012Validator.FORMAT_CHECKER)
+    for body in ({"query": "x", "top_k": 5.0}, {"query": " x\t", "valid_at": "2026-02-28", "doc_type": ["policy"]},
+                 {"query": "x", "candidates": None, "valid_at": None, "doc_type": None}):
+        assert schema.is_valid(body)
+        SearchToolRequest.model_validate(body)
+
+
+def test_answer_takes_exactly_one_key_and_no_nulls():
+    claim = {"statement": "s", "passage_id": "d@1#a", "quote": "one two three four"}
+    for bad in ({"claims": None}, {"abstention": None}, {"claims": None, "abstention": {"reason": "r"}},
+                {"claims": [claim], "abstention": None}):
+        with pytest.raises(ValidationError):
+            SubmitAnswerRequest.model_validate(bad)
+    schema = tool_definitions()["anthropic"][2]["input_schema"]
+    assert "anyOf" not in schema["properties"]["claims"] and schema["properties"]["claims"]["type"] == "array"

@@ -1,4 +1,5 @@
 import pytest
+from pydantic import ValidationError
 
 from quarry.core.citations import (
     ABSTENTION_MESSAGE,
@@ -132,7 +133,7 @@ def test_report_needs_claims_and_all_passing():
 
 
 def test_claim_forbids_extra_fields_and_reasons_and_message():
-    with pytest.raises(Exception):
+    with pytest.raises(ValidationError, match="Extra inputs are not permitted"):
         Claim(statement="s", passage_id=ACME, quote="q q q q", tenant="globex")
     assert set(ABSTENTION_REASONS) == {
         "no_visible_evidence",

@@ -13,6 +13,7 @@ import pytest
 
 from quarry.core.contextualize import (
     CostAccount,
+    _Unparseable,
     ExtractiveContextualizer,
     LLMContextualizer,
     LLMRequestError,
@@ -183,7 +184,7 @@ def test_parse_sentences_is_robust():
     assert parse_sentences('<think>hmm [x]</think>Sure: ["a"] done', 1) == ["a"]
     assert parse_sentences('{"contexts": ["a", "b"]}', 2) == ["a", "b"]
     for bad in ("", "no array", '["a"]', "[1, 2]"):
-        with pytest.raises(Exception):
+        with pytest.raises(_Unparseable):
             parse_sentences(bad, 2)
 
 

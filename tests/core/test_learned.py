@@ -133,7 +133,11 @@ def test_sentence_vectors_cache_roundtrip(tmp_path):
     assert SentenceVectors(HashingEmbedder(dim=16)).load(tmp_path / "s.npz") == 0  # other embedder: ignored
     X = candidate_features("payouts", [make_candidate(p, i + 1) for i, p in enumerate(ps)], ps, sentence=sv2)
     assert X.shape == (2, len(FEATURES))
-    assert X[0, len(BASE_FEATURES) + 1] == 0.0 or X[1, len(BASE_FEATURES) + 1] == 0.0  # rel to the best
+    i_max, i_rel = len(BASE_FEATURES), len(BASE_FEATURES) + 1
+    best = int(np.argmax(X[:, i_max]))
+    assert X[0, i_max] != X[1, i_max]  # the two passages differ, so the relative feature is informative
+    assert X[best, i_rel] == 0.0  # the best candidate is the reference
+    assert X[1 - best, i_rel] == pytest.approx(X[1 - best, i_max] - X[best, i_max]) and X[1 - best, i_rel] < 0
 
 
 def test_training_is_deterministic_and_beats_fused_on_synthetic_data():

@@ -6,6 +6,7 @@ truncation, ordering, backend agreement), never ranking quality.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import shutil
@@ -43,7 +44,7 @@ def test_rerank_text_joins_title_heading_path_and_text():
 @pytest.mark.unit
 def test_rerank_input_is_frozen():
     c = cand("a", "t")
-    with pytest.raises(Exception):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         c.text = "changed"  # type: ignore[misc]
 
 

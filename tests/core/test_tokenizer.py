@@ -20,8 +20,7 @@ def test_identifiers_kept_whole_and_split(ident, parts):
 
 
 def test_words_are_lowercased_stemmed_and_stopwords_dropped():
-    assert tokenize("The Settlements were Reconciled") == ["settlement", "were", "reconcil"] or \
-        tokenize("The Settlements were Reconciled") == ["settlement", "reconcil"]
+    assert tokenize("The Settlements were Reconciled") == ["settlement", "were", "reconcil"]
     assert "the" not in tokenize("the and of")
 
 

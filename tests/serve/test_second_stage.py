@@ -111,7 +111,9 @@ def test_candidate_width_per_request_up_to_the_ceiling(quarry_app):
     r = app.search(tok, run, "refund window", top_k=4, candidates=2)  # never fewer than top_k
     assert app.trace(r.json()["trace_id"], tenant="initech").json()["second_stage"]["candidate_width"] == 4
     before = r.json()["searches_left"]
+    assert before >= 1
     assert app.search(tok, run, "refund window", candidates=61).status_code == 422  # server ceiling
     assert app.search(tok, run, "refund window", candidates=0).status_code == 422
-    assert app.http.post("/v1/runs", headers=app.h(tok)).status_code == 200
-    assert before >= 0
+    # the refused requests spent nothing: the run's next search still has its slot
+    after = app.search(tok, run, "incident response communication owner")
+    assert after.status_code == 200 and after.json()["searches_left"] == before - 1

@@ -3,7 +3,7 @@ application, scales the Retriever up under concurrent searches and back down whe
 
 No timing is asserted: the plan's target is set so far below any real load that any
 concurrent traffic asks for max_replicas, and the waits are only upper bounds for a loaded
-machine (the metric push interval is Ray's default 10 s in this shared Ray session)."""
+machine (Ray's default 10 s metrics push interval applies in this shared Ray session)."""
 
 from __future__ import annotations
 
@@ -27,12 +27,16 @@ def _profile():
     from quarry.core.workload import WorkloadProfile
 
     data = yaml.safe_load(SEED.read_text())
-    data["autoscaling"] = {"look_back_period_s": 2, "upscale_delay_s": 2, "downscale_delay_s": 4,
-                           "target_utilization": 0.05}
+    data["trough_tasks_per_s"] = 0  # min_replicas 1
+    # The look-back window must exceed the 10 s metrics push interval of this Ray session,
+    # or the autoscaler sees no recent metrics at all.
+    data["autoscaling"] = {"look_back_period_s": 12, "upscale_delay_s": 12, "downscale_delay_s": 12,
+                           "target_utilization": 0.001}
     # Tiny CPU reservations: the session's application already holds most of the 2 CPUs.
     data["deployments"] = {
         "Gateway": {"service_ms": 50, "concurrency_per_replica": 4, "num_cpus": 0.05},
-        # 45 calls/s x 25 ms = 1.125 in flight; target 0.05 -> many replicas, capped at 2.
+        # 45 calls/s x 25 ms = 1.125 in flight; target 0.001 -> many replicas, capped at 2. The
+        # Retriever is a few ms of each request, so any concurrent traffic exceeds that target.
         "Retriever": {"service_ms": 25, "concurrency_per_replica": 1, "num_cpus": 0.05, "max_replicas_cap": 2},
     }
     return WorkloadProfile.model_validate(data)
@@ -43,6 +47,16 @@ def _running(name: str) -> int:
 
     d = serve.status().applications[APP].deployments[name]
     return sum(v for k, v in d.replica_states.items() if str(k).endswith("RUNNING"))
+
+
+def _details() -> str:
+    try:
+        from ray.serve.context import _get_global_client
+
+        d = _get_global_client().get_serve_details()["applications"][APP]["deployments"]["Retriever"]
+        return f"target {d.get('target_num_replicas')}, autoscaling {d.get('autoscaling_detail')}"
+    except Exception as e:  # noqa: BLE001 - diagnostics only
+        return f"no details: {e}"
 
 
 def _wait(pred, bound_s: float) -> bool:
@@ -97,7 +111,7 @@ def test_planned_autoscaling_scales_retriever_up_and_down(quarry_app):
             stop.set()
             for t in threads:
                 t.join(timeout=60)
-        assert scaled_up, "Retriever never reached its planned max_replicas=2 under load"
+        assert scaled_up, f"Retriever never reached its planned max_replicas=2 under load ({_details()})"
         assert statuses and set(statuses) == {200}
         assert _wait(lambda: _running("Retriever") == 1, 150), "Retriever did not scale back to min_replicas=1"
     finally:

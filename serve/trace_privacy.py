@@ -23,7 +23,9 @@ _EMAIL = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
 _HAS_DIGIT = re.compile(r"\S*\d\S*")  # ticket ids, amounts, account numbers, dates
 _WS = re.compile(r"\s+")
 _ID_FIELDS = ("passage_id", "doc_id", "row", "parent_id", "expanded_to")
-_ID_LISTS = ("delivered", "new_ids")
+# "{doc_id}@{version}#{anchor}": doc ids and versions never hold "@" or "#", so any string of
+# this shape, under any key (decision records, follow-ups, checks), is a passage id.
+_PASSAGE_ID = re.compile(r"[^@#\s]+@[^@#\s]+#\S+")
 
 
 def redact_query(query: str, max_chars: int) -> str:
@@ -35,7 +37,7 @@ def redact_query(query: str, max_chars: int) -> str:
 
 def query_fields(tenant: str, query: str, max_chars: int) -> dict[str, str]:
     """The trace's stand-in for the query: ``query_sha256`` and ``query_redacted``."""
-    digest = hashlib.sha256(f"{tenant}\x00{query}".encode("utf-8", "replace")).hexdigest()[:32]
+    digest = hashlib.sha256(f"{tenant}\x00{query}".encode("utf-8", "replace")).hexdigest()[:16]
     return {"query_sha256": digest, "query_redacted": redact_query(query, max_chars)}
 
 
@@ -44,21 +46,19 @@ def _doc_of(passage_id: str) -> str:
 
 
 def passage_ids(trace: Any) -> set[str]:
-    """Every passage id a trace names: ``passage_id`` fields anywhere, and id lists."""
+    """Every passage id a trace names: ``passage_id`` fields and passage-id-shaped strings
+    anywhere (candidate lists, delivered and new ids, decision records, checks)."""
     out: set[str] = set()
 
-    def walk(node: Any) -> None:
+    def walk(node: Any, key: str | None = None) -> None:
         if isinstance(node, dict):
             for k, v in node.items():
-                if k == "passage_id" and isinstance(v, str):
-                    out.add(v)
-                elif k in _ID_LISTS and isinstance(v, list):
-                    out.update(x for x in v if isinstance(x, str))
-                else:
-                    walk(v)
+                walk(v, k)
         elif isinstance(node, list):
             for v in node:
-                walk(v)
+                walk(v, key)
+        elif isinstance(node, str) and (key == "passage_id" or _PASSAGE_ID.fullmatch(node)):
+            out.add(node)
 
     walk(trace)
     return out

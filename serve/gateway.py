@@ -126,16 +126,15 @@ class Gateway:
             token = bearer_token(authorization)
         except AuthError:
             return {"status": "ok"}
-        tenants: list[str] | None = None  # None: every loaded tenant, for the platform credential only
-        if not verify_platform_token(token, self.s.auth):
-            try:
-                ident = verify_token(token, self.s.auth)
-            except AuthError:
-                return {"status": "ok"}
-            if not ident.is_operator:
-                return {"status": "ok"}
-            tenants = [ident.principal.tenant]
-        loaded = await self.retriever.status.remote(tenants)
+        if verify_platform_token(token, self.s.auth):
+            return {"status": "ok", "tenants": await self.retriever.status.remote(None)}
+        try:
+            ident = verify_token(token, self.s.auth)
+        except AuthError:
+            return {"status": "ok"}
+        if not ident.is_operator:
+            return {"status": "ok"}
+        loaded = await self.retriever.status.remote([ident.principal.tenant])
         return {"status": "ok", "tenants": loaded}
 
     @api.get("/v1/tools", tags=["agent"])

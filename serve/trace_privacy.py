@@ -21,11 +21,12 @@ from typing import Any
 REDACTED = "redacted"
 _EMAIL = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
 _HAS_DIGIT = re.compile(r"\S*\d\S*")  # ticket ids, amounts, account numbers, dates
+# "{doc_id}@{version}#{anchor}": doc ids and versions never hold "@" or "#", so a string of
+# this shape under any key (decision records, follow-ups, fields added later) is a passage id.
+_PASSAGE_ID = re.compile(r"[^@#\s]+@[^@#\s]+#\S+")
 _WS = re.compile(r"\s+")
 _ID_FIELDS = ("passage_id", "doc_id", "row", "parent_id", "expanded_to")
-# "{doc_id}@{version}#{anchor}": doc ids and versions never hold "@" or "#", so any string of
-# this shape, under any key (decision records, follow-ups, checks), is a passage id.
-_PASSAGE_ID = re.compile(r"[^@#\s]+@[^@#\s]+#\S+")
+_ID_LISTS = ("delivered", "new_ids")
 
 
 def redact_query(query: str, max_chars: int) -> str:
@@ -46,21 +47,24 @@ def _doc_of(passage_id: str) -> str:
 
 
 def passage_ids(trace: Any) -> set[str]:
-    """Every passage id a trace names: ``passage_id`` fields and passage-id-shaped strings
-    anywhere (candidate lists, delivered and new ids, decision records, checks)."""
+    """Every passage id a trace names: ``passage_id`` fields anywhere, and id lists."""
     out: set[str] = set()
 
-    def walk(node: Any, key: str | None = None) -> None:
+    def walk(node: Any) -> None:
         if isinstance(node, dict):
             for k, v in node.items():
-                walk(v, k)
+                if k == "passage_id" and isinstance(v, str):
+                    out.add(v)
+                elif k in _ID_LISTS and isinstance(v, list):
+                    out.update(x for x in v if isinstance(x, str))
+                else:
+                    walk(v)
         elif isinstance(node, list):
             for v in node:
-                walk(v, key)
-        elif isinstance(node, str) and (key == "passage_id" or _PASSAGE_ID.fullmatch(node)):
-            out.add(node)
+                walk(v)
 
     walk(trace)
+    out |= _shaped_ids(trace)
     return out
 
 
@@ -90,3 +94,11 @@ def redact_trace(trace: dict[str, Any], visible: set[str]) -> dict[str, Any]:
         return node
 
     return {**walk(trace), "redacted_ids": len(hidden)}
+
+
+def _shaped_ids(node: Any) -> set[str]:
+    if isinstance(node, dict):
+        return set().union(*(_shaped_ids(v) for v in node.values()))
+    if isinstance(node, list):
+        return set().union(*(_shaped_ids(v) for v in node))
+    return {node} if isinstance(node, str) and _PASSAGE_ID.fullmatch(node) else set()

@@ -123,7 +123,8 @@ def test_trace_redaction_hides_ids_outside_the_readers_groups():
              "checks": [{"passage_id": "pay@1#a", "retrieved": True}],
              "decision": {"selected": [{"passage_id": "pay@1#a", "reason": "authority"}], "unresolved": ["pay"],
                           "rejected": [{"passage_id": "open@1#b", "by": "bonus@2#c"}]},
-             "follow_ups": [{"query_sha256": "ab", "found": ["bonus@2#c"]}]}
+             "follow_ups": [{"query_sha256": "ab", "found": ["bonus@2#c"]}],
+             "added_later": {"evidence": ["bonus@2#c"]}}
     assert passage_ids(trace) == {"pay@1#a", "open@1#b", "bonus@2#c"}
     out = redact_trace(trace, {"open@1#b"})
     text = json.dumps(out)

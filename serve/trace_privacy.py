@@ -21,6 +21,9 @@ from typing import Any
 REDACTED = "redacted"
 _EMAIL = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
 _HAS_DIGIT = re.compile(r"\S*\d\S*")  # ticket ids, amounts, account numbers, dates
+# "{doc_id}@{version}#{anchor}": doc ids and versions never hold "@" or "#", so a string of
+# this shape under any key (decision records, follow-ups, fields added later) is a passage id.
+_PASSAGE_ID = re.compile(r"[^@#\s]+@[^@#\s]+#\S+")
 _WS = re.compile(r"\s+")
 _ID_FIELDS = ("passage_id", "doc_id", "row", "parent_id", "expanded_to")
 _ID_LISTS = ("delivered", "new_ids", "passage_ids", "found")  # found: the resolver's follow-up hits
@@ -36,7 +39,7 @@ def redact_query(query: str, max_chars: int) -> str:
 
 def query_fields(tenant: str, query: str, max_chars: int) -> dict[str, str]:
     """The trace's stand-in for the query: ``query_sha256`` and ``query_redacted``."""
-    digest = hashlib.sha256(f"{tenant}\x00{query}".encode("utf-8", "replace")).hexdigest()[:32]
+    digest = hashlib.sha256(f"{tenant}\x00{query}".encode("utf-8", "replace")).hexdigest()[:16]
     return {"query_sha256": digest, "query_redacted": redact_query(query, max_chars)}
 
 
@@ -62,6 +65,7 @@ def passage_ids(trace: Any) -> set[str]:
                 walk(v)
 
     walk(trace)
+    out |= _shaped_ids(trace)
     return out
 
 
@@ -94,3 +98,11 @@ def redact_trace(trace: dict[str, Any], visible: set[str]) -> dict[str, Any]:
         return node
 
     return {**walk(trace), "redacted_ids": len(hidden)}
+
+
+def _shaped_ids(node: Any) -> set[str]:
+    if isinstance(node, dict):
+        return set().union(*(_shaped_ids(v) for v in node.values()))
+    if isinstance(node, list):
+        return set().union(*(_shaped_ids(v) for v in node))
+    return {node} if isinstance(node, str) and _PASSAGE_ID.fullmatch(node) else set()

@@ -85,8 +85,12 @@ class Client:
     def search(self, token: str, run: str, query: str, **body):
         return self.http.post("/v1/search", headers=self.h(token, run), json={"query": query, **body})
 
-    def trace(self, trace_id: str, tenant="acme"):
-        op = self.token(tenant=tenant, subject="ops", groups=(), scope="operator")
+    def trace(self, trace_id: str, tenant="acme", groups: tuple[str, ...] | None = None):
+        """Read a trace as an operator; by default one holding every group of the corpus,
+        since an operator sees only the ids its own groups may read."""
+        if groups is None:
+            groups = tuple(sorted({g for ds in (self.docs or {}).values() for d in ds for g in d.acl} - {"*"}))
+        op = self.token(tenant=tenant, subject="ops", groups=groups, scope="operator")
         return self.http.get(f"/v1/trace/{trace_id}", headers=self.h(op))
 
 

@@ -121,16 +121,21 @@ def test_trace_redaction_hides_ids_outside_the_readers_groups():
              "delivered": ["pay@1#a", "open@1#b"], "new_ids": ["pay@1#a"],
              "source_versions": ["open@1", "pay@1"],
              "checks": [{"passage_id": "pay@1#a", "retrieved": True}],
-             "decision": {"selected": [{"passage_id": "pay@1#a", "reason": "authority"}], "unresolved": ["pay"]}}
-    assert passage_ids(trace) == {"pay@1#a", "open@1#b"}
+             "decision": {"selected": [{"passage_id": "pay@1#a", "reason": "authority"}], "unresolved": ["pay"],
+                          "rejected": [{"passage_id": "open@1#b", "by": "bonus@2#c"}]},
+             "follow_ups": [{"query_sha256": "ab", "found": ["bonus@2#c"]}],
+             "added_later": {"evidence": ["bonus@2#c"]}}
+    assert passage_ids(trace) == {"pay@1#a", "open@1#b", "bonus@2#c"}
     out = redact_trace(trace, {"open@1#b"})
     text = json.dumps(out)
-    assert "pay" not in text and out["redacted_ids"] == 1
+    assert "pay" not in text and "bonus" not in text and out["redacted_ids"] == 2
     assert out["candidates"][0] == {"passage_id": REDACTED, "doc_id": REDACTED, "row": REDACTED, "fused_rank": 1,
                                     "redacted": True}
     assert out["candidates"][1] == trace["candidates"][1]
     assert out["delivered"] == [REDACTED, "open@1#b"] and out["source_versions"] == ["open@1", REDACTED]
-    assert redact_trace(trace, {"open@1#b", "pay@1#a"}) == {**trace, "redacted_ids": 0}
+    assert out["decision"]["rejected"] == [{"passage_id": "open@1#b", "by": REDACTED}]
+    assert out["follow_ups"][0]["found"] == [REDACTED]
+    assert redact_trace(trace, {"open@1#b", "pay@1#a", "bonus@2#c"}) == {**trace, "redacted_ids": 0}
     assert trace["candidates"][0]["passage_id"] == "pay@1#a"  # the stored trace is not mutated
 
 

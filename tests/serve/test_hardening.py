@@ -241,7 +241,7 @@ def test_trace_keeps_a_hash_and_a_redacted_query(quarry_app):
     dumped = json.dumps(trace)
     assert "query" not in trace and "ord_4821" not in dumped and "alice@example.com" not in dumped
     assert "2.5" not in trace["query_redacted"] and trace["query_redacted"].startswith("refund window for")
-    assert len(trace["query_redacted"]) <= 80 and len(trace["query_sha256"]) == 32
+    assert len(trace["query_redacted"]) <= 80 and len(trace["query_sha256"]) == 16
     # the same query gives the same hash (capacity planning can group repeats)
     r2 = app.search(tok, app.new_run(tok), q)
     assert app.trace(r2.json()["trace_id"]).json()["query_sha256"] == trace["query_sha256"]
@@ -255,7 +255,7 @@ def test_operator_trace_view_is_filtered_by_the_operators_groups(quarry_app):
     hidden = [e["passage_id"] for e in r.json()["excerpts"] if e["doc_id"] == "pay-bands"]
     assert hidden, r.json()
     trace_id = r.json()["trace_id"]
-    plain_op = app.trace(trace_id).json()  # operator with no groups
+    plain_op = app.trace(trace_id, groups=()).json()  # an operator with no groups
     dumped = json.dumps(plain_op)
     assert hidden[0] not in dumped and "pay-bands" not in dumped and plain_op["redacted_ids"] >= 1
     redacted = [c for c in plain_op["candidates"] if c.get("redacted")]
@@ -268,7 +268,7 @@ def test_operator_trace_view_is_filtered_by_the_operators_groups(quarry_app):
              "quote": "Pay bands for engineering levels are reviewed every April"}
     a = app.http.post("/v1/answer", headers=app.h(hr, run), json={"claims": [claim]})
     assert a.status_code == 200 and a.json()["status"] == "answered", a.text
-    assert hidden[0] not in app.trace(a.json()["trace_id"]).text
+    assert hidden[0] not in app.trace(a.json()["trace_id"], groups=()).text
 
 
 # -- defect 8: /healthz per tenant; the cross-tenant view needs the platform credential --

@@ -1,5 +1,6 @@
 """A planned autoscaling config, deployed through the real app builder next to the session's
-application, scales the Retriever up under concurrent searches and back down when idle.
+application, scales the Retriever up under concurrent searches and back down when idle
+(counted as the replicas Serve keeps: a replica can take long to start on a loaded machine).
 
 No timing is asserted: the plan's target is set so far below any real load that any
 concurrent traffic asks for max_replicas, and the waits are only upper bounds for a loaded

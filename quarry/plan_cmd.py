@@ -146,6 +146,21 @@ def render_table(plan, profile) -> str:
     return "\n".join(lines)
 
 
+def _check(pm, cfg: dict[str, Any] | None, manifest: dict[str, Any] | None) -> str | None:
+    """Validate what is about to be written with Ray's Serve schema and the vendored KubeRay
+    CRD schema, where those libraries are installed (the serve and dev extras)."""
+    try:
+        if cfg is not None:
+            pm.validate_serve_config(cfg)
+        if manifest is not None:
+            pm.validate_rayservice(manifest)
+    except ImportError:
+        return None
+    except Exception as e:  # noqa: BLE001 - pydantic or jsonschema ValidationError: report, do not write
+        return str(e).splitlines()[0]
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
     from quarry.core.workload import plan as make_plan
 
@@ -169,7 +184,12 @@ def run(args: argparse.Namespace) -> int:
               "# Every deployment autoscales with the planned settings (quarry.core.capacity).\n"
               "# The HS256 secret is not written here: set QUARRY_JWT_SECRET in the runtime env, or\n"
               "# point jwt_public_key_file at the identity provider's RS256 public key.\n")
-    for path, data in ((args.out, cfg), (args.rayservice, pm.rayservice(plan, profile, cfg) if args.rayservice else None)):
+    manifest = pm.rayservice(plan, profile, cfg) if args.rayservice else None
+    problem = _check(pm, cfg if args.out or args.rayservice else None, manifest)
+    if problem:
+        print(f"quarry plan: error: the generated files would not deploy: {problem}", file=sys.stderr)
+        return 2
+    for path, data in ((args.out, cfg), (args.rayservice, manifest)):
         if path:
             try:
                 Path(path).parent.mkdir(parents=True, exist_ok=True)

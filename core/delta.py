@@ -104,7 +104,8 @@ def publish_delta(index: TenantIndex, result: FoldResult, fresh: DeltaRows, chan
         rows = _carry_over(index, live, set(result.upserts)) if prev is not None else DeltaRows([], [], _empty(fresh))
         passages = rows.passages + fresh.passages
         parents = rows.parents + fresh.parents
-        emb = np.concatenate([rows.embeddings, fresh.embeddings]) if len(passages) else _empty(fresh)
+        parts = [e for e in (rows.embeddings, fresh.embeddings) if len(e)]
+        emb = np.concatenate(parts) if parts else _empty(fresh)
         if {(p.doc_id, p.envelope.version) for p in passages} - set(live):
             raise RuntimeError(f"{tenant}: delta passages outside the live delta versions")
         stats = _delta_stats(index, result.state, passages)

@@ -1,0 +1,212 @@
+"""Base + delta + masks against the oracle: a full rebuild from the same final sources.
+
+In-process (``quarry.core.delta.apply_local``, HashingEmbedder): what every principal can
+see (passages, documents, parents, each leg's hits) over the base with changes applied
+equals what a rebuild from the final sources shows, for fixed and for random sequences of
+upserts, deletes and ACL changes (hypothesis).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+import tempfile
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from quarry.core.changes import Change, validate_change
+from quarry.core.delta import apply_local
+from quarry.core.embedding import HashingEmbedder
+from quarry.core.index import TenantIndex
+from quarry.core.pipeline import build_corpus
+from quarry.core.records import Principal, SourceDocument
+from quarry.core.search import SearchSettings, dense_leg, hybrid_search, lexical_leg
+from quarry.core.records import SearchRequest
+
+pytestmark = pytest.mark.unit
+
+EMB = HashingEmbedder(dim=32)
+WORDS = ["settlement", "refund", "cutover", "window", "approval", "ledger", "invoice", "quota", "alpha", "beta"]
+GROUPS = ["a", "b", "c"]
+PRINCIPALS = [Principal(tenant="t", subject="u", groups=frozenset(g)) for g in
+              [(), ("a",), ("b",), ("c",), ("a", "b"), ("a", "b", "c")]]
+QUERIES = ["settlement refund", "cutover window approval", "ledger invoice", "quota alpha beta"]
+
+
+def doc(doc_id: str, version: str, words: list[str], acl: tuple[str, ...], sections: int = 1) -> SourceDocument:
+    body = "\n\n".join(f"## Part {i}\n\n" + " ".join(words[i:] + words[:i]) + f" {doc_id} part {i}."
+                       for i in range(sections))
+    return SourceDocument(doc_id=doc_id, version=version, tenant="t", title=f"Doc {doc_id}", text=body, acl=acl)
+
+
+def final_sources(base: list[SourceDocument], changes: list[Change]) -> list[SourceDocument]:
+    """The oracle's semantics, written independently of the fold: apply every change in
+    (at, change_id) order to a dict of source documents."""
+    src = {(d.doc_id, d.version): d for d in base}
+    for c in sorted(changes, key=lambda c: (c.at, c.change_id)):
+        keys = [k for k in src if k[0] == c.doc_id and (c.version is None or k[1] == c.version)]
+        if c.op == "upsert":
+            src[(c.doc_id, c.version)] = c.document
+        elif c.op == "delete":
+            for k in keys:
+                del src[k]
+        else:
+            for k in keys:
+                src[k] = src[k].model_copy(update={"acl": c.acl})
+    return list(src.values())
+
+
+def view(index: TenantIndex, p: Principal, ids: set[str], parent_ids: set[str], doc_ids: set[str]):
+    """Everything ``p`` can read through the index's lookups and legs."""
+    passages = {pid: (x.text, x.context) for pid in ids if (x := index.passage(pid, p)) is not None}
+    parents = {pid: s.text for pid in parent_ids if (s := index.parent(pid, p)) is not None}
+    docs = {d: sorted(x.passage_id for x in index.document(d, p)) for d in doc_ids}
+    masks = index.masks(p)
+    pid_of = lambda gid: index.shards[gid >> 32].passage_ids[gid & 0xFFFFFFFF]  # noqa: E731
+    legs = []
+    for q in QUERIES:
+        lex = lexical_leg(index, masks, q, 1000, 0.0)
+        den = dense_leg(index, masks, EMB.encode([q])[0], 1000, -1.0)
+        legs.append((sorted(map(pid_of, lex.rows)), sorted(map(pid_of, den.rows))))
+    return passages, parents, docs, legs
+
+
+def all_ids(*indexes: TenantIndex):
+    ids, parents, docs = set(), set(), set()
+    for ix in indexes:
+        for sh in ix.shards:
+            ids.update(sh.passage_ids)
+            parents.update(sh.parent_ids())
+            docs.update(sh.doc_ids)
+    return ids, parents, docs
+
+
+def assert_same_view(got: TenantIndex, want: TenantIndex):
+    ids, parents, docs = all_ids(got, want)
+    for p in PRINCIPALS:
+        assert view(got, p, ids, parents, docs) == view(want, p, ids, parents, docs), p.groups
+
+
+def rebuild(docs: list[SourceDocument]) -> TenantIndex:
+    root = tempfile.mkdtemp(prefix="quarry-oracle-")
+    if not docs:
+        docs = [doc("placeholder", "1", ["zzz"], ("nobody",))]  # an empty tenant cannot be built
+    build_corpus(docs, root, EMB)
+    return TenantIndex.load(root, "t")
+
+
+BASE = [doc(f"d{i}", "1", WORDS[i:] + WORDS[:i], acl, sections=1 + i % 2)
+        for i, acl in enumerate([("a",), ("b",), ("*",), ("a", "c"), ("c",), ("b",)])]
+
+
+def ch(op, doc_id, at, **kw) -> Change:
+    return validate_change({"op": op, "tenant": "t", "doc_id": doc_id,
+                            "at": dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(minutes=at), **kw})
+
+
+@pytest.fixture()
+def base_root(tmp_path):
+    root = str(tmp_path / "idx")
+    build_corpus(BASE, root, EMB)
+    return root
+
+
+def test_revocation_delete_and_upsert_match_a_rebuild(base_root):
+    new = doc("d9", "1", ["quota", "ledger", "fresh", "marker"], ("a",))
+    changes = [
+        ch("acl", "d0", 1, acl=["b"]),  # revoke a, grant b
+        ch("delete", "d1", 2),
+        ch("upsert", "d3", 3, document=doc("d3", "1", ["refund", "changed", "text"], ("a", "c"), 2).model_dump()),
+        ch("upsert", "d9", 4, document=new.model_dump()),
+        ch("upsert", "d2", 5, document=doc("d2", "2", ["cutover", "v2"], ("*",)).model_dump()),  # a second version
+    ]
+    seq, res = apply_local(base_root, "t", changes, EMB)
+    assert seq == 1 and set(res.outcomes.values()) == {"applied"}
+    idx = TenantIndex.load(base_root, "t")
+    assert idx.delta_seq == 1 and len(idx.shards) == 2
+    assert_same_view(idx, rebuild(final_sources(BASE, changes)))
+    a = Principal(tenant="t", subject="u", groups=frozenset({"a"}))
+    assert idx.passage(idx.shards[0].passage_ids[0], a) is None or not idx.shards[0].passage_ids[0].startswith("d0")
+    assert not idx.document("d0", a) and idx.document("d9", a)
+    r = hybrid_search(idx, a, SearchRequest(query="fresh marker", top_k=3), EMB, SearchSettings(dense_floor=-1))
+    assert r.excerpts and r.excerpts[0].doc_id == "d9"
+    # re-applying the same log changes nothing and publishes nothing
+    seq2, res2 = apply_local(base_root, "t", changes, EMB)
+    assert seq2 is None and set(res2.outcomes.values()) == {"stale"}
+
+
+def test_a_second_delta_reuses_and_masks_the_first(base_root):
+    c1 = [ch("upsert", "d9", 1, document=doc("d9", "1", ["quota", "marker"], ("a",)).model_dump()),
+          ch("upsert", "d8", 2, document=doc("d8", "1", ["ledger", "marker"], ("b",)).model_dump())]
+    apply_local(base_root, "t", c1, EMB)
+    c2 = [ch("delete", "d9", 3), ch("acl", "d8", 4, acl=["c"]), ch("acl", "d4", 5, acl=["*"])]
+    seq, _ = apply_local(base_root, "t", c2, EMB)
+    idx = TenantIndex.load(base_root, "t")
+    assert seq == 2 and idx.delta.shard is not None and idx.delta.shard.dir.parent.name == "delta-1"  # reused
+    assert_same_view(idx, rebuild(final_sources(BASE, c1 + c2)))
+
+
+def test_delta_bm25_uses_the_rebuilds_statistics(base_root):
+    changes = [ch("delete", "d1", 1), ch("upsert", "d9", 2, document=doc("d9", "1", ["quota", "zz"], ("a",)).model_dump())]
+    apply_local(base_root, "t", changes, EMB)
+    idx, want = TenantIndex.load(base_root, "t"), rebuild(final_sources(BASE, changes))
+    p = PRINCIPALS[-1]
+    for q in QUERIES:
+        got = lexical_leg(idx, idx.masks(p), q, 1000, 0.0)
+        exp = lexical_leg(want, want.masks(p), q, 1000, 0.0)
+        pid = lambda ix, g: ix.shards[g >> 32].passage_ids[g & 0xFFFFFFFF]  # noqa: E731
+        g_s = {pid(idx, r): s for r, s in zip(got.rows, got.scores) if (r >> 32) == 1}  # delta rows
+        e_s = {pid(want, r): s for r, s in zip(exp.rows, exp.scores)}
+        for k, v in g_s.items():
+            assert v == pytest.approx(e_s[k], rel=1e-5)
+
+
+# --------------------------------------------------------------------------- property
+
+def _change_strategy():
+    doc_ids = st.sampled_from([f"d{i}" for i in range(7)])
+    versions = st.sampled_from(["1", "2"])
+    acls = st.lists(st.sampled_from(GROUPS + ["*"]), min_size=1, max_size=2, unique=True)
+    words = st.lists(st.sampled_from(WORDS + ["novel", "marker"]), min_size=2, max_size=6)
+    upsert = st.builds(lambda d, v, w, a, n: ("upsert", d, dict(document=doc(d, v, w, tuple(a), n).model_dump())),
+                       doc_ids, versions, words, acls, st.integers(1, 2))
+    delete = st.builds(lambda d, v: ("delete", d, {} if v is None else {"version": v}), doc_ids, st.none() | versions)
+    acl = st.builds(lambda d, v, a: ("acl", d, {"acl": a, **({} if v is None else {"version": v})}),
+                    doc_ids, st.none() | versions, acls)
+    return st.one_of(upsert, delete, acl)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                 HealthCheck.too_slow])
+@given(batches=st.lists(st.lists(st.tuples(_change_strategy(), st.integers(0, 50)), min_size=1, max_size=6),
+                        min_size=1, max_size=3))
+def test_property_what_a_principal_sees_equals_a_rebuild(batches):
+    root = tempfile.mkdtemp(prefix="quarry-prop-")
+    build_corpus(BASE, root, EMB)
+    applied: list[Change] = []
+    counter = itertools.count()
+    for batch in batches:
+        cs = [ch(op, d, minute, change_id=f"c{next(counter)}", **kw) for (op, d, kw), minute in batch]
+        apply_local(root, "t", cs, EMB)
+        applied.extend(cs)
+    # the oracle applies in (at, id) order, except that a change older than one already
+    # applied to the same document (in an earlier batch) is skipped as stale by design
+    kept = _not_stale(batches, applied)
+    assert_same_view(TenantIndex.load(root, "t"), rebuild(final_sources(BASE, kept)))
+
+
+def _not_stale(batches, applied: list[Change]) -> list[Change]:
+    """Changes the fold applies: in each batch, those after the document's last applied change."""
+    last: dict[str, tuple] = {}
+    out, i = [], 0
+    for batch in batches:
+        cs = applied[i:i + len(batch)]
+        i += len(batch)
+        for c in sorted(cs, key=lambda c: (c.at, c.change_id)):
+            if (c.at, c.change_id) > last.get(c.doc_id, (dt.datetime.min.replace(tzinfo=dt.timezone.utc), "")):
+                out.append(c)
+                last[c.doc_id] = (c.at, c.change_id)
+    return out

@@ -128,6 +128,9 @@ def publish_delta(index: TenantIndex, result: FoldResult, fresh: DeltaRows, chan
         "tenant": tenant, "seq": seq, "base": index.generation, "shard": shard_ref, "checksums": sums,
         "embedder": embedder_name, "applied": state.applied, "published_at": visible_at,
     })
+    if layout.current_generation(root, tenant) != index.generation:  # the delta would name a retired base
+        raise RuntimeError(f"{tenant}: CURRENT moved while changes were applied (a build or compaction "
+                           f"published); apply the changes again")
     layout.publish_delta(root, tenant, seq)
     return seq
 

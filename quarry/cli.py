@@ -17,6 +17,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("quarry.serve.cli_entry", "start the Ray Serve endpoint for agents"),
     "token": ("quarry.serve.token_cmd", "mint a development bearer token"),
     "train-ranker": ("quarry.jobs.train_ranker", "train a tenant's learned second-stage ranker and gate it"),
+    "apply-changes": ("quarry.jobs.apply_changes", "PySpark job: apply a change log (upserts, deletes, ACL changes) as delta generations"),
+    "compact": ("quarry.jobs.compact", "fold a tenant's delta, tombstones and ACL overrides into a new base generation"),
 }
 
 

@@ -106,6 +106,7 @@ def quarry_app(tmp_path_factory):
     # Two gateway replicas (run rules across replicas); a Reranker serving whatever each
     # tenant's gate recorded, re-read every 0.5 s so tests can promote a ranker mid-session.
     settings = ServeSettings(index_root=root, auth=AuthSettings(hs256_secret=SECRET), gateway_replicas=2,
+                             retriever_replicas=2,  # freshness: a change is seen by every replica
                              generation_check_ms=200, ray_namespace="quarry-test", store_name_prefix=PREFIX,
                              reranker_num_cpus=0.5, stage_check_s=0.5, candidate_width_ceiling=60)
     serve.run(build_app(settings), name="quarry", route_prefix="/")

@@ -19,6 +19,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train-ranker": ("quarry.jobs.train_ranker", "train a tenant's learned second-stage ranker and gate it"),
     "apply-changes": ("quarry.jobs.apply_changes", "PySpark job: apply a change log (upserts, deletes, ACL changes) as delta generations"),
     "compact": ("quarry.jobs.compact", "fold a tenant's delta, tombstones and ACL overrides into a new base generation"),
+    "reconcile": ("quarry.jobs.reconcile", "compare the source of truth with the index and repair drift through the change path"),
+    "status": ("quarry.status_cmd", "per-tenant freshness: change-to-visible lag and the oldest unapplied change"),
 }
 
 

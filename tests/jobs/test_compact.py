@@ -125,3 +125,45 @@ def test_compact_cli_bad_tenant_is_one_line(tmp_path, capsys):
     assert main(["compact", "--tenant", "nope", "--index-root", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--tenant" in err[0]
+
+
+def test_reconcile_repairs_drift_through_the_change_path(changed_root, tmp_path, capsys):
+    """The source of truth differs from the served index in every way reconcile names;
+    after reconcile the index shows exactly the source (in-process apply here; the Spark
+    path is the apply-changes job, tested in test_apply_changes)."""
+    from quarry.core.index import TenantIndex
+    from quarry.jobs.build import write_source_jsonl
+    from quarry.jobs.reconcile import reconcile
+
+    truth = final_sources(BASE, _changes())
+    truth = [d for d in truth if d.doc_id != "d4"]  # extra in the index
+    truth = [d.model_copy(update={"acl": ("c",)}) if d.doc_id == "d5" else d for d in truth]  # stale ACL
+    truth = [d.model_copy(update={"text": d.text + " edited"}) if d.doc_id == "d2" and d.version == "1" else d
+             for d in truth]  # changed without a version bump
+    truth.append(doc("d7", "1", ["missing", "doc"], ("a",)))  # missing
+    src = write_source_jsonl(truth, tmp_path / "truth.jsonl")
+    dry = reconcile(str(src), changed_root, dry_run=True)["tenants"]["t"]
+    assert (dry["missing"], dry["extra"], dry["stale_acl"], dry["changed"]) == (1, 1, 1, 1)
+    assert dry["missing_ids"] == ["d7@1"] and dry["extra_ids"] == ["d4@1"] and dry["stale_acl_ids"] == ["d5@1"]
+    rep = reconcile(str(src), changed_root, apply="in-process")
+    assert rep["repaired"] and rep["tenants"]["t"]["applied"] == 4
+    assert_same_view(TenantIndex.load(changed_root, "t"), rebuild(truth))
+    again = reconcile(str(src), changed_root, dry_run=True)["tenants"]["t"]
+    assert again["repairs"] == 0
+
+
+def test_status_reports_lag_and_unapplied(changed_root, tmp_path, capsys):
+    import datetime as dt
+
+    from quarry.cli import main
+
+    pending = [ch("delete", "d5", 60 * 24 * 400)]  # far in the future of the fixture's clock
+    (tmp_path / "log.jsonl").write_text("".join(c.model_dump_json() + "\n" for c in _changes() + pending))
+    assert main(["status", "--index-root", changed_root, "--changes", str(tmp_path / "log.jsonl"), "--json"]) == 0
+    import json
+
+    r = json.loads(capsys.readouterr().out)["t"]
+    assert r["changes_applied"] == 5 and r["lag"]["changes"] == 5 and r["unapplied"] == 1
+    expect = dt.datetime.now(dt.timezone.utc).timestamp() - pending[0].at.timestamp()
+    assert abs(r["oldest_unapplied_age_s"] - expect) < 60
+    assert r["lag"]["max_s"] > 0

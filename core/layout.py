@@ -213,9 +213,15 @@ def watermark_path(root: str, tenant: str) -> str:
 
 
 def read_watermark(root: str, tenant: str) -> str | None:
-    """The raw change watermark (a few bytes), or None when no change was ever applied."""
-    fs, path = fs_and_path(watermark_path(root, tenant))
+    """The raw change watermark (a few bytes), or None when no change was ever applied.
+    Read on every request, so a local root skips fsspec's URI resolution (most of the cost)."""
+    uri = watermark_path(root, tenant)
+    local = uri[len("file://"):] if uri.startswith("file://") else (uri if "://" not in uri else None)
     try:
+        if local is not None:
+            with open(local, "rb") as f:
+                return f.read().decode().strip() or None
+        fs, path = fs_and_path(uri)
         with fs.open(path, "r") as f:
             return f.read().strip() or None
     except FileNotFoundError:

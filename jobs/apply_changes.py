@@ -298,9 +298,15 @@ def _contextualizer(index, requested: str) -> str:
     return kind if kind in ("extractive", "none") else "none"
 
 
-def run_stream(settings: ApplySettings, spark, checkpoint: str, once: bool = True) -> list[ApplyReport]:
-    """Structured Streaming over the change folder: each micro-batch of new JSONL lines runs
-    :func:`apply_raw`. ``once``: process what is there now and stop (availableNow)."""
+def run_stream(settings: ApplySettings, spark, checkpoint: str, once: bool = True,
+               kafka: tuple[str, str] | None = None) -> list[ApplyReport]:
+    """Structured Streaming: each micro-batch of new change lines runs :func:`apply_raw`.
+    The source is the change folder (file source; local default), or Kafka when ``kafka``
+    is (bootstrap servers, topic): one JSON change per message value (needs the
+    ``spark-sql-kafka`` package on the cluster; not exercised here). ``once``: process
+    what is there now and stop (availableNow)."""
+    from pyspark.sql import functions as F
+
     from quarry.jobs import stages as st
 
     reports: list[ApplyReport] = []
@@ -312,9 +318,15 @@ def run_stream(settings: ApplySettings, spark, checkpoint: str, once: bool = Tru
         reports.append(apply_raw(settings.model_copy(update={"run_id": f"{settings.run_id or 'stream'}-{batch_id}"}),
                                  spark, raw, settings.changes))
 
-    q = (spark.readStream.format("text").option("pathGlobFilter", "*.jsonl").load(settings.changes)
-         .withColumn("source", __import__("pyspark.sql.functions", fromlist=["input_file_name"]).input_file_name())
-         .writeStream.option("checkpointLocation", checkpoint).foreachBatch(batch))
+    if kafka is not None:
+        lines = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", kafka[0])
+                 .option("subscribe", kafka[1]).option("startingOffsets", "earliest").load()
+                 .select(F.col("value").cast("string").alias("value"),
+                         F.concat_ws(":", "topic", "partition", "offset").alias("source")))
+    else:
+        lines = (spark.readStream.format("text").option("pathGlobFilter", "*.jsonl").load(settings.changes)
+                 .withColumn("source", F.input_file_name()))
+    q = lines.writeStream.option("checkpointLocation", checkpoint).foreachBatch(batch)
     q = q.trigger(availableNow=True) if once else q.trigger(processingTime="2 seconds")
     q.start().awaitTermination()
     return reports
@@ -356,6 +368,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stream", action="store_true", help="Structured Streaming over the change folder (file source)")
     p.add_argument("--once", action="store_true", help="with --stream: process what is there now, then stop")
     p.add_argument("--checkpoint", default=None, help="with --stream: checkpoint URI (default <index-root>/_stream)")
+    p.add_argument("--kafka-bootstrap", default=None, help="with --stream: read changes from Kafka (servers)")
+    p.add_argument("--kafka-topic", default=None, help="with --stream and --kafka-bootstrap: the change topic")
     p.add_argument("--json", action="store_true", help="print the run report as JSON")
     p.add_argument("--quiet", action="store_true")
 
@@ -369,11 +383,15 @@ def run(args: argparse.Namespace) -> int:
             from quarry.core import layout
             from quarry.jobs.spark import get_spark
 
-            if not Path(args.changes).is_dir():
+            kafka = (args.kafka_bootstrap, args.kafka_topic) if args.kafka_bootstrap else None
+            if kafka and not args.kafka_topic:
+                raise BuildError("--kafka-bootstrap needs --kafka-topic")
+            if not kafka and not Path(args.changes).is_dir():
                 raise BuildError(f"--changes {args.changes}: --stream needs a folder of change files")
             spark = get_spark(args.master, app_name="quarry-apply-changes-stream")
             try:
-                reports = run_stream(s, spark, args.checkpoint or layout.join(args.index_root, "_stream"), args.once)
+                reports = run_stream(s, spark, args.checkpoint or layout.join(args.index_root, "_stream"), args.once,
+                                     kafka)
             finally:
                 spark.stop()
         else:

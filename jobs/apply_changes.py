@@ -262,10 +262,10 @@ def apply_raw(s: ApplySettings, spark, raw, changes_uri: str) -> ApplyReport:
             embedded = exploded.repartition(par).mapInPandas(functools.partial(
                 st.embed_passages, spec=spec, batch_size=s.batch_size,
                 torch_threads=int(sc.getConf().get("spark.task.cpus", "1"))), st.EMBEDDED_SCHEMA)
-            for r in embedded.select("tenant", "passage_json", "embedding").toLocalIterator():
+            for r in embedded.select("tenant", "passage_json", "embedding").collect():  # the delta is small
                 fresh[r["tenant"]][0].append(Passage.model_validate_json(r["passage_json"]))
                 fresh[r["tenant"]][2].append(np.frombuffer(r["embedding"], dtype=np.float32))
-            for r in ctxd.select("tenant", F.explode("parents").alias("p")).toLocalIterator():
+            for r in ctxd.select("tenant", F.explode("parents").alias("p")).collect():
                 fresh[r["tenant"]][1].append(ParentSection.model_validate_json(r["p"]))
             ctxd.unpersist()
             done("embed")

@@ -16,7 +16,7 @@ import pytest
 
 from freshness_helpers import BASE, EMB, assert_same_view, ch, doc, final_sources, rebuild
 
-pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(2400)]  # Spark apps on 2 shared cores
 
 
 def changes_fixture():

@@ -11,18 +11,20 @@ import pytest
 
 from quarry.core.records import SourceDocument
 
-pytestmark = [pytest.mark.serve, pytest.mark.spark, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.serve, pytest.mark.spark, pytest.mark.timeout(2400)]
 
 TENANT = "freshco"
 AT = dt.datetime(2026, 3, 1, tzinfo=dt.timezone.utc)
+SCOPE = " ".join(f"The zanzibar acquisition plan item {i} covers the harbour assets, their leases and the "
+                 f"berth contracts listed in annex {i}." for i in range(14))  # longer than a passage
+QUOTE = "covers the harbour assets, their leases and the berth contracts"
 DOCS = [
     SourceDocument(doc_id="secret-plan", tenant=TENANT, acl=("finance",), doc_type="policy", title="Zanzibar plan",
-                   text="## Scope\n\nThe zanzibar acquisition plan covers the harbour assets and their leases. "
-                        "It is reviewed by finance every quarter.\n\n## Terms\n\nThe zanzibar terms cap the "
-                        "bid at 40 million and expire in June."),
+                   text=f"## Scope\n\n{SCOPE}\n\n## Terms\n\nThe zanzibar terms cap the bid and expire in June."),
     SourceDocument(doc_id="retire-me", tenant=TENANT, acl=("*",), doc_type="runbook", title="Okapi runbook",
-                   text="## Steps\n\nRestart the okapi ledger service, then verify the okapi queue drains "
-                        "within five minutes.\n\n## Rollback\n\nIf the okapi queue stalls, roll back."),
+                   text="## Steps\n\n" + " ".join(f"Step {i}: restart the okapi ledger service and verify the "
+                                                   f"okapi queue drains." for i in range(14))
+                        + "\n\n## Rollback\n\nIf the okapi queue stalls, roll back."),
     SourceDocument(doc_id="open-doc", tenant=TENANT, acl=("*",), title="Harbour hours",
                    text="The harbour office opens at 09:00 and closes at 17:00 on weekdays."),
 ]
@@ -72,11 +74,15 @@ def test_revocation_delete_and_upsert_are_visible_on_the_next_request(freshco, s
     ops = app.token(tenant=TENANT, subject="o1", groups=("ops",))
 
     # before: finance sees the plan (search, expanded parent, fetch), everyone sees the runbook
-    run_before, body = _search(app, fin, "zanzibar acquisition plan harbour")
-    plan = [e for e in body["excerpts"] if e["doc_id"] == "secret-plan"]
-    assert plan and any(e["expanded_to"] for e in body["excerpts"] if e["doc_id"] == "secret-plan")
-    pid, parent = plan[0]["passage_id"], plan[0]["expanded_to"] or plan[0]["passage_id"]
-    assert _fetch(app, fin, pid).status_code == 200
+    run_before, body = _search(app, fin, "zanzibar acquisition plan harbour assets")
+    plan = [e for e in body["excerpts"] if e["doc_id"] == "secret-plan" and QUOTE in e["text"]]
+    assert plan and plan[0]["expanded_to"], body["excerpts"]
+    pid, parent = plan[0]["passage_id"], plan[0]["expanded_to"]
+    assert _fetch(app, fin, pid).status_code == 200 and _fetch(app, fin, parent).status_code == 200
+    claim = {"statement": "The plan covers the harbour assets.", "passage_id": pid, "quote": QUOTE}
+    run_control, _ = _search(app, fin, "zanzibar acquisition plan harbour assets")
+    r = app.http.post("/v1/answer", headers=app.h(fin, run_control), json={"claims": [claim]})
+    assert r.json()["status"] == "answered", r.text  # the control: this citation passes before
     _, rb = _search(app, ops, "okapi ledger queue runbook")
     okapi = [e for e in rb["excerpts"] if e["doc_id"] == "retire-me"]
     assert okapi
@@ -85,19 +91,17 @@ def test_revocation_delete_and_upsert_are_visible_on_the_next_request(freshco, s
     # revoke finance (the plan moves to the board group) -------------------------------
     _apply(spark, app, tmp_path, "revoke", [_change("acl", "secret-plan", 1, acl=["board"])])
     for _ in range(REPLICA_PROBES):  # every replica, on its very next request
-        _, body = _search(app, fin, "zanzibar acquisition plan harbour")
+        _, body = _search(app, fin, "zanzibar acquisition plan harbour assets")
         assert all(e["doc_id"] != "secret-plan" for e in body["excerpts"]), body["excerpts"]
-        assert all(c["doc_id"] != "secret-plan" for c in body.get("candidates", []))
+        trace = app.trace(body["trace_id"], tenant=TENANT).json()
+        assert all(c["doc_id"] != "secret-plan" for c in trace["candidates"])
         for id_ in (pid, parent, "secret-plan"):
             assert _fetch(app, fin, id_).status_code == 404
-    # a citation of the plan, retrieved before the revocation, no longer passes
-    claim = {"statement": "The bid is capped at 40 million.", "passage_id": pid,
-             "quote": "The zanzibar terms cap the bid at 40 million" if "cap the bid" in plan[0]["text"]
-             else plan[0]["text"][:60]}
+    # the same citation, retrieved before the revocation, no longer passes
     r = app.http.post("/v1/answer", headers=app.h(fin, run_before), json={"claims": [claim]})
     assert r.status_code == 200 and r.json()["status"] == "abstained", r.text
     board = app.token(tenant=TENANT, subject="b1", groups=("board",))
-    _, body = _search(app, board, "zanzibar acquisition plan harbour")
+    _, body = _search(app, board, "zanzibar acquisition plan harbour assets")
     assert any(e["doc_id"] == "secret-plan" for e in body["excerpts"])
 
     # delete the runbook: passages, parents and preambles (its title lives only there) ----

@@ -31,7 +31,8 @@ def tenant_status(root: str, tenant: str, changes=None, now: float | None = None
            "last_published_age_s": round(now - state.published_at, 3) if state.published_at else None}
     if changes is not None:
         mine = [c for c in changes if c.tenant == tenant]
-        pending = [c for c in mine if fold_for(index, mine).outcomes.get(c.change_id) == "applied"] if mine else []
+        outcomes = fold_for(index, mine).outcomes if mine else {}
+        pending = [c for c in mine if outcomes.get(c.change_id) == "applied"]  # would apply: not applied yet
         out["unapplied"] = len(pending)
         out["oldest_unapplied_age_s"] = round(now - min(c.at.timestamp() for c in pending), 3) if pending else None
     return out

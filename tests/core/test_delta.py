@@ -22,7 +22,7 @@ from quarry.core.changes import Change
 from quarry.core.delta import apply_local
 from quarry.core.index import TenantIndex
 from quarry.core.pipeline import build_corpus
-from quarry.core.records import Principal, SearchRequest
+from quarry.core.records import Principal, SearchRequest, SourceDocument
 from quarry.core.search import SearchSettings, hybrid_search, lexical_leg
 
 pytestmark = pytest.mark.unit
@@ -131,3 +131,31 @@ def _not_stale(batches, applied: list[Change]) -> list[Change]:
                 out.append(c)
                 last[c.doc_id] = (c.at, c.change_id)
     return out
+
+
+def test_as_of_superseded_versions_stay_queryable_and_a_delete_removes_every_version(tmp_path):
+    import datetime as dt
+
+    from freshness_helpers import EMB as emb
+
+    root = str(tmp_path / "asof")
+    v1 = SourceDocument(doc_id="rate", version="1", tenant="t", acl=("*",), title="Refund rate",
+                        text="Refunds above 2.5% need approval.", effective_to=dt.date(2026, 2, 28))
+    other = SourceDocument(doc_id="misc", version="1", tenant="t", acl=("*",), text="Unrelated quota note.")
+    build_corpus([v1, other], root, emb)
+    v2 = v1.model_copy(update={"version": "2", "text": "Refunds above 3% need approval.", "effective_to": None,
+                               "effective_from": dt.date(2026, 3, 1), "supersedes": ("rate@1",)})
+    apply_local(root, "t", [ch("upsert", "rate", 1, document=v2.model_dump())], emb)
+    idx = TenantIndex.load(root, "t")
+    p = Principal(tenant="t", subject="u", groups=frozenset())
+    s = SearchSettings(dense_floor=-1)
+
+    def versions(day):
+        r = hybrid_search(idx, p, SearchRequest(query="refunds approval", top_k=5, valid_at=day), emb, s)
+        return sorted({e.version for e in r.excerpts if e.doc_id == "rate"})
+
+    assert versions(dt.date(2026, 2, 15)) == ["1"] and versions(dt.date(2026, 3, 15)) == ["2"]
+    apply_local(root, "t", [ch("delete", "rate", 2)], emb)
+    idx = TenantIndex.load(root, "t")
+    assert versions(dt.date(2026, 2, 15)) == [] and versions(dt.date(2026, 3, 15)) == []
+    assert not idx.document("rate", p)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -95,7 +95,11 @@ class FilterColumns:
         cols = [i for i, g in enumerate(self.groups) if g in principal.groups]
         if cols:
             m |= self.acl[:, cols].any(axis=1)
-        m &= ~self.deleted
+        return m & self.request_mask(doc_type, valid_at)
+
+    def request_mask(self, doc_type: Sequence[str] | None = None, valid_at: dt.date | None = None) -> np.ndarray:
+        """The non-ACL part of the mask: tombstones, doc_type and valid_at."""
+        m = ~self.deleted
         if doc_type is not None:
             codes = [i for i, t in enumerate(self.doc_types) if t in set(doc_type)]
             m &= np.isin(self.doc_type, np.array(codes, dtype=self.doc_type.dtype))
@@ -104,6 +108,32 @@ class FilterColumns:
             too_early = (self.valid_from != NO_DAY) & (self.valid_from > day)
             too_late = (self.valid_to != NO_DAY) & (self.valid_to < day)
             m &= ~(too_early | too_late)
+        return m
+
+
+@dataclass(frozen=True)
+class RowOverlay:
+    """Changes applied over one shard since it was built (DESIGN §3 "Updates"): rows that
+    are tombstoned (deleted, or replaced by a newer copy in the delta) and rows whose ACL
+    was overridden. Folded into the principal's mask, so the legs need nothing else."""
+
+    hidden: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    acl: tuple[tuple[tuple[str, ...], np.ndarray], ...] = ()  # (new acl, rows)
+
+    @property
+    def empty(self) -> bool:
+        return not self.hidden.size and not self.acl
+
+    def mask(self, cols: FilterColumns, principal: Principal, doc_type: Sequence[str] | None = None,
+             valid_at: dt.date | None = None) -> np.ndarray:
+        m = cols.mask(principal, doc_type, valid_at)
+        if self.empty:
+            return m
+        if self.acl:
+            req = cols.request_mask(doc_type, valid_at)
+            for groups, rows in self.acl:
+                m[rows] = req[rows] if principal.can_read(cols.tenant, groups) else False
+        m[self.hidden] = False
         return m
 
 

@@ -71,6 +71,19 @@ class TermStats:
                 s.df[t] = s.df.get(t, 0) + 1
         return s
 
+    def subtract(self, other: "TermStats") -> "TermStats":
+        """These statistics without ``other``'s rows (rows a delta tombstones)."""
+        df = dict(self.df)
+        for t, c in other.df.items():
+            left = df.get(t, 0) - c
+            if left < 0:
+                raise ValueError(f"cannot subtract statistics: term {t!r} would have df {left}")
+            if left:
+                df[t] = left
+            else:
+                df.pop(t, None)
+        return TermStats(self.n_docs - other.n_docs, self.total_len - other.total_len, df)
+
     def merge(self, other: "TermStats") -> "TermStats":
         df = dict(self.df)
         for t, c in other.df.items():
@@ -240,6 +253,7 @@ class Shard:
         import pyarrow.parquet as pq
 
         d = Path(local_dir)
+        self.dir = d
         meta = json.loads((d / "shard.json").read_text())
         self.shard: int = meta["shard"]
         self.tenant: str = meta["tenant"]
@@ -257,8 +271,8 @@ class Shard:
         self.filters = FilterColumns.from_arrays(self.tenant, meta["groups"], meta["doc_types"], arrays)
         self.passage_ids: list[str] = self.passages.column("passage_id").to_pylist()
         self.doc_ids: list[str] = self.passages.column("doc_id").to_pylist()
+        self.versions: list[str] = self.passages.column("version").to_pylist()
         self._records = self.passages.column("record")
-        self._dir = d
         self.gpu = None  # a quarry.core.dense_gpu.GpuDense once attach_gpu() ran
         self._parent_row = {pid: i for i, pid in enumerate(self.parents.column("parent_id").to_pylist())}
 
@@ -279,7 +293,20 @@ class Shard:
         selectors (``quarry.core.dense_gpu.choose_backend``); the post-filter below stays."""
         from quarry.core.dense_gpu import GpuDense
 
-        self.gpu = GpuDense(np.load(self._dir / "embeddings.npy"), faiss_module, **kw)
+        self.gpu = GpuDense(self.embeddings(), faiss_module, **kw)
+
+    def parent_ids(self) -> list[str]:
+        return list(self._parent_row)
+
+    def embeddings(self) -> np.ndarray:
+        return np.load(self.dir / "embeddings.npy")
+
+    def document_frequencies(self) -> dict[str, int]:
+        """Per-term document frequency in this shard, read back from the BM25 matrix
+        (one stored column per vocabulary term; every posting is non-zero)."""
+        indptr = np.asarray(self.bm25.scores["indptr"])
+        counts = np.diff(indptr)
+        return {t: int(counts[j]) for t, j in self.bm25.vocab_dict.items() if j < counts.size and counts[j]}
 
     def vocab_ids(self, tokens: Sequence[str]) -> list[int]:
         v = self.bm25.vocab_dict
@@ -323,22 +350,65 @@ class Shard:
         return ids[ok].astype(np.int64), dist[ok]
 
 
-class TenantIndex:
-    """One tenant's live generation: its shards and the principal-scoped lookups."""
+@dataclass(frozen=True)
+class Delta:
+    """A published change overlay over one base generation (see ``quarry.core.changes``)."""
 
-    def __init__(self, root: str, tenant: str, generation: int, manifest: dict[str, Any], shards: list[Shard]):
+    seq: int
+    watermark: str  # the DELTA text this was loaded from: replicas compare it per request
+    state: Any  # quarry.core.changes.TenantState
+    shard: Shard | None  # upserted passages, or None when only deletes/ACL changes were applied
+
+
+def load_delta(root: str, tenant: str, generation: int, watermark: str | None,
+               cache_dir: str | None = None) -> Delta | None:
+    """The delta a watermark names, if it applies to ``generation`` (else None)."""
+    from quarry.core.changes import parse_state
+
+    parsed = layout.parse_watermark(watermark)
+    if parsed is None or parsed[1] != generation:
+        return None
+    seq = parsed[0]
+    d = layout.delta_dir(root, tenant, seq)
+    manifest = layout.read_json(layout.join(d, "manifest.json"))
+    fs, path = layout.fs_and_path(layout.join(d, "state.json"))
+    with fs.open(path, "r") as f:
+        state = parse_state(f.read())
+    shard = None
+    if manifest.get("shard"):
+        shard_uri = layout.join(layout.changes_dir(root, tenant), manifest["shard"])
+        shard = Shard(layout.fetch_dir(shard_uri, cache_dir or tempfile.gettempdir()))
+    return Delta(seq=seq, watermark=str(watermark), state=state, shard=shard)
+
+
+class TenantIndex:
+    """One tenant's live generation: its shards, the change overlay (delta shard and
+    tombstone/ACL masks) and the principal-scoped lookups.
+
+    ``shards`` holds the base generation's shards, then the delta's shard when there is
+    one; the legs search them all alike. Every lookup goes through :meth:`masks`, which
+    folds the overlay in, so a deleted or revoked row is never scored, fetched or expanded.
+    """
+
+    def __init__(self, root: str, tenant: str, generation: int, manifest: dict[str, Any], shards: list[Shard],
+                 delta: Delta | None = None):
         self.root, self.tenant, self.generation, self.manifest = root, tenant, generation, manifest
-        self.shards = shards
+        self.base_shards = list(shards)
+        self.delta = delta
+        self.shards = self.base_shards + ([delta.shard] if delta is not None and delta.shard is not None else [])
         self._pid: dict[str, tuple[int, int]] = {}
         self._doc_rows: dict[str, list[tuple[int, int]]] = {}
-        for si, sh in enumerate(shards):
+        for si, sh in enumerate(self.shards):  # delta rows come last: a replaced passage id maps to its new copy
             for r, (pid, did) in enumerate(zip(sh.passage_ids, sh.doc_ids)):
                 self._pid[pid] = (si, r)
                 self._doc_rows.setdefault(did, []).append((si, r))
+        self._docs_state = dict(delta.state.docs) if delta is not None else {}
+        self.overlays = self._overlays()
         self._masks: OrderedDict[tuple, list[np.ndarray]] = OrderedDict()
 
     @classmethod
-    def load(cls, root: str, tenant: str, generation: int | None = None, cache_dir: str | None = None) -> "TenantIndex":
+    def load(cls, root: str, tenant: str, generation: int | None = None, cache_dir: str | None = None,
+             with_changes: bool = True) -> "TenantIndex":
         gen = generation if generation is not None else layout.current_generation(root, tenant)
         if gen is None:
             raise FileNotFoundError(f"no published index for tenant {tenant!r} under {root}")
@@ -348,17 +418,72 @@ class TenantIndex:
             Shard(layout.fetch_dir(layout.shard_dir(root, tenant, gen, s["shard"]), cache))
             for s in manifest["shards"]
         ]
-        return cls(root, tenant, gen, manifest, shards)
+        delta = load_delta(root, tenant, gen, layout.read_watermark(root, tenant), cache) if with_changes else None
+        return cls(root, tenant, gen, manifest, shards, delta)
+
+    @property
+    def watermark(self) -> str | None:
+        """The change watermark this index reflects (None: the base alone)."""
+        return self.delta.watermark if self.delta is not None else None
+
+    @property
+    def delta_seq(self) -> int:
+        return self.delta.seq if self.delta is not None else 0
+
+    def with_watermark(self, watermark: str | None, cache_dir: str | None = None) -> "TenantIndex":
+        """The same base generation under another change watermark (the base shards are
+        shared, only the delta is read), or ``self`` when nothing changed."""
+        if watermark == self.watermark:
+            return self
+        delta = load_delta(self.root, self.tenant, self.generation, watermark, cache_dir)
+        if delta is None and self.delta is None:
+            return self
+        return TenantIndex(self.root, self.tenant, self.generation, self.manifest, self.base_shards, delta)
+
+    # -- overlay ----------------------------------------------------------------------
+    def _is_delta(self, si: int) -> bool:
+        return si >= len(self.base_shards)
+
+    def version_view(self, si: int, doc_id: str, version: str) -> tuple[bool, tuple[str, ...] | None]:
+        """Whether shard ``si``'s copy of ``doc_id@version`` is live, and its ACL override."""
+        st = self._docs_state.get(doc_id)
+        if st is None or st.versions is None:
+            return (not self._is_delta(si)), None
+        vs = st.versions.get(version)
+        if vs is None or (vs.origin == "delta") != self._is_delta(si):
+            return False, None
+        return True, vs.acl
+
+    def _overlays(self):
+        from quarry.core.filters import RowOverlay
+
+        hidden: list[list[int]] = [[] for _ in self.shards]
+        acl: list[dict[tuple[str, ...], list[int]]] = [{} for _ in self.shards]
+        for doc_id in self._docs_state:
+            for si, r in self._doc_rows.get(doc_id, []):
+                live, override = self.version_view(si, doc_id, self.shards[si].versions[r])
+                if not live:
+                    hidden[si].append(r)
+                elif override is not None:
+                    acl[si].setdefault(override, []).append(r)
+        return [RowOverlay(np.array(sorted(h), dtype=np.int64),
+                           tuple((g, np.array(rows, dtype=np.int64)) for g, rows in sorted(a.items())))
+                for h, a in zip(hidden, acl)]
+
+    def hidden_rows(self) -> list[np.ndarray]:
+        """Per shard: rows the overlay tombstones (deleted or replaced)."""
+        return [o.hidden for o in self.overlays]
 
     def masks(self, principal: Principal, doc_type=None, valid_at=None) -> list[np.ndarray]:
-        """Per-shard row masks, cached by (tenant, generation, groups, doc_type, valid_at)."""
-        key = (self.tenant, self.generation, principal.tenant, tuple(sorted(principal.groups)),
+        """Per-shard row masks with tombstones and ACL overrides folded in, cached by
+        (tenant, generation, delta, groups, doc_type, valid_at)."""
+        key = (self.tenant, self.generation, self.delta_seq, principal.tenant, tuple(sorted(principal.groups)),
                tuple(sorted(doc_type)) if doc_type else None, valid_at)
         hit = self._masks.get(key)
         if hit is not None:
             self._masks.move_to_end(key)
             return hit
-        ms = [sh.filters.mask(principal, doc_type, valid_at) for sh in self.shards]
+        ms = [o.mask(sh.filters, principal, doc_type, valid_at) for sh, o in zip(self.shards, self.overlays)]
         self._masks[key] = ms
         if len(self._masks) > 256:
             self._masks.popitem(last=False)
@@ -385,15 +510,30 @@ class TenantIndex:
         return self.shards[loc[0]].passage(loc[1])
 
     def parent(self, parent_id: str, principal: Principal) -> ParentSection | None:
-        for sh in self.shards:
-            sec = sh.parent(parent_id)
-            if sec is not None:
-                return sec if principal.can_read(sec.envelope.tenant, sec.envelope.acl) else None
+        """The parent section under the overlay: a deleted or replaced copy is skipped, an
+        overridden ACL replaces the one the section was built with."""
+        for si in reversed(range(len(self.shards))):  # the delta's copy first
+            sec = self.shards[si].parent(parent_id)
+            if sec is None:
+                continue
+            live, override = self.version_view(si, sec.envelope.doc_id, sec.envelope.version)
+            if not live:
+                continue
+            return sec if principal.can_read(sec.envelope.tenant, override or sec.envelope.acl) else None
         return None
 
     def document(self, doc_id: str, principal: Principal) -> list[Passage]:
         rows = [loc for loc in self._doc_rows.get(doc_id, []) if self._visible(loc, principal)]
         return [self.shards[si].passage(r) for si, r in rows]
+
+    def live_rows(self):
+        """Every (shard, row) the overlay keeps, whoever asks: what a compaction folds."""
+        for si, (sh, o) in enumerate(zip(self.shards, self.overlays)):
+            keep = np.ones(len(sh), dtype=bool)
+            keep[o.hidden] = False
+            keep &= ~sh.filters.deleted
+            for r in np.flatnonzero(keep):
+                yield si, int(r)
 
     def __len__(self) -> int:
         return sum(len(s) for s in self.shards)

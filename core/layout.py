@@ -6,6 +6,16 @@
     <root>/<tenant>/CURRENT                 names the live generation; replaced atomically
 
 A crashed build leaves a gen folder without a manifest; it is never published.
+
+Changes applied since the live generation was built (``quarry apply-changes``):
+
+    <root>/<tenant>/changes/delta-<m>/state.json     the fold of every applied change
+    <root>/<tenant>/changes/delta-<m>/shard/...      upserted passages (a shard), optional
+    <root>/<tenant>/changes/delta-<m>/manifest.json  written last, with checksums
+    <root>/<tenant>/DELTA                            "delta-<m> gen-<n>": the change watermark
+
+``DELTA`` is the small file every replica reads per request; a delta applies only over the
+generation it names, so a compaction or rebuild that switches ``CURRENT`` retires it.
 """
 
 from __future__ import annotations
@@ -22,6 +32,8 @@ import fsspec
 from fsspec.core import url_to_fs
 
 _GEN = re.compile(r"^gen-(\d+)$")
+_DELTA = re.compile(r"^delta-(\d+)$")
+_WATERMARK = re.compile(r"^delta-(\d+) gen-(\d+)$")
 
 
 def fs_and_path(uri: str | os.PathLike) -> tuple[fsspec.AbstractFileSystem, str]:
@@ -146,17 +158,7 @@ def file_checksums(local_dir: str | Path) -> dict[str, str]:
 
 def verify_shard(root: str, tenant: str, generation: int, shard: int, checksums: dict[str, str]) -> None:
     """Re-read a written shard and compare checksums; raise if anything is missing or differs."""
-    fs, path = fs_and_path(shard_dir(root, tenant, generation, shard))
-    for rel, want in checksums.items():
-        h = hashlib.sha256()
-        try:
-            with fs.open(join(path, rel), "rb") as f:
-                for block in iter(lambda: f.read(1 << 20), b""):
-                    h.update(block)
-        except FileNotFoundError as e:
-            raise RuntimeError(f"{tenant} gen-{generation} shard-{shard}: missing {rel}") from e
-        if h.hexdigest() != want:
-            raise RuntimeError(f"{tenant} gen-{generation} shard-{shard}: checksum mismatch on {rel}")
+    verify_files(shard_dir(root, tenant, generation, shard), checksums)
 
 
 def publish(root: str, tenant: str, generation: int) -> None:
@@ -193,3 +195,80 @@ def fetch_dir(uri: str, cache_root: str | Path) -> Path:
         fs.get(path, str(local), recursive=True)
         (local / ".complete").write_text("ok")
     return local
+
+
+# --------------------------------------------------------------------------- deltas
+
+
+def changes_dir(root: str, tenant: str) -> str:
+    return join(tenant_dir(root, tenant), "changes")
+
+
+def delta_dir(root: str, tenant: str, seq: int) -> str:
+    return join(changes_dir(root, tenant), f"delta-{seq}")
+
+
+def watermark_path(root: str, tenant: str) -> str:
+    return join(tenant_dir(root, tenant), "DELTA")
+
+
+def read_watermark(root: str, tenant: str) -> str | None:
+    """The raw change watermark (a few bytes), or None when no change was ever applied.
+    Read on every request, so a local root skips fsspec's URI resolution (most of the cost)."""
+    uri = watermark_path(root, tenant)
+    local = uri[len("file://"):] if uri.startswith("file://") else (uri if "://" not in uri else None)
+    try:
+        if local is not None:
+            with open(local, "rb") as f:
+                return f.read().decode().strip() or None
+        fs, path = fs_and_path(uri)
+        with fs.open(path, "r") as f:
+            return f.read().strip() or None
+    except FileNotFoundError:
+        return None
+
+
+def parse_watermark(text: str | None) -> tuple[int, int] | None:
+    """(delta seq, base generation) from a watermark; None for none; raises when corrupt."""
+    if text is None:
+        return None
+    m = _WATERMARK.match(text.strip())
+    if not m:
+        raise ValueError(f"change watermark is corrupt: {text!r}")
+    return int(m.group(1)), int(m.group(2))
+
+
+def next_delta(root: str, tenant: str) -> int:
+    """One past every delta folder ever started (a crashed apply's folder is never reused)."""
+    fs, path = fs_and_path(changes_dir(root, tenant))
+    seqs = [0]
+    if fs.exists(path):
+        for p in fs.ls(path, detail=False):
+            m = _DELTA.match(p.rstrip("/").rsplit("/", 1)[-1])
+            if m:
+                seqs.append(int(m.group(1)))
+    return max(seqs) + 1
+
+
+def verify_files(uri: str, checksums: dict[str, str]) -> None:
+    """Re-read files under ``uri`` and compare sha256; raise if any is missing or differs."""
+    fs, path = fs_and_path(uri)
+    for rel, want in checksums.items():
+        h = hashlib.sha256()
+        try:
+            with fs.open(join(path, rel), "rb") as f:
+                for block in iter(lambda: f.read(1 << 20), b""):
+                    h.update(block)
+        except FileNotFoundError as e:
+            raise RuntimeError(f"{uri}: missing {rel}") from e
+        if h.hexdigest() != want:
+            raise RuntimeError(f"{uri}: checksum mismatch on {rel}")
+
+
+def publish_delta(root: str, tenant: str, seq: int) -> None:
+    """Make delta ``seq`` live: its manifest must exist and every checksum must match;
+    then the watermark is replaced atomically (readers see the old or the new delta)."""
+    d = delta_dir(root, tenant, seq)
+    manifest = read_json(join(d, "manifest.json"))
+    verify_files(d, manifest["checksums"])
+    write_atomic(watermark_path(root, tenant), f"delta-{seq} gen-{manifest['base']}\n".encode())

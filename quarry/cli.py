@@ -43,6 +43,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "token": ("quarry.serve.token_cmd", "mint a development bearer token"),
     "train-ranker": ("quarry.jobs.train_ranker", "train a tenant's learned second-stage ranker and gate it"),
     "plan": ("quarry.plan_cmd", "capacity plan from a workload profile: cost table, Serve autoscaling config, RayService"),
+    "apply-changes": ("quarry.jobs.apply_changes", "PySpark job: apply a change log (upserts, deletes, ACL changes) as delta generations"),
+    "compact": ("quarry.jobs.compact", "fold a tenant's delta, tombstones and ACL overrides into a new base generation"),
+    "reconcile": ("quarry.jobs.reconcile", "compare the source of truth with the index and repair drift through the change path"),
+    "status": ("quarry.status_cmd", "per-tenant freshness: change-to-visible lag and the oldest unapplied change"),
 }
 
 

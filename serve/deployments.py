@@ -95,7 +95,11 @@ class GenerationIndexes:
             idx = self._lru.get(key)
             if idx is not None:
                 self._lru.move_to_end(key)
-                return idx
+        if idx is not None:  # the delta's rows are candidates too: follow the change watermark
+            fresh = idx.with_watermark(layout.read_watermark(self.root, tenant))
+            if fresh is not idx:
+                self.put(fresh)
+            return fresh
         idx = TenantIndex.load(self.root, tenant, gen)
         self.put(idx)
         return idx
@@ -322,6 +326,13 @@ class Retriever:
         self._loading: dict[str, threading.Lock] = {}
         self._embedders: dict[str, Any] = {}
         self.dense_choice = choose_backend(settings.dense_device)  # proven once per replica, fail closed
+        try:  # Prometheus (through Ray's metrics agent): change-to-visible lag per tenant
+            from ray.util.metrics import Gauge
+
+            self._staleness_gauge = Gauge("quarry_change_lag_seconds", "source change to visible, per tenant",
+                                          tag_keys=("tenant", "stat"))
+        except Exception:  # noqa: BLE001 - metrics are optional outside a Ray worker
+            self._staleness_gauge = None
 
     # -- index cache -------------------------------------------------------------------
     def _load(self, tenant: str, generation: int) -> TenantIndex:
@@ -339,9 +350,11 @@ class Retriever:
             entry = self._cache.get(tenant)
             if entry is not None:
                 self._cache.move_to_end(tenant)
-                if (now - entry.checked_at) * 1000 < self.s.generation_check_ms:
-                    return entry.index
             tenant_lock = self._loading.setdefault(tenant, threading.Lock())
+        if entry is not None and (now - entry.checked_at) * 1000 < self.s.generation_check_ms:
+            fresh_index = self._with_changes(tenant, entry)  # every request: deletes and revocations now
+            if fresh_index is not None:
+                return fresh_index
         # One loader per tenant; other requests keep using the current entry meanwhile.
         if entry is not None and not tenant_lock.acquire(blocking=False):
             return entry.index
@@ -360,7 +373,7 @@ class Retriever:
             if gen is None:
                 return entry.index if entry else None
             if entry is not None and entry.index.generation == gen:
-                index = entry.index
+                index = self._with_changes(tenant, entry) or entry.index
             else:
                 try:
                     index = self._load(tenant, gen)
@@ -379,6 +392,38 @@ class Retriever:
             return index
         finally:
             tenant_lock.release()
+
+    def _with_changes(self, tenant: str, entry: _Entry) -> TenantIndex | None:
+        """The per-request freshness check: read the tenant's change watermark (a few
+        bytes) and, when it moved, reload only the delta and masks over the same base.
+        None when the watermark names another generation (CURRENT must be re-read)."""
+        index = entry.index
+        try:
+            wm = layout.read_watermark(self.s.index_root, tenant)
+            if wm == index.watermark:
+                return index
+            parsed = layout.parse_watermark(wm)
+            if parsed is not None and parsed[1] > index.generation:
+                return None
+            fresh = index.with_watermark(wm)  # a watermark over an older generation: no delta
+            if fresh is index:
+                return index
+        except Exception:  # storage hiccup: keep serving what we have, loudly
+            log.exception("reading the change watermark of %s failed", tenant)
+            return index
+        with self._lock:
+            entry.index = fresh
+        self._record_staleness(tenant, fresh)
+        return fresh
+
+    def _record_staleness(self, tenant: str, index: TenantIndex) -> None:
+        from quarry.core.changes import lag_summary
+
+        if index.delta is None or self._staleness_gauge is None:
+            return
+        for k, v in lag_summary(index.delta.state).items():
+            if k.endswith("_s") and v is not None:
+                self._staleness_gauge.set(float(v), tags={"tenant": tenant, "stat": k.removesuffix("_s")})
 
     def _embedder(self, index: TenantIndex):
         spec = index.manifest.get("embedder", {}) or {}
@@ -481,11 +526,27 @@ class Retriever:
         with self._lock:
             return {t: e.index.generation for t, e in self._cache.items()}
 
-    async def status(self, tenants: list[str] | None = None) -> dict[str, dict[str, Any]]:
-        """Loaded tenants of this replica: live generation and the dense leg's device (the
-        Gateway adds the second stage it composes); ``tenants`` limits what is reported."""
-        return {t: {"generation": g, "dense": self.dense_choice.to_json()}
+    def _status(self, tenants: list[str] | None) -> dict[str, dict[str, Any]]:
+        return {t: {"generation": g, "dense": self.dense_choice.to_json(), "freshness": self._freshness(t)}
                 for t, g in self.loaded().items() if tenants is None or t in tenants}
+
+    def _freshness(self, tenant: str) -> dict[str, Any]:
+        from quarry.core.changes import lag_summary
+
+        with self._lock:
+            entry = self._cache.get(tenant)
+        index = entry.index if entry is not None else None
+        if index is None or index.delta is None:
+            return {"delta": 0, "changes_applied": 0}
+        st = index.delta.state
+        return {"delta": st.seq, "changes_applied": st.applied, "lag": lag_summary(st),
+                "last_published_age_s": round(time.time() - st.published_at, 3) if st.published_at else None}
+
+    async def status(self, tenants: list[str] | None = None) -> dict[str, dict[str, Any]]:
+        """Loaded tenants of this replica: live generation, the dense leg's device and the
+        tenant's freshness (the Gateway adds the second stage it composes); ``tenants``
+        limits what is reported."""
+        return await asyncio.to_thread(self._status, tenants)
 
 
 def info_for_trace(info: StageInfo) -> dict[str, Any]:

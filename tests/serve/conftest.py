@@ -117,6 +117,7 @@ def quarry_app(tmp_path_factory):
     # tenant's gate recorded, re-read every 0.5 s so tests can promote a ranker mid-session.
     auth = AuthSettings(hs256_secret=SECRET, platform_hs256_secret=PLATFORM_SECRET)
     settings = ServeSettings(index_root=root, auth=auth, gateway_replicas=2,
+                             retriever_replicas=2,  # freshness: a change is seen by every replica
                              generation_check_ms=200, ray_namespace="quarry-test", store_name_prefix=PREFIX,
                              reranker_num_cpus=0.5, stage_check_s=0.5, candidate_width_ceiling=60)
     serve.run(build_app(settings), name="quarry", route_prefix="/")

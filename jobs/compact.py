@@ -1,0 +1,72 @@
+"""``quarry compact --tenant T --index-root URI``: fold a tenant's delta generation,
+tombstones and ACL overrides into a new base generation (``quarry.core.compact``) and
+switch ``CURRENT`` atomically. Safe to kill at any point: the new generation is published
+only after its manifest and checksums are complete, and only if no change was applied
+meanwhile; a re-run starts a fresh generation folder.
+
+The fold runs in one process: it reads stored passages and embeddings (nothing is
+re-embedded), so it costs a shard rebuild, not a build.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from quarry.jobs.build import _pause
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--tenant", required=True, help="the tenant to compact")
+    p.add_argument("--index-root", required=True, help="the published index root")
+    p.add_argument("--json", action="store_true", help="print the outcome as JSON")
+
+
+def compact_tenant(root: str, tenant: str) -> dict:
+    from quarry.core import layout
+    from quarry.core.compact import compaction_input, publish_compacted, write_compacted
+    from quarry.core.index import TenantIndex
+
+    t0 = time.monotonic()
+    _pause("read")
+    index = TenantIndex.load(root, tenant)
+    if index.delta is None:
+        return {"tenant": tenant, "compacted": False, "generation": index.generation,
+                "reason": "no changes applied since this generation was built"}
+    ci = compaction_input(index)
+    _pause("build")
+    gen = write_compacted(ci)
+    _pause("publish")
+    publish_compacted(index, gen)
+    return {"tenant": tenant, "compacted": True, "from_generation": index.generation, "delta": index.delta_seq,
+            "generation": gen, "passages": len(ci.passages), "parents": len(ci.parents),
+            "current": layout.current_generation(root, tenant), "seconds": round(time.monotonic() - t0, 3)}
+
+
+def run(args: argparse.Namespace) -> int:
+    from quarry.core import layout
+
+    if layout.current_generation(args.index_root, args.tenant) is None:
+        print(f"quarry compact: error: no published index for tenant {args.tenant!r} under {args.index_root} "
+              f"(check --tenant and --index-root)", file=sys.stderr)
+        return 2
+    try:
+        out = compact_tenant(args.index_root, args.tenant)
+    except (ValueError, RuntimeError) as e:
+        print(f"quarry compact: error: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(out, sort_keys=True) if args.json else
+          " ".join(f"{k}={v}" for k, v in out.items()))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="quarry compact", description=__doc__.split("\n\n")[0])
+    add_arguments(p)
+    return run(p.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

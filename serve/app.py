@@ -14,18 +14,21 @@ from .settings import ServeSettings, settings_from_args
 
 def build_app(args: dict[str, Any] | ServeSettings | None = None) -> Application:
     s = settings_from_args(args)
+    # Serve restarts a replica whose check_health fails or times out (each deployment has one).
+    health = {"health_check_period_s": s.health_check_period_s, "health_check_timeout_s": s.health_check_timeout_s}
     reranker = None
     if s.reranker_enabled:
         # max_ongoing_requests must cover a full batch or @serve.batch never fills one.
         reranker = Reranker.options(
             max_ongoing_requests=max(s.max_ongoing_requests, 2 * s.reranker_batch_size),
-            ray_actor_options={"num_cpus": s.reranker_num_cpus, "num_gpus": s.reranker_num_gpus},
+            ray_actor_options={"num_cpus": s.reranker_num_cpus, "num_gpus": s.reranker_num_gpus}, **health,
         ).bind(s)
     retriever = Retriever.options(
         num_replicas=s.retriever_replicas, max_ongoing_requests=s.max_ongoing_requests,
-        ray_actor_options={"num_cpus": 0.5},
+        ray_actor_options={"num_cpus": s.retriever_num_cpus}, **health,
     ).bind(s, reranker)
+    # The gateway also serves MCP at /mcp (serve/mcp.py) from the same FastAPI app.
     return Gateway.options(
         num_replicas=s.gateway_replicas, max_ongoing_requests=4 * s.max_ongoing_requests,
-        ray_actor_options={"num_cpus": 0.25},
+        ray_actor_options={"num_cpus": s.gateway_num_cpus}, **health,
     ).bind(s, retriever)

@@ -171,6 +171,17 @@ class Gateway:
         # The reason code stays in the trace; the caller gets the one generic sentence.
         return {"status": "abstained", "message": ABSTENTION_MESSAGE, "searches_left": 0, "trace_id": trace_id}
 
+    async def _retriever(self, method: str, *args: Any) -> Any:
+        """A Retriever call, retried once when its replica died under it: the calls are
+        read-only, and Serve routes the retry to a live replica."""
+        from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError
+
+        try:
+            return await getattr(self.retriever, method).remote(*args)
+        except (ActorDiedError, ActorUnavailableError, RayActorError):
+            await asyncio.sleep(0.1)
+            return await getattr(self.retriever, method).remote(*args)
+
     async def _store(self, endpoint: str, coro):
         """One run-store call. Unknown, foreign and expired runs, and a store that does not
         answer, all fail closed with the generic 404."""
@@ -216,7 +227,7 @@ class Gateway:
         res = None
         if known is None or known[1] > 0:
             t0 = time.perf_counter()
-            res = await self.retriever.search.remote(ident.principal, request.core(), request.candidates)
+            res = await self._retriever("search", ident.principal, request.core(), request.candidates)
             timing["retrieve"] = self._lat("retrieve", t0)
         delivered = [e["passage_id"] for e in res["excerpts"]] if res is not None else []
         t0 = time.perf_counter()
@@ -276,7 +287,7 @@ class Gateway:
         pkey = principal_key(ident.principal)
         await self._store("fetch", self.runs.get(run_id, pkey))
         t0 = time.perf_counter()
-        res = await self.retriever.fetch.remote(ident.principal, request.id)
+        res = await self._retriever("fetch", ident.principal, request.id)
         self._lat("fetch", t0)
         if res is None:
             self._count("fetch", 404)
@@ -308,7 +319,7 @@ class Gateway:
             self._count("answer", 200)
             return self._abstain(ident, run_id, reason)
         cited = sorted({c.passage_id for c in decision.claims} & retrieved)
-        texts = await self.retriever.texts.remote(ident.principal, cited) if cited else {}
+        texts = await self._retriever("texts", ident.principal, cited) if cited else {}
         report = check_claims(decision.claims, retrieved, texts.get)
         checks = [c.model_dump(mode="json") | {"failed": list(c.failed_checks)} for c in report.claims]
         if not report.passed:

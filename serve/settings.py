@@ -90,6 +90,10 @@ class ServeSettings(BaseModel):
     traces_per_tenant_hour: int = Field(default=100_000, ge=1,
                                         description="per tenant, hour and replica; past it that tenant's traces drop")
     trace_flush_ms: int = Field(default=200, ge=1, description="buffered traces reach disk within this")
+    gateway_num_cpus: float = Field(default=0.25, ge=0)
+    retriever_num_cpus: float = Field(default=0.5, ge=0)
+    health_check_period_s: float = Field(default=10.0, gt=0, description="Serve calls check_health this often")
+    health_check_timeout_s: float = Field(default=30.0, gt=0)
     mcp_enabled: bool = True
     mcp_resource_url: str | None = Field(default=None, description="public URL of /mcp (protected-resource metadata)")
     mcp_authorization_servers: list[str] = Field(default_factory=list,

@@ -32,6 +32,7 @@ answers add ``outcome`` and ``checks``. No record holds passage text.
 from __future__ import annotations
 
 import json
+import logging
 import re
 import shutil
 import threading
@@ -43,6 +44,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+log = logging.getLogger("quarry.serve")
 TRACE_ID = re.compile(r"(\d{10})-([0-9a-f]{8})-([0-9a-f]{32})")
 _TENANT = re.compile(r"[a-z0-9][a-z0-9_.-]{0,62}")
 _SWEEP_EVERY_S = 600.0
@@ -60,7 +62,7 @@ class TraceWriter:
         self.retention_h, self.per_tenant_hour, self.flush_s = retention_h, per_tenant_hour, flush_ms / 1000
         self.dropped: Counter[str] = Counter()
         self._kept: Counter[tuple[str, str]] = Counter()
-        self._buf: deque[tuple[str, str, str]] = deque()  # (tenant, hour, json line)
+        self._buf: deque[tuple[str, str, Any]] = deque()  # (tenant, hour, record or json line)
         self._io = threading.Lock()  # one flush at a time (thread and close())
         self._stop = threading.Event()
         self._last_sweep = 0.0
@@ -79,7 +81,7 @@ class TraceWriter:
             self.dropped[tenant] += 1
             return False
         self._kept[key] += 1
-        self._buf.append((tenant, hour, json.dumps(record, separators=(",", ":"), default=str)))
+        self._buf.append((tenant, hour, record))  # serialised by the writer thread, off the request
         return True
 
     def flush(self) -> int:
@@ -87,7 +89,12 @@ class TraceWriter:
             batch: dict[tuple[str, str], list[str]] = {}
             n = 0
             while self._buf:
-                tenant, hour, line = self._buf.popleft()
+                tenant, hour, rec = self._buf.popleft()
+                try:
+                    line = rec if isinstance(rec, str) else json.dumps(rec, separators=(",", ":"), default=str)
+                except (TypeError, ValueError):
+                    self.dropped[tenant] += 1  # unserialisable: counted, never blocks the rest
+                    continue
                 batch.setdefault((tenant, hour), []).append(line)
                 n += 1
             failed: OSError | None = None
@@ -121,8 +128,9 @@ class TraceWriter:
                     removed += 1
         # forget quota counters of past hours
         current = hour_of(time.time())
-        for key in [k for k in self._kept if k[1] < current]:
-            del self._kept[key]
+        for key in list(self._kept):  # list() copies atomically; append() may run meanwhile
+            if key[1] < current:
+                self._kept.pop(key, None)
         return removed
 
     def _run(self) -> None:
@@ -137,6 +145,8 @@ class TraceWriter:
                 self.sweep()
         except OSError:
             pass  # the writer thread must survive a bad disk; unwritten records stay buffered
+        except Exception:  # noqa: BLE001 - the writer thread must outlive any one failure
+            log.exception("trace writer: flush failed")
 
     def close(self) -> None:
         self._stop.set()

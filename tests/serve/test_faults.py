@@ -205,3 +205,38 @@ def test_runs_and_traces_survive_a_full_application_restart(quarry_app, faults):
     assert t.json()["delivered"] == [e["passage_id"] for e in s["excerpts"]]
     again = faults.post("/v1/search", headers={**h, "X-Quarry-Run": run}, json={"query": "refund approval window"})
     assert again.status_code == 200 and again.json()["searches_left"] == 1
+
+
+def test_redis_store_runs_survive_a_gateway_replica_kill(quarry_app, tmp_path_factory):
+    import importlib.util
+    from pathlib import Path
+
+    import ray
+    from ray import serve
+
+    spec = importlib.util.spec_from_file_location(
+        "redis_server", Path(__file__).resolve().parents[2] / "scripts" / "redis_server.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    redis = mod.RedisServer()
+    url = redis.start()
+    name = "faultsredis"
+    http = deploy(quarry_app, tmp_path_factory, name, gateway_replicas=2, run_store="redis", redis_url=url)
+    try:
+        tok = quarry_app.token(tenant="acme", subject="redis-survivor")
+        h = {"Authorization": f"Bearer {tok}"}
+        runs = [http.post("/v1/runs", headers=h).json()["run_id"] for _ in range(3)]
+        for run in runs:
+            r = http.post("/v1/search", headers={**h, "X-Quarry-Run": run}, json={"query": "zebrafinch settlement"})
+            assert r.json()["searches_left"] == 2
+        gateways = sorted(a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+                          if a["namespace"] == "serve" and f"{name}#Gateway#" in a["name"])
+        assert len(gateways) == 2
+        ray.kill(ray.get_actor(gateways[0], namespace="serve"), no_restart=True)
+        for run in runs:  # whichever replica answers, each run continues where it was
+            r = http.post("/v1/search", headers={**h, "X-Quarry-Run": run}, json={"query": "refund approval window"})
+            assert r.status_code == 200 and r.json()["searches_left"] == 1
+    finally:
+        http.close()
+        serve.delete(name)
+        redis.stop()

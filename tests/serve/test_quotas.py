@@ -23,11 +23,11 @@ def deploy(quarry_app, tmp_path_factory, name: str, **overrides) -> httpx.Client
     from quarry.serve.settings import AuthSettings, ServeSettings
 
     d = tmp_path_factory.mktemp(name)
+    kw = dict(ray_namespace="quarry-test", store_name_prefix=f"quarrytest-{name}", state_dir=str(d / "state"),
+              trace_dir=str(d / "traces"), reranker_enabled=False, gateway_num_cpus=0.05, retriever_num_cpus=0.05,
+              generation_check_ms=200)
     settings = ServeSettings(index_root=quarry_app.root, auth=AuthSettings(hs256_secret=quarry_app.secret),
-                             ray_namespace="quarry-test", store_name_prefix=f"quarrytest-{name}",
-                             state_dir=str(d / "state"), trace_dir=str(d / "traces"), reranker_enabled=False,
-                             gateway_num_cpus=0.05, retriever_num_cpus=0.05, generation_check_ms=200,
-                             **overrides)
+                             **{**kw, **overrides})
     serve.run(build_app(settings), name=name, route_prefix=f"/{name}")
     http = httpx.Client(base_url=f"{quarry_app.base}/{name}", timeout=60)
     http.quarry_settings = settings  # for tests that redeploy the same application

@@ -238,10 +238,10 @@ def _ray_actor():
 class ActorRunStore:
     """The ``RunStore`` protocol over the named actor, from inside a gateway replica.
 
-    A call that fails because the actor died or restarts is retried once after
-    re-attaching by name (``get_if_exists``): if the actor's owner died with it, the first
-    caller re-creates it, and it reads the checkpoint. A call that still gets no answer
-    within ``timeout_s`` raises ``StoreUnavailable``. A retried decision can at worst spend
+    A call that fails because the actor died or restarts is retried, re-attaching by name
+    (``get_if_exists``), until ``timeout_s``: if the actor's owner died with it, the first
+    caller re-creates it, and it reads the checkpoint. A call that gets no answer within
+    ``timeout_s`` raises ``StoreUnavailable``. A retried decision can at worst spend
     a search slot twice: the budget only ever errs towards fewer searches."""
 
     def __init__(self, name: str, namespace: str, state_dir: str | None, cfg: dict[str, Any], timeout_s: float):
@@ -265,18 +265,21 @@ class ActorRunStore:
         from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError
 
         deadline = time.monotonic() + self._timeout
-        for attempt in range(2):
+        pause = 0.1
+        while True:
             try:
                 ref = getattr(self._handle, method).remote(*args)
                 return await asyncio.wait_for(ref, max(0.1, deadline - time.monotonic()))
             except (ActorDiedError, RayActorError, ActorUnavailableError):
-                if attempt:
+                # Dead or restarting: until the deadline, wait and re-attach by name (the
+                # name frees once the old actor is gone; the first caller re-creates it).
+                if time.monotonic() + pause >= deadline:
                     raise StoreUnavailable(self._name) from None
-                await asyncio.sleep(0.2)
+                await asyncio.sleep(pause)
+                pause = min(1.0, pause * 2)
                 self._handle = self._attach()
             except asyncio.TimeoutError:
                 raise StoreUnavailable(self._name) from None
-        raise StoreUnavailable(self._name)
 
     async def _decide(self, op: str, run_id: str, pkey: str, *args: Any) -> Any:
         out = await self._call("decide", op, run_id, pkey, *args)

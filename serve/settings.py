@@ -101,6 +101,8 @@ class ServeSettings(BaseModel):
 
     @model_validator(mode="after")
     def _stores(self) -> "ServeSettings":
+        if self.runs_kept_per_tenant < self.runs_open_per_tenant:
+            raise ValueError("runs_kept_per_tenant must be at least runs_open_per_tenant (open runs are never evicted)")
         if self.run_store == "redis" and not self.redis_url:
             raise ValueError("run_store 'redis' needs redis_url (e.g. redis://127.0.0.1:6379/0)")
         if "://" in self.index_root and (not self.trace_dir or (self.run_store == "actor" and not self.state_dir)):

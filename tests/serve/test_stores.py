@@ -303,3 +303,20 @@ def test_trace_quota_and_retention_are_per_tenant(tmp_path):
     assert w.sweep() == 1 and not old.exists()
     assert find_trace(str(tmp_path), "globex", keep)
     w.close()
+
+
+def test_store_settings_fail_fast():
+    from pydantic import ValidationError
+
+    from quarry.serve.settings import AuthSettings, ServeSettings
+
+    auth = AuthSettings(hs256_secret="x" * 40)
+    s = ServeSettings(index_root="/data/idx", auth=auth)
+    assert s.trace_root == "/data/idx/_traces" and s.run_state_dir == "/data/idx/_serve/runs"
+    for bad in ({"run_store": "redis"}, {"runs_kept_per_tenant": 5}, {"index_root": "s3://bucket/idx"},
+                {"run_store": "valkey"}):
+        with pytest.raises(ValidationError):
+            ServeSettings(**{"index_root": "/data/idx", "auth": auth, **bad})
+    ok = ServeSettings(index_root="s3://bucket/idx", auth=auth, trace_dir="/t", run_store="redis",
+                       redis_url="redis://r:6379/0")
+    assert ok.trace_root == "/t"

@@ -98,10 +98,12 @@ def record_results(
 
 
 def apply_search(
-    state: RunState, returned_ids: Iterable[str], *, first_search_exempt: bool = True
+    state: RunState, returned_ids: Iterable[str], *, first_search_exempt: bool = True,
+    rejected_ids: Iterable[str] = (),
 ) -> tuple[RunState, frozenset[str]]:
     """Reserve and record in one step (for callers whose search already ran)."""
-    return record_results(reserve_search(state), returned_ids, first_search_exempt=first_search_exempt)
+    return record_results(reserve_search(state), returned_ids, first_search_exempt=first_search_exempt,
+                          rejected_ids=rejected_ids)
 
 
 def record_fetch(state: RunState, ids: Iterable[str]) -> RunState:
@@ -110,3 +112,117 @@ def record_fetch(state: RunState, ids: Iterable[str]) -> RunState:
 
 def finish(state: RunState, outcome: str) -> RunState:
     return state.model_copy(update={"finished": True, "exhausted": True, "outcome": outcome})
+
+
+# -- store decisions --------------------------------------------------------------------
+# Each run-store backend (the in-cluster actor, Redis) loads one RunState, applies one of
+# these functions and writes the new state back in one atomic step. The rules therefore
+# live once, here; a backend only supplies atomicity and durability.
+
+
+class RunView(BaseModel):
+    """What a caller may learn about its own run (never the ids it saw)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    run_id: str
+    budget: int
+    used: int
+    searches_left: int
+    finished: bool
+    outcome: str | None = None
+    seen: int = 0
+
+
+class SearchDecision(BaseModel):
+    """The result of spending (or trying to spend) one search on a run."""
+
+    model_config = ConfigDict(frozen=True)
+
+    view: RunView
+    allowed: bool
+    newly_finished: bool = False  # this refusal ended the run (budget_exhausted)
+    new_ids: tuple[str, ...] = ()
+
+
+class AnswerStart(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    view: RunView
+    allowed: bool
+    retrieved_ids: tuple[str, ...] = ()
+    rejected_ids: tuple[str, ...] = ()  # what this run's evidence resolution rejected (citation check 5)
+
+
+def view(state: RunState) -> RunView:
+    return RunView(run_id=state.run_id, budget=state.budget, used=state.used, searches_left=state.searches_left,
+                   finished=state.finished, outcome=state.outcome, seen=len(state.seen_ids))
+
+
+def _refuse(state: RunState) -> tuple[RunState | None, SearchDecision]:
+    # A search past the budget finishes the run with budget_exhausted (the agent used a
+    # tool it no longer had); only the first refusal changes the state.
+    if state.finished:
+        return None, SearchDecision(view=view(state), allowed=False)
+    done = finish(state, "budget_exhausted")
+    return done, SearchDecision(view=view(done), allowed=False, newly_finished=True)
+
+
+def decide_reserve(state: RunState) -> tuple[RunState | None, SearchDecision]:
+    """Spend one slot before the search runs. Returns (state to store or None, decision)."""
+    try:
+        s = reserve_search(state)
+    except BudgetExhausted:
+        return _refuse(state)
+    return s, SearchDecision(view=view(s), allowed=True)
+
+
+def decide_record(state: RunState, ids: Iterable[str], rejected_ids: Iterable[str] = ()
+                  ) -> tuple[RunState | None, SearchDecision]:
+    """Apply a reserved search's delivered ids (the second half of ``decide_reserve``)."""
+    s, new = record_results(state, ids, rejected_ids=rejected_ids)
+    return s, SearchDecision(view=view(s), allowed=True, new_ids=tuple(sorted(new)))
+
+
+def decide_search(state: RunState, ids: Iterable[str], rejected_ids: Iterable[str] = ()
+                  ) -> tuple[RunState | None, SearchDecision]:
+    """Reserve and record in one decision, after the search ran: the one-round-trip path.
+    A refused search's results are never delivered, so the budget holds exactly as with a
+    reservation made beforehand; only the (bounded) work of the refused search is spent."""
+    try:
+        s, new = apply_search(state, ids, rejected_ids=rejected_ids)
+    except BudgetExhausted:
+        return _refuse(state)
+    return s, SearchDecision(view=view(s), allowed=True, new_ids=tuple(sorted(new)))
+
+
+def decide_fetch(state: RunState, ids: Iterable[str]) -> tuple[RunState | None, RunView]:
+    if state.finished:
+        return None, view(state)
+    s = record_fetch(state, ids)
+    return s, view(s)
+
+
+def decide_begin_answer(state: RunState) -> tuple[RunState | None, AnswerStart]:
+    """Claim the one exit. Marking the run finished here (not after the checks) makes two
+    concurrent submits on two replicas unable to both pass."""
+    if state.finished:
+        return None, AnswerStart(view=view(state), allowed=False)
+    return finish(state, "pending"), AnswerStart(view=view(state), allowed=True,
+                                                 retrieved_ids=tuple(sorted(state.retrieved_ids)),
+                                                 rejected_ids=tuple(sorted(state.rejected_ids)))
+
+
+def decide_end_answer(state: RunState, outcome: str) -> tuple[RunState | None, RunView]:
+    s = finish(state, outcome)
+    return s, view(s)
+
+
+def tenant_of(pkey: str) -> str:
+    """The tenant part of a principal key (tenant names cannot contain '/')."""
+    return pkey.split("/", 1)[0]
+
+
+def subject_of(pkey: str) -> str:
+    """``tenant/subject`` of a principal key: per-subject quotas ignore the group set."""
+    return pkey.rsplit("/", 1)[0]

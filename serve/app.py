@@ -29,22 +29,25 @@ def build_app(args: dict[str, Any] | ServeSettings | None = None) -> Application
     if unknown:
         raise ValueError(f"deployment_options for unknown deployment(s) {unknown}; "
                          f"the application has {', '.join(DEPLOYMENTS)}")
+    # Serve restarts a replica whose check_health fails or times out (each deployment has one).
+    health = {"health_check_period_s": s.health_check_period_s, "health_check_timeout_s": s.health_check_timeout_s}
     reranker = None
     if s.reranker_enabled:
         # max_ongoing_requests must cover a full batch or @serve.batch never fills one.
         reranker = Reranker.options(**_options(
             s, "Reranker", max_ongoing_requests=max(s.max_ongoing_requests, 2 * s.reranker_batch_size),
-            ray_actor_options={"num_cpus": s.reranker_num_cpus, "num_gpus": s.reranker_num_gpus},
+            ray_actor_options={"num_cpus": s.reranker_num_cpus, "num_gpus": s.reranker_num_gpus}, **health,
         )).bind(s)
     retriever = Retriever.options(**_options(
         s, "Retriever", num_replicas=s.retriever_replicas, max_ongoing_requests=s.max_ongoing_requests,
-        ray_actor_options={"num_cpus": 0.5, "num_gpus": s.retriever_num_gpus},
+        ray_actor_options={"num_cpus": s.retriever_num_cpus, "num_gpus": s.retriever_num_gpus}, **health,
     )).bind(s)
     # Resolution is light CPU work over a few passages; its follow-up queries go to the Retriever.
     resolver = Resolver.options(**_options(
-        s, "Resolver", max_ongoing_requests=s.max_ongoing_requests, ray_actor_options={"num_cpus": 0.1},
+        s, "Resolver", max_ongoing_requests=s.max_ongoing_requests, ray_actor_options={"num_cpus": 0.1}, **health,
     )).bind(s, retriever)
+    # The gateway also serves MCP at /mcp (serve/mcp.py) from the same FastAPI app.
     return Gateway.options(**_options(
         s, "Gateway", num_replicas=s.gateway_replicas, max_ongoing_requests=4 * s.max_ongoing_requests,
-        ray_actor_options={"num_cpus": 0.25},
+        ray_actor_options={"num_cpus": s.gateway_num_cpus}, **health,
     )).bind(s, retriever, reranker, resolver)

@@ -335,6 +335,14 @@ class Retriever:
             self._staleness_gauge = None
 
     # -- index cache -------------------------------------------------------------------
+    def check_health(self) -> None:
+        """Serve's health check: a replica that cannot see a local index root is restarted
+        (a URI root is checked when a tenant loads)."""
+        import os
+
+        if "://" not in self.s.index_root and not os.path.isdir(self.s.index_root):
+            raise RuntimeError("index root not reachable")
+
     def _load(self, tenant: str, generation: int) -> TenantIndex:
         index = TenantIndex.load(self.s.index_root, tenant, generation)
         if self.dense_choice.device == "gpu":

@@ -10,7 +10,7 @@ import asyncio
 import hashlib
 import logging
 import time
-import uuid
+from collections import OrderedDict
 from typing import Any
 
 from fastapi import FastAPI, Header, Request, Response
@@ -36,8 +36,9 @@ from . import edge
 from .auth import AuthError, Identity, bearer_token, verify_platform_token, verify_token
 from .deployments import info_for_trace, search_settings
 from .errors import error_details
-from .runstore import NOT_FOUND, get_stores
+from .runstore import QuotaExceeded, RunNotFound, StoreUnavailable, make_run_store
 from .settings import ServeSettings
+from .tracestore import TraceWriter, find_trace
 from .tools import FetchRequest, SearchToolRequest, SubmitAnswerRequest, tool_definitions
 from .trace_privacy import passage_ids, query_fields, redact_trace
 
@@ -109,6 +110,10 @@ async def _awaited(response):
     return await response
 
 
+_IDENTITY_CACHE = 4096  # verified tokens kept per replica (until their exp)
+_KNOWN_RUNS = 65536  # run ids this replica saw created or decided, with their principal key
+
+
 @serve.deployment(name="Gateway")
 @serve.ingress(api)
 class Gateway:
@@ -123,17 +128,64 @@ class Gateway:
         edge.configure(settings)
         self.retriever, self.reranker, self.resolver = retriever, reranker, resolver
         self.search_settings = search_settings(settings)
-        self.runs, self.traces = get_stores(settings.store_name_prefix, settings.ray_namespace, settings.trace_capacity)
-        self.m = _metrics()
         self._stage_infos: dict[tuple[str, int], tuple[float, StageInfo]] = {}
+        self.runs = make_run_store(settings)
+        self.traces = TraceWriter(settings.trace_root, retention_h=settings.trace_retention_h,
+                                  per_tenant_hour=settings.traces_per_tenant_hour, flush_ms=settings.trace_flush_ms)
+        self.m = _metrics()
+        self._identities: OrderedDict[str, tuple[Identity, float]] = OrderedDict()
+        # run_id -> (principal key, searches_left last seen). A run known here skips the
+        # existence check before its search: the one store call after the search decides.
+        self._known: OrderedDict[str, tuple[str, int]] = OrderedDict()
+        self.mcp = None
+        if settings.mcp_enabled:
+            from .mcp import MCPEndpoint
+
+            self.mcp = MCPEndpoint(self)
+
+    def __del__(self):
+        # Serve calls this on graceful replica shutdown: buffered traces reach disk.
+        traces = getattr(self, "traces", None)
+        if traces is not None:
+            traces.close()
+
+    async def check_health(self) -> None:
+        """Serve's replica health check: a dead trace writer thread makes this replica
+        unhealthy, so Serve replaces it instead of letting it drop traces."""
+        if not self.traces._thread.is_alive():
+            raise RuntimeError("trace writer stopped")
 
     # -- helpers -----------------------------------------------------------------------
     def _identity(self, authorization: str | None) -> Identity:
         try:
-            return verify_token(bearer_token(authorization), self.s.auth)
+            return self.verify(bearer_token(authorization))
         except AuthError:
             # One body for every failure: expired, forged and malformed look the same.
             raise _Reject(401, {"detail": "unauthorized"}, {"WWW-Authenticate": "Bearer"}) from None
+
+    def verify(self, token: str) -> Identity:
+        """Verify a bearer token, remembering a verified one until its ``exp`` (signature
+        checks are the largest fixed cost of a request; a cached entry is only ever a token
+        that passed every check, and it leaves the cache when it expires)."""
+        now = time.time()
+        hit = self._identities.get(token)
+        if hit is not None and now < hit[1]:
+            self._identities.move_to_end(token)
+            return hit[0]
+        ident = verify_token(token, self.s.auth)
+        import jwt
+
+        exp = float(jwt.decode(token, options={"verify_signature": False})["exp"])
+        self._identities[token] = (ident, exp + self.s.auth.leeway_s)
+        while len(self._identities) > _IDENTITY_CACHE:
+            self._identities.popitem(last=False)
+        return ident
+
+    def _remember(self, run_id: str, pkey: str, searches_left: int) -> None:
+        self._known[run_id] = (pkey, searches_left)
+        self._known.move_to_end(run_id)
+        while len(self._known) > _KNOWN_RUNS:
+            self._known.popitem(last=False)
 
     def _count(self, endpoint: str, status: int) -> None:
         self.m["requests"].inc(tags={"endpoint": endpoint, "status": str(status)})
@@ -143,23 +195,111 @@ class Gateway:
         self.m["latency"].observe(ms, tags={"stage": stage})
         return ms
 
-    async def _trace(self, ident: Identity, kind: str, body: dict[str, Any]) -> str:
-        trace_id = uuid.uuid4().hex
+    def _trace(self, ident: Identity, kind: str, body: dict[str, Any]) -> str:
+        """Queue a trace and return its id at once: the write happens off the response path."""
+        at = time.time()
+        trace_id = self.traces.new_id(at)
         p = ident.principal
-        await self.traces.put.remote(trace_id, {
-            "trace_id": trace_id, "kind": kind, "at": time.time(), "tenant": p.tenant,
+        self.traces.append({
+            "trace_id": trace_id, "kind": kind, "at": at, "tenant": p.tenant,
             "groups_hash": groups_hash(p.groups),
             "subject_hash": hashlib.sha256(p.subject.encode()).hexdigest()[:16], **body,
         })
         return trace_id
 
-    async def _abstain(self, ident: Identity, run_id: str, reason: str, status: int = 200,
-                       extra: dict[str, Any] | None = None) -> JSONResponse:
+    def _abstain(self, ident: Identity, run_id: str, reason: str,
+                 extra: dict[str, Any] | None = None) -> dict[str, Any]:
         self.m["abstentions"].inc(tags={"reason": reason})
-        trace_id = await self._trace(ident, "abstention", {"run_id": run_id, "reason": reason, **(extra or {})})
+        trace_id = self._trace(ident, "abstention", {"run_id": run_id, "reason": reason, **(extra or {})})
         # The reason code stays in the trace; the caller gets the one generic sentence.
-        return JSONResponse({"status": "abstained", "message": ABSTENTION_MESSAGE, "searches_left": 0,
-                             "trace_id": trace_id}, status_code=status)
+        return {"status": "abstained", "message": ABSTENTION_MESSAGE, "searches_left": 0, "trace_id": trace_id}
+
+    async def _retriever(self, method: str, *args: Any) -> Any:
+        """A Retriever call, retried once when its replica died under it: the calls are
+        read-only, and Serve routes the retry to a live replica."""
+        from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError
+
+        try:
+            return await getattr(self.retriever, method).remote(*args)
+        except (ActorDiedError, ActorUnavailableError, RayActorError):
+            await asyncio.sleep(0.1)
+            return await getattr(self.retriever, method).remote(*args)
+
+    async def _store(self, endpoint: str, coro):
+        """One run-store call. Unknown, foreign and expired runs, and a store that does not
+        answer, all fail closed with the generic 404."""
+        try:
+            return await coro
+        except (RunNotFound, StoreUnavailable):
+            self._count(endpoint, 404)
+            raise _not_found() from None
+
+    # -- per-tool logic (REST handlers and MCP tools call these) ------------------------
+    async def _create_run_impl(self, ident: Identity) -> dict[str, Any]:
+        pkey = principal_key(ident.principal)
+        try:
+            view = await self.runs.create(pkey, self.s.run_budget)
+        except QuotaExceeded as e:
+            self._count("runs", 429)
+            raise _Reject(429, {"detail": f"too many open runs for this {e.scope} (limit {e.limit}); finish a run "
+                                          "with submit_answer or wait for one to expire"},
+                          {"Retry-After": "60"}) from None
+        except StoreUnavailable:
+            self._count("runs", 503)
+            raise _Reject(503, {"detail": "run store unavailable; retry shortly"}, {"Retry-After": "1"}) from None
+        self._remember(view.run_id, pkey, view.searches_left)
+        self._count("runs", 200)
+        return {"run_id": view.run_id, "budget": view.budget, "searches_left": view.searches_left}
+
+    async def _fetch_impl(self, ident: Identity, run_id: str, request: FetchRequest) -> dict[str, Any]:
+        pkey = principal_key(ident.principal)
+        await self._store("fetch", self.runs.get(run_id, pkey))
+        t0 = time.perf_counter()
+        res = await self._retriever("fetch", ident.principal, request.id)
+        self._lat("fetch", t0)
+        if res is None:
+            self._count("fetch", 404)
+            raise _not_found()
+        ids = [p["passage_id"] for p in res.get("passages", [])] or [res["section"]["parent_id"]]
+        await self._store("fetch", self.runs.record_fetch(run_id, pkey, ids))
+        self._count("fetch", 200)
+        return res
+
+    async def _answer_impl(self, ident: Identity, run_id: str, decision: SubmitAnswerRequest | None,
+                           errors: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        """``decision`` is None when the body did not validate (``errors`` says why): that
+        still ends the run, as invalid_decision (seed 003), and answers 422."""
+        pkey = principal_key(ident.principal)
+        start = await self._store("answer", self.runs.begin_answer(run_id, pkey))
+        if not start.allowed:
+            self._count("answer", 409)
+            raise _Reject(409, {"detail": "this run has finished; create a new run"})
+        if decision is None:
+            await self.runs.end_answer(run_id, pkey, "invalid_decision")
+            self.m["abstentions"].inc(tags={"reason": "invalid_decision"})
+            self._trace(ident, "abstention", {"run_id": run_id, "reason": "invalid_decision"})
+            self._count("answer", 422)
+            raise _Reject(422, {"detail": error_details(errors or [], ("body",))})
+        retrieved = set(start.retrieved_ids)
+        rejected = frozenset(start.rejected_ids)  # what this run's resolution rejected
+        if decision.abstention is not None:
+            reason = "model_abstained" if retrieved else "no_visible_evidence"
+            await self.runs.end_answer(run_id, pkey, reason)
+            self._count("answer", 200)
+            return self._abstain(ident, run_id, reason)
+        cited = sorted({c.passage_id for c in decision.claims} & retrieved)
+        texts = await self._retriever("texts", ident.principal, cited) if cited else {}
+        report = check_claims(decision.claims, retrieved, texts.get, rejected=rejected)
+        checks = [c.model_dump(mode="json") | {"failed": list(c.failed_checks)} for c in report.claims]
+        if not report.passed:
+            reason = report.abstention_reason  # cites_rejected_evidence or citation_check_failed
+            await self.runs.end_answer(run_id, pkey, reason)
+            self._count("answer", 200)
+            return self._abstain(ident, run_id, reason, extra={"checks": checks})
+        await self.runs.end_answer(run_id, pkey, "answered")
+        trace_id = self._trace(ident, "answer", {"run_id": run_id, "outcome": "answered", "checks": checks})
+        self._count("answer", 200)
+        return {"status": "answered", "claims": [c.model_dump() for c in decision.claims], "trace_id": trace_id}
 
     # -- endpoints ---------------------------------------------------------------------
     @api.get("/healthz", tags=["ops"])
@@ -195,10 +335,7 @@ class Gateway:
 
     @api.post("/v1/runs", tags=["agent"])
     async def create_run(self, authorization: str | None = Header(default=None)) -> dict[str, Any]:
-        ident = self._identity(authorization)
-        view = await self.runs.create.remote(principal_key(ident.principal), self.s.run_budget)
-        self._count("runs", 200)
-        return {"run_id": view["run_id"], "budget": view["budget"], "searches_left": view["searches_left"]}
+        return await self._create_run_impl(self._identity(authorization))
 
     # -- the search path: a composition of deployment handles -------------------------
     async def _stage_info(self, tenant: str, generation: int) -> StageInfo:
@@ -240,7 +377,7 @@ class Gateway:
         """Retriever -> Reranker -> Retriever (expand) -> Resolver, each returning a typed record."""
         core = request.core()
         t0 = time.perf_counter()
-        first: FirstStage = await self.retriever.first_stage.remote(principal, core, request.candidates)
+        first: FirstStage = await self._retriever("first_stage", principal, core, request.candidates)
         timing["retrieve"] = self._lat("retrieve", t0)
         t0 = time.perf_counter()
         outcome = await self._second_stage(first, core.query, core.top_k)
@@ -248,7 +385,7 @@ class Gateway:
         second = apply_second_stage(first, outcome, core.top_k)
         if second.survivors:
             t0 = time.perf_counter()
-            expanded = await self.retriever.expand.remote(ExpandRequest(
+            expanded = await self._retriever("expand", ExpandRequest(
                 principal=principal, request=core, generation=first.generation, passage_ids=second.survivors))
             timing["expand"] = self._lat("expand", t0)
             t0 = time.perf_counter()
@@ -265,7 +402,6 @@ class Gateway:
         """The search tool: limits, the run's budget, the composed search path, the run
         state (delivered and rejected ids) and the trace. ``timing`` collects per-stage ms."""
         timing = {} if timing is None else timing
-        t_start = time.perf_counter()
         if request.top_k > self.s.top_k_ceiling:
             raise _Reject(422, {"detail": [{"loc": ["body", "top_k"], "type": "less_than_equal",
                                             "msg": f"top_k may be at most {self.s.top_k_ceiling}"}]})
@@ -274,33 +410,36 @@ class Gateway:
                                             "msg": f"candidates may be at most {self.s.candidate_width_ceiling}"}]})
         pkey = principal_key(ident.principal)
         t0 = time.perf_counter()
-        slot = await self.runs.reserve_search.remote(run_id, pkey)
-        timing["reserve"] = self._lat("run_store", t0)
-        if slot == NOT_FOUND:
-            self._count("search", 404)
-            raise _not_found()
-        if not slot["allowed"]:
+        known = self._known.get(run_id)
+        if known is None or known[0] != pkey:
+            # not seen on this replica: check it exists for this principal before searching
+            await self._store("search", self.runs.get(run_id, pkey))
+            timing["check"] = self._lat("run_store", t0)
+        res = outcome = resolution = None
+        if known is None or known[1] > 0:
+            res, outcome, resolution = await self._compose(ident.principal, request, timing)
+        delivered = [e.passage_id for e in res.excerpts] if res is not None else []
+        rejected = sorted(res.decision.rejected_ids) if res is not None and res.decision is not None else []
+        t0 = time.perf_counter()
+        # One atomic decision after the search: budget, new-evidence rule, delivered and
+        # rejected ids. A refused search's results are never delivered.
+        after = await self._store("search", self.runs.apply_search(run_id, pkey, delivered, rejected))
+        timing["decide"] = self._lat("run_store", t0)
+        self._remember(run_id, pkey, after.view.searches_left)
+        if not after.allowed or res is None:
             self._count("search", 409)
             # Searching past the budget ends the run: it abstains with budget_exhausted.
-            return await self._abstain(ident, run_id, "budget_exhausted", status=409,
-                                       extra={**query_fields(ident.principal.tenant, request.query,
-                                                             self.s.trace_query_chars),
-                                              "first_refusal": slot.get("newly_finished")})
-        res, outcome, resolution = await self._compose(ident.principal, request, timing)
+            raise _Reject(409, self._abstain(ident, run_id, "budget_exhausted", extra={
+                **query_fields(ident.principal.tenant, request.query, self.s.trace_query_chars),
+                "first_refusal": after.newly_finished}))
         decision = res.decision
-        delivered = [e.passage_id for e in res.excerpts]
-        t0 = time.perf_counter()
-        after = await self.runs.record_results.remote(run_id, pkey, delivered, sorted(decision.rejected_ids))
-        timing["record"] = self._lat("run_store", t0)
-        if after == NOT_FOUND:
-            raise _not_found()
         self.m["candidates"].observe(len(res.candidates))
         self.m["delivered"].observe(res.delivered_tokens)
         final_pos = {pid: i for i, pid in enumerate(delivered, start=1)}
         expanded = {e.passage_id for e in res.excerpts if e.expanded_to}
         width = candidate_width(self.search_settings, request.candidates, request.top_k)
-        t0 = time.perf_counter()
-        trace_id = await self._trace(ident, "search", {
+        new_ids = list(after.new_ids)
+        trace_id = self._trace(ident, "search", {
             "run_id": run_id,
             **query_fields(ident.principal.tenant, request.query, self.s.trace_query_chars),
             "filters": {"top_k": request.top_k, "doc_type": request.doc_type,
@@ -315,21 +454,20 @@ class Gateway:
                            for c in res.candidates],
             "stages": [st.model_dump(mode="json") for st in res.stages],
             "delivered": delivered,
+            "delivered_tokens": res.delivered_tokens,
             "source_versions": sorted({f"{e.doc_id}@{e.version}" for e in res.excerpts}),
             # the resolution: ids and reason codes; follow-up queries by digest only (derived from passages)
             "decision": decision.model_dump(mode="json"),
             "follow_ups": [{"query_sha256": hashlib.sha256(f.query.encode()).hexdigest()[:16],
                             "found": list(f.found), "generation": f.generation} for f in resolution.follow_ups],
-            "new_ids": after["new_ids"],
-            "searches_left": after["searches_left"],
+            "new_ids": new_ids,
+            "searches_left": after.view.searches_left,
             "truncated": res.truncated,
+            "timings_ms": {k: round(v, 3) for k, v in timing.items()},
         })
-        timing["trace"] = (time.perf_counter() - t0) * 1000
-        self._lat("search", t_start)
         self._count("search", 200)
-        body = search_response(res)
-        return {"run_id": run_id, **body, "new_passage_ids": after["new_ids"],
-                "searches_left": after["searches_left"], "trace_id": trace_id}
+        return {"run_id": run_id, **search_response(res), "new_passage_ids": new_ids,
+                "searches_left": after.view.searches_left, "trace_id": trace_id}
 
     @api.post("/v1/search", tags=["agent"])
     async def search(self, request: SearchToolRequest, response: Response,
@@ -339,38 +477,21 @@ class Gateway:
         timing: dict[str, float] = {}  # per-stage ms, returned as a Server-Timing header (no content)
         ident = self._identity(authorization)
         timing["auth"] = self._lat("auth", t_start)
-        out = await self._search_impl(ident, x_quarry_run, request, timing)
+        body = await self._search_impl(ident, x_quarry_run, request, timing)
         timing["total"] = self._lat("total_search", t_start)
-        if isinstance(out, JSONResponse):
-            return out
         response.headers["Server-Timing"] = ", ".join(f"{k};dur={v:.2f}" for k, v in timing.items())
-        return out
+        return body
 
     @api.post("/v1/fetch", tags=["agent"])
     async def fetch(self, request: FetchRequest, authorization: str | None = Header(default=None),
                     x_quarry_run: str = Header(alias=RUN_HEADER)):
-        ident = self._identity(authorization)
-        pkey = principal_key(ident.principal)
-        if await self.runs.get.remote(x_quarry_run, pkey) == NOT_FOUND:
-            self._count("fetch", 404)
-            raise _not_found()
-        t0 = time.perf_counter()
-        res = await self.retriever.fetch.remote(ident.principal, request.id)
-        self._lat("fetch", t0)
-        if res is None:
-            self._count("fetch", 404)
-            raise _not_found()
-        ids = [p["passage_id"] for p in res.get("passages", [])] or [res["section"]["parent_id"]]
-        await self.runs.record_fetch.remote(x_quarry_run, pkey, ids)
-        self._count("fetch", 200)
-        return res
+        return await self._fetch_impl(self._identity(authorization), x_quarry_run, request)
 
     @api.post("/v1/answer", tags=["agent"], openapi_extra={"requestBody": {
         "required": True, "content": {"application/json": {"schema": SubmitAnswerRequest.model_json_schema()}}}})
     async def answer(self, http: Request, authorization: str | None = Header(default=None),
                      x_quarry_run: str = Header(alias=RUN_HEADER)):
         ident = self._identity(authorization)
-        pkey = principal_key(ident.principal)
         # Parsed here, not by FastAPI, so a malformed decision can end the run as
         # invalid_decision (seed 003: an invalid decision abstains) while still answering 422.
         try:
@@ -378,49 +499,34 @@ class Gateway:
             errors = None
         except ValidationError as e:
             decision, errors = None, e.errors(include_url=False, include_input=False)
-        start = await self.runs.begin_answer.remote(x_quarry_run, pkey)
-        if start == NOT_FOUND:
-            self._count("answer", 404)
-            raise _not_found()
-        if not start["allowed"]:
-            self._count("answer", 409)
-            raise _Reject(409, {"detail": "this run has finished; create a new run"})
-        if decision is None:
-            await self.runs.end_answer.remote(x_quarry_run, pkey, "invalid_decision")
-            self.m["abstentions"].inc(tags={"reason": "invalid_decision"})
-            await self._trace(ident, "abstention", {"run_id": x_quarry_run, "reason": "invalid_decision"})
-            self._count("answer", 422)
-            return JSONResponse({"detail": error_details(errors or [], ("body",))}, status_code=422)
-        retrieved = set(start["retrieved_ids"])
-        rejected = frozenset(start.get("rejected_ids", ()))  # what this run's resolution rejected
-        if decision.abstention is not None:
-            reason = "model_abstained" if retrieved else "no_visible_evidence"
-            await self.runs.end_answer.remote(x_quarry_run, pkey, reason)
-            self._count("answer", 200)
-            return await self._abstain(ident, x_quarry_run, reason)
-        cited = sorted({c.passage_id for c in decision.claims} & retrieved)
-        texts = await self.retriever.texts.remote(ident.principal, cited) if cited else {}
-        report = check_claims(decision.claims, retrieved, texts.get, rejected=rejected)
-        checks = [c.model_dump(mode="json") | {"failed": list(c.failed_checks)} for c in report.claims]
-        if not report.passed:
-            reason = report.abstention_reason  # cites_rejected_evidence or citation_check_failed
-            await self.runs.end_answer.remote(x_quarry_run, pkey, reason)
-            self._count("answer", 200)
-            return await self._abstain(ident, x_quarry_run, reason, extra={"checks": checks})
-        await self.runs.end_answer.remote(x_quarry_run, pkey, "answered")
-        trace_id = await self._trace(ident, "answer", {"run_id": x_quarry_run, "outcome": "answered", "checks": checks})
-        self._count("answer", 200)
-        return {"status": "answered", "claims": [c.model_dump() for c in decision.claims], "trace_id": trace_id}
+        return await self._answer_impl(ident, x_quarry_run, decision, errors)
 
     @api.get("/v1/trace/{trace_id}", tags=["ops"])
     async def trace(self, trace_id: str, authorization: str | None = Header(default=None)):
         ident = self._identity(authorization)
         if not ident.is_operator:
             raise _not_found()  # same as a missing trace: the endpoint does not admit it exists
-        t = await self.traces.get.remote(trace_id, ident.principal.tenant)
+        # A trace written by another replica reaches disk within trace_flush_ms.
+        wait = 3 * self.s.trace_flush_ms / 1000
+        t = await asyncio.to_thread(find_trace, self.s.trace_root, ident.principal.tenant, trace_id, wait)
         if t is None:
             raise _not_found()
         # The operator sees only ids its own groups may read (trace_privacy).
         named = sorted(passage_ids(t))
-        visible = await self.retriever.texts.remote(ident.principal, named) if named else {}
+        visible = await self._retriever("texts", ident.principal, named) if named else {}
         return redact_trace(t, set(visible))
+
+    @api.api_route("/mcp", methods=["GET", "POST", "DELETE"], include_in_schema=False)
+    async def mcp_endpoint(self, request: Request):
+        """The MCP Streamable HTTP endpoint (``serve/mcp.py``): the same three tools."""
+        if self.mcp is None:
+            raise _not_found()
+        return await self.mcp.response(request)
+
+    @api.get("/.well-known/oauth-protected-resource/mcp", include_in_schema=False)
+    async def mcp_resource_metadata(self, request: Request):
+        """RFC 9728 protected-resource metadata for the MCP endpoint."""
+        if self.mcp is None:
+            raise _not_found()
+        return self.mcp.resource_metadata(request)
+

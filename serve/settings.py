@@ -108,13 +108,54 @@ class ServeSettings(BaseModel):
     deployment_options: dict[str, dict[str, Any]] = Field(default_factory=dict)
     run_budget: int = Field(default=3, ge=1, le=20)
     top_k_ceiling: int = Field(default=10, ge=1, le=50)
-    trace_capacity: int = Field(default=10_000, ge=10)
     limits: RequestLimits = Field(default_factory=RequestLimits)
     # Traces keep a hash of the query plus at most this many characters of a redacted form
     # (digits masked, identifiers and emails replaced); 0 keeps the hash only.
     trace_query_chars: int = Field(default=80, ge=0, le=500)
     ray_namespace: str = "quarry"
-    store_name_prefix: str = "quarry"  # RunStore/TraceStore actor names; tests vary it
+    store_name_prefix: str = "quarry"  # run-store actor name and Redis key prefix; tests vary it
+    # -- run and trace stores (serve/runstore.py, serve/tracestore.py) -------------------
+    run_store: Literal["actor", "redis"] = "actor"
+    redis_url: str | None = Field(default=None, description="redis://host:6379/0 when run_store is redis")
+    state_dir: str | None = Field(default=None, description="actor checkpoints; default <index_root>/_serve/runs")
+    run_ttl_s: int = Field(default=3600, ge=10, description="a run expires this long after it was created")
+    runs_open_per_tenant: int = Field(default=10_000, ge=1, description="open runs per tenant; beyond: 429")
+    runs_open_per_subject: int = Field(default=100, ge=1, description="open runs per tenant/subject; beyond: 429")
+    runs_kept_per_tenant: int = Field(default=20_000, ge=1,
+                                      description="open + finished runs held per tenant (own oldest finished go)")
+    store_timeout_s: float = Field(default=10.0, gt=0, description="past this a store call fails closed")
+    trace_dir: str | None = Field(default=None, description="append-only traces; default <index_root>/_traces")
+    trace_retention_h: int = Field(default=168, ge=1, description="hour files older than this are deleted")
+    traces_per_tenant_hour: int = Field(default=100_000, ge=1,
+                                        description="per tenant, hour and replica; past it that tenant's traces drop")
+    trace_flush_ms: int = Field(default=200, ge=1, description="buffered traces reach disk within this")
+    gateway_num_cpus: float = Field(default=0.25, ge=0)
+    retriever_num_cpus: float = Field(default=0.5, ge=0)
+    health_check_period_s: float = Field(default=10.0, gt=0, description="Serve calls check_health this often")
+    health_check_timeout_s: float = Field(default=30.0, gt=0)
+    mcp_enabled: bool = True
+    mcp_resource_url: str | None = Field(default=None, description="public URL of /mcp (protected-resource metadata)")
+    mcp_authorization_servers: list[str] = Field(default_factory=list,
+                                                 description="issuer URLs advertised to MCP clients")
+
+    @model_validator(mode="after")
+    def _stores(self) -> "ServeSettings":
+        if self.runs_kept_per_tenant < self.runs_open_per_tenant:
+            raise ValueError("runs_kept_per_tenant must be at least runs_open_per_tenant (open runs are never evicted)")
+        if self.run_store == "redis" and not self.redis_url:
+            raise ValueError("run_store 'redis' needs redis_url (e.g. redis://127.0.0.1:6379/0)")
+        if "://" in self.index_root and (not self.trace_dir or (self.run_store == "actor" and not self.state_dir)):
+            raise ValueError("an index_root URI needs a local trace_dir (and state_dir for the actor run store): "
+                             "traces and run checkpoints are local files")
+        return self
+
+    @property
+    def run_state_dir(self) -> str:
+        return self.state_dir or str(Path(self.index_root) / "_serve" / "runs")
+
+    @property
+    def trace_root(self) -> str:
+        return self.trace_dir or str(Path(self.index_root) / "_traces")
 
     @model_validator(mode="after")
     def _widths(self) -> "ServeSettings":

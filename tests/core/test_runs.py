@@ -89,3 +89,26 @@ def test_states_are_immutable_and_budget_validated():
     assert s.used == 0 and s.seen_ids == frozenset()
     with pytest.raises(ValueError):
         new_run("r", P, budget=0)
+
+
+def test_store_decisions_apply_the_rules_once_and_report_what_changed():
+    from quarry.core.runs import decide_begin_answer, decide_fetch, decide_search, subject_of, tenant_of
+
+    s = new_run("r1", P, budget=2)
+    s, d = decide_search(s, ["a"])
+    assert d.allowed and d.new_ids == ("a",) and d.view.searches_left == 1
+    s, d = decide_search(s, ["b"])
+    assert d.allowed and d.view.searches_left == 0
+    done, d = decide_search(s, ["c"])
+    assert not d.allowed and d.newly_finished and done.outcome == "budget_exhausted"
+    assert "c" not in done.seen_ids  # a refused search's results are never recorded
+    unchanged, d = decide_search(done, ["c"])
+    assert unchanged is None and not d.newly_finished
+    assert decide_fetch(done, ["x"])[0] is None  # nothing is recorded on a finished run
+    assert not decide_begin_answer(done)[1].allowed
+    fresh = new_run("r2", P)
+    pending, start = decide_begin_answer(record_fetch(fresh, ["doc#p"]))
+    assert start.allowed and start.retrieved_ids == ("doc#p",) and pending.finished
+    assert set(start.view.model_dump()) == {"run_id", "budget", "used", "searches_left", "finished", "outcome", "seen"}
+    key = principal_key(P)
+    assert tenant_of(key) == "acme" and subject_of(key) == "acme/u1"

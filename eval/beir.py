@@ -181,15 +181,16 @@ def throughput(index, dataset_dir: Path, ds: Dataset) -> dict[str, float]:
 def evaluate(dataset_dir: str | Path, index_root: str, contextualizer: str | None = None,
              train_split: str | None = None, embedder=None, split: str = "test",
              build: str = "spark") -> dict[str, Any]:
-    from quarry.core.embedding import SentenceTransformerEmbedder
+    from quarry.core.embedder_factory import build_embedder, check_embedder
     from quarry.core.index import TenantIndex
 
     dataset_dir = Path(dataset_dir)
-    embedder = embedder or SentenceTransformerEmbedder()
+    embedder = embedder or build_embedder("default")
     ds = load_dataset(dataset_dir, split)
     tenant = ds.name.lower()
     ensure_index(dataset_dir, index_root, tenant, "none", embedder, build)
     index = TenantIndex.load(index_root, tenant)
+    check_embedder(index.manifest, embedder)
     second_stage, gate = None, None
     if train_split:
         second_stage, gate = train_second_stage(index, dataset_dir, train_split, embedder)
@@ -246,19 +247,25 @@ def add_arguments(p) -> None:
     p.add_argument("--train-split", default=None,
                    help="train the learned ranker on this qrels split (e.g. train) and report stage 'rerank'")
     p.add_argument("--embedder", default=None, help="local sentence-transformers model dir, or 'hashing'")
+    p.add_argument("--encoder", default="torch", choices=("torch", "onnx", "onnx-int8"),
+                   help="query (and in-process build) encoder backend (default torch)")
     p.add_argument("--build", choices=["spark", "in-process"], default="spark",
                    help="how to build a missing index: the PySpark job (default) or the in-process pipeline")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
 def run(args) -> int:
-    from quarry.core.embedding import HashingEmbedder, SentenceTransformerEmbedder
+    from quarry.core.embedder_factory import build_embedder
 
     d = Path(args.dataset_dir)
     if not (d / "corpus.jsonl").exists():
         print(f"error: {d} is not a BEIR dataset folder (no corpus.jsonl)", file=sys.stderr)
         return 2
-    emb = HashingEmbedder() if args.embedder == "hashing" else SentenceTransformerEmbedder(args.embedder)
+    try:
+        emb = build_embedder(args.embedder, encoder=args.encoder)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     result = evaluate(d, args.index_root, args.contextualizer, args.train_split, emb, args.split, args.build)
     print(json.dumps(result) if args.json else format_table(result))
     return 0

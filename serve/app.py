@@ -22,7 +22,7 @@ def build_app(args: dict[str, Any] | ServeSettings | None = None) -> Application
             ray_actor_options={"num_cpus": s.reranker_num_cpus, "num_gpus": s.reranker_num_gpus},
         ).bind(s)
     retriever = Retriever.options(
-        num_replicas=s.retriever_replicas, max_ongoing_requests=s.max_ongoing_requests,
+        num_replicas=s.retriever_replicas, max_ongoing_requests=max(s.max_ongoing_requests, s.encode_batch_size),
         ray_actor_options={"num_cpus": 0.5},
     ).bind(s, reranker)
     return Gateway.options(

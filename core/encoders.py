@@ -198,11 +198,14 @@ class OnnxEmbedder:
         return self._encode(list(texts))
 
     def _encode(self, texts: list[str]) -> np.ndarray:
-        # Longest first so each batch pads little; the order is restored at the end.
+        # Longest first so each batch pads little; the order is restored at the end. int8
+        # runs one text at a time: dynamic quantization scales activations per tensor, so
+        # batch-mates (and their padding) would shift each other's vectors.
         order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
         out = np.empty((len(texts), self.dim), dtype=np.float32)
-        for start in range(0, len(order), self.batch_size):
-            idx = order[start : start + self.batch_size]
+        step = 1 if self.quantized else self.batch_size
+        for start in range(0, len(order), step):
+            idx = order[start : start + step]
             enc = self._tok([texts[i] for i in idx], padding=True, truncation=True, max_length=self._max_len,
                             return_tensors="np")
             feeds = {n: np.asarray(enc[n], dtype=np.int64) for n in self._inputs}

@@ -159,7 +159,7 @@ def http_load(base: str, secret: str, requests: list[tuple[str, str]], concurren
 
     from quarry.serve.auth import mint_token
 
-    tokens = {t: mint_token(t, "bench", GROUPS, secret=secret, ttl_s=3600) for t in QUERIES}
+    tokens = {t: mint_token(t, "bench", GROUPS, secret=secret, ttl_s=3600) for t in sorted({t for t, _ in requests})}
     local = threading.local()
 
     def client() -> httpx.Client:

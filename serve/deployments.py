@@ -248,6 +248,10 @@ class Retriever:
         self._embedder_lock = threading.Lock()
         self.query_cache = QueryVectorCache(settings.query_cache_size)
         self._encode_pool = ThreadPoolExecutor(1, thread_name_prefix="quarry-encode")  # one model pass at a time
+        # Searches wait in threads for their batched encode: enough threads to fill a batch
+        # (asyncio's default pool has cpu_count + 4, six on two cores).
+        self._search_pool = ThreadPoolExecutor(max(settings.max_ongoing_requests, settings.encode_batch_size),
+                                               thread_name_prefix="quarry-search")
         self._loop: asyncio.AbstractEventLoop | None = None  # the replica's loop, where encode batches form
         self.encode_batch.set_max_batch_size(settings.encode_batch_size)
         self.encode_batch.set_batch_wait_timeout_s(settings.encode_batch_wait_ms / 1000)
@@ -446,8 +450,8 @@ class Retriever:
 
     async def search(self, principal: Principal, request: SearchRequest,
                      candidate_width: int | None = None) -> dict[str, Any]:
-        self._loop = asyncio.get_running_loop()  # _query_vector joins encode batches on it
-        return await asyncio.to_thread(self._search, principal, request, candidate_width)
+        self._loop = loop = asyncio.get_running_loop()  # _query_vector joins encode batches on it
+        return await loop.run_in_executor(self._search_pool, self._search, principal, request, candidate_width)
 
     def _fetch(self, principal: Principal, id_: str) -> dict[str, Any] | None:
         index = self.index_for(principal.tenant)

@@ -34,38 +34,56 @@ ENCODERS = ("torch", "onnx", "onnx-int8")
 MAX_NDCG_LOSS = 0.002  # int8 (or ONNX) becomes the serving default only within this of torch
 
 
-def _timed(fn, xs) -> list[float]:
-    out = []
+def interleaved(fns: dict[str, Any], xs: list[str]) -> dict[str, list[float]]:
+    """Milliseconds per call, each input timed with every function in turn, so load that
+    other processes put on the machine falls on all of them alike."""
+    out: dict[str, list[float]] = {k: [] for k in fns}
     for x in xs:
-        t0 = time.perf_counter()
-        fn(x)
-        out.append((time.perf_counter() - t0) * 1000)
+        for k, fn in fns.items():
+            t0 = time.perf_counter()
+            fn(x)
+            out[k].append((time.perf_counter() - t0) * 1000)
     return out
 
 
-def measure_encoder(encoder: str, index, ds, queries: list[str]) -> dict[str, Any]:
+def load_encoders(encoders: list[str], manifest: dict[str, Any]) -> dict[str, tuple[Any, float]]:
     from quarry.core.embedder_factory import embedder_for_index
+
+    out = {}
+    for e in encoders:
+        t0 = time.perf_counter()
+        emb = embedder_for_index(manifest, encoder=e)
+        getattr(emb, "load", lambda: None)()
+        out[e] = (emb, time.perf_counter() - t0)
+        print(f"[bench] {e}: loaded in {out[e][1]:.1f}s, agreement {getattr(emb, 'agreement', None)}", flush=True)
+    return out
+
+
+def measure_encoders(loaded: dict[str, tuple[Any, float]], queries: list[str], index=None, ds=None) -> list[dict]:
     from quarry.core.records import Principal, SearchRequest
     from quarry.core.search import hybrid_search
     from quarry.eval.beir import run_stages
 
-    t0 = time.perf_counter()
-    emb = embedder_for_index(index.manifest, encoder=encoder)
-    getattr(emb, "load", lambda: None)()
-    load_s = time.perf_counter() - t0
-    for q in queries[:10]:  # warm-up
-        emb.encode([q])
-    enc = _timed(lambda q: emb.encode([q]), queries)
-    principal = Principal(tenant=index.tenant, subject="bench")
-    srch = _timed(lambda q: hybrid_search(index, principal, SearchRequest(query=q, top_k=4), emb), queries)
-    stages = run_stages(index, ds, emb)
-    row = {"encoder": encoder, "load_s": load_s, "agreement": getattr(emb, "agreement", None),
-           "encode_p50_ms": _pct(enc, 0.5), "encode_p95_ms": _pct(enc, 0.95),
-           "search_p50_ms": _pct(srch, 0.5), "search_p95_ms": _pct(srch, 0.95),
-           "ndcg_hybrid": stages["hybrid"]["ndcg@10"], "ndcg_dense": stages["dense"]["ndcg@10"]}
-    print(f"[bench] {encoder}: " + ", ".join(f"{k} {v:.4g}" for k, v in row.items() if isinstance(v, float)),
-          flush=True)
-    return row
+    for emb, _ in loaded.values():  # warm-up
+        emb.encode(queries[:10])
+    enc = interleaved({k: (lambda q, e=e: e.encode([q])) for k, (e, _) in loaded.items()}, queries)
+    srch: dict[str, list[float]] = {}
+    if index is not None:
+        principal = Principal(tenant=index.tenant, subject="bench")
+        srch = interleaved({k: (lambda q, e=e: hybrid_search(index, principal, SearchRequest(query=q, top_k=4), e))
+                            for k, (e, _) in loaded.items()}, queries)
+    rows = []
+    for k, (emb, load_s) in loaded.items():
+        row: dict[str, Any] = {"encoder": k, "load_s": load_s, "agreement": getattr(emb, "agreement", None),
+                               "encode_p50_ms": _pct(enc[k], 0.5), "encode_p95_ms": _pct(enc[k], 0.95)}
+        if index is not None:
+            stages = run_stages(index, ds, emb)
+            row.update(search_p50_ms=_pct(srch[k], 0.5), search_p95_ms=_pct(srch[k], 0.95),
+                       ndcg_hybrid=stages["hybrid"]["ndcg@10"], ndcg_dense=stages["dense"]["ndcg@10"])
+        print(f"[bench] {k}: " + ", ".join(f"{a} {b:.4g}" for a, b in row.items() if isinstance(b, float)),
+              flush=True)
+        rows.append(row)
+    return rows
 
 
 def measure_http(name: str, root: str, secret: str, extra: dict[str, Any], requests: list[tuple[str, str]],
@@ -100,6 +118,7 @@ def measure_http(name: str, root: str, secret: str, extra: dict[str, Any], reque
 
 def markdown(enc_rows: list[dict[str, Any]], http_rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     torch_row = next(r for r in enc_rows if r["encoder"] == "torch")
+    f = lambda r, k, fmt: format(r[k], fmt) if k in r else "n/a"  # noqa: E731 - encode-only runs lack index columns
     out = [
         "# Query encoders: torch vs ONNX vs ONNX int8 (same model)",
         "",
@@ -116,20 +135,23 @@ def markdown(enc_rows: list[dict[str, Any]], http_rows: list[dict[str, Any]], me
     ]
     for r in enc_rows:
         agree = "reference" if r["encoder"] == "torch" else f"{r['agreement']:.4f}"
+        delta = f"{r['ndcg_hybrid'] - torch_row['ndcg_hybrid']:+.4f}" if "ndcg_hybrid" in r else "n/a"
         out.append(f"| {r['encoder']} | {r['load_s']:.1f} | {agree} | {r['encode_p50_ms']:.2f} | "
-                   f"{r['encode_p95_ms']:.2f} | {r['search_p50_ms']:.2f} | {r['search_p95_ms']:.2f} | "
-                   f"{r['ndcg_hybrid']:.4f} | {r['ndcg_dense']:.4f} | {r['ndcg_hybrid'] - torch_row['ndcg_hybrid']:+.4f} |")
-    out += ["", "Over loopback HTTP (`POST /v1/search`, one gateway and one Retriever replica, no second stage; "
+                   f"{r['encode_p95_ms']:.2f} | {f(r, 'search_p50_ms', '.2f')} | {f(r, 'search_p95_ms', '.2f')} | "
+                   f"{f(r, 'ndcg_hybrid', '.4f')} | {f(r, 'ndcg_dense', '.4f')} | {delta} |")
+    out += [] if not http_rows else ["", "Over loopback HTTP (`POST /v1/search`, one gateway and one Retriever replica, no second stage; "
             "client, Ray and Serve on the same cores):", "",
             "| configuration | concurrency | requests | errors | p50 ms | p95 ms | searches/s | mean encode batch "
             "| cache hit rate |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    if not http_rows:
+        out += ["", "HTTP: not measured in this run (`--no-http`)."]
     for h in http_rows:
         st = h["encoder_stats"]
         for r in h["rows"]:
             out.append(f"| {h['name']} | {r['concurrency']} | {r['requests']} | {r['errors']} | {r['p50_ms']:.1f} | "
                        f"{r['p95_ms']:.1f} | {r['throughput_rps']:.1f} | {st['mean_encode_batch']:.2f} | "
                        f"{st['hit_rate']:.2f} |")
-    base = max((r["throughput_rps"] for r in http_rows[0]["rows"]), default=0.0)
+    base = max((r["throughput_rps"] for r in http_rows[0]["rows"]), default=0.0) if http_rows else 0.0
     for h in http_rows[1:]:
         peak = max(r["throughput_rps"] for r in h["rows"])
         out.append(f"\nPeak searches/s, {h['name']}: {peak:.1f} = {peak / base:.2f}x the baseline's {base:.1f}.")
@@ -139,6 +161,8 @@ def markdown(enc_rows: list[dict[str, Any]], http_rows: list[dict[str, Any]], me
 
 
 def recommend(enc_rows: list[dict[str, Any]]) -> str:
+    if any("ndcg_hybrid" not in r for r in enc_rows):
+        return "torch (no nDCG measured in this run)"
     torch_ndcg = next(r["ndcg_hybrid"] for r in enc_rows if r["encoder"] == "torch")
     for name in ("onnx-int8", "onnx"):
         row = next((r for r in enc_rows if r["encoder"] == name), None)
@@ -158,6 +182,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--requests", type=int, default=200, help="HTTP searches per concurrency level (default 200)")
     p.add_argument("--concurrency", default="1,4,16", help="comma-separated HTTP concurrency levels")
     p.add_argument("--no-http", action="store_true", help="skip the HTTP part")
+    p.add_argument("--encode-only", action="store_true",
+                   help="only load and time the encoders on the dataset's queries (no index, no nDCG, no HTTP)")
     p.add_argument("--ray-cpus", type=int, default=2, help="CPUs for the in-process Ray (default 2)")
     p.add_argument("--out", default="eval/results/encoder.md", help="Markdown table to write ('' = none)")
     p.add_argument("--json", default=None, help="also write the raw results here")
@@ -174,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     import torch
 
-    from quarry.core.embedder_factory import build_embedder
+    from quarry.core.embedder_factory import EmbedderSpec, build_embedder
     from quarry.core.index import TenantIndex
     from quarry.eval.beir import ensure_index, load_dataset
     from quarry.serve import launch
@@ -182,13 +208,16 @@ def main(argv: list[str] | None = None) -> int:
     load_before = " ".join(f"{x:.1f}" for x in os.getloadavg())
     ds = load_dataset(d, "test")
     tenant = ds.name.lower()
-    root = launch.absolute_root(args.index_root)
-    ensure_index(d, root, tenant, "none", build_embedder("default"), "in-process")  # reused when present
-    index = TenantIndex.load(root, tenant)
     queries = [ds.queries[q] for q in list(ds.qrels)][: args.queries]
-    enc_rows = [measure_encoder(e, index, ds, queries) for e in encoders]
+    index = None
+    if not args.encode_only:
+        root = launch.absolute_root(args.index_root)
+        ensure_index(d, root, tenant, "none", build_embedder("default"), "in-process")  # reused when present
+        index = TenantIndex.load(root, tenant)
+    manifest = index.manifest if index is not None else {"embedder": EmbedderSpec.of(build_embedder("default")).model_dump()}
+    enc_rows = measure_encoders(load_encoders(encoders, manifest), queries, index, ds)
     http_rows: list[dict[str, Any]] = []
-    if not args.no_http:
+    if not args.no_http and not args.encode_only:
         levels = [int(x) for x in args.concurrency.split(",") if x]
         reqs = [(tenant, queries[i % len(queries)]) for i in range(args.requests)]
         secret, port = secrets.token_urlsafe(48), launch.free_port()
@@ -207,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
         "command": "python -m quarry.eval.bench_encoder " + " ".join(argv if argv is not None else sys.argv[1:]),
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}",
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "load_before": load_before,
-        "load_after": " ".join(f"{x:.1f}" for x in os.getloadavg()), "dataset": ds.name, "passages": len(index),
+        "load_after": " ".join(f"{x:.1f}" for x in os.getloadavg()), "dataset": ds.name, "passages": len(index) if index is not None else "no index",
         "n_queries": len(ds.qrels), "timed_queries": len(queries), "torch_threads": torch.get_num_threads(),
         "recommended": recommend(enc_rows),
     }

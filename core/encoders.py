@@ -80,7 +80,8 @@ def _pooling(path: Path) -> str:
     """``mean`` or ``cls``; anything else (extra Dense layers, max pooling) is refused."""
     modules = json.loads((path / "modules.json").read_text()) if (path / "modules.json").exists() else []
     kinds = [m.get("type", "").rsplit(".", 1)[-1] for m in modules]
-    if kinds and kinds[:2] != ["Transformer", "Pooling"] or any(k not in ("Transformer", "Pooling", "Normalize") for k in kinds):
+    allowed = ("Transformer", "Pooling", "Normalize")
+    if kinds and kinds[:2] != ["Transformer", "Pooling"] or any(k not in allowed for k in kinds):
         raise ValueError(f"{path}: ONNX encoding supports Transformer + Pooling (+ Normalize) models, got {kinds}")
     cfg_path = path / "1_Pooling" / "config.json"
     cfg = json.loads(cfg_path.read_text()) if cfg_path.exists() else {"pooling_mode_mean_tokens": True}

@@ -139,7 +139,8 @@ def markdown(enc_rows: list[dict[str, Any]], http_rows: list[dict[str, Any]], me
         out.append(f"| {r['encoder']} | {r['load_s']:.1f} | {agree} | {r['encode_p50_ms']:.2f} | "
                    f"{r['encode_p95_ms']:.2f} | {f(r, 'search_p50_ms', '.2f')} | {f(r, 'search_p95_ms', '.2f')} | "
                    f"{f(r, 'ndcg_hybrid', '.4f')} | {f(r, 'ndcg_dense', '.4f')} | {delta} |")
-    out += [] if not http_rows else ["", "Over loopback HTTP (`POST /v1/search`, one gateway and one Retriever replica, no second stage; "
+    out += [] if not http_rows else [
+        "", "Over loopback HTTP (`POST /v1/search`, one gateway and one Retriever replica, no second stage; "
             "client, Ray and Serve on the same cores):", "",
             "| configuration | concurrency | requests | errors | p50 ms | p95 ms | searches/s | mean encode batch "
             "| cache hit rate |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
@@ -236,7 +237,8 @@ def main(argv: list[str] | None = None) -> int:
         "command": "python -m quarry.eval.bench_encoder " + " ".join(argv if argv is not None else sys.argv[1:]),
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}",
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "load_before": load_before,
-        "load_after": " ".join(f"{x:.1f}" for x in os.getloadavg()), "dataset": ds.name, "passages": len(index) if index is not None else "no index",
+        "load_after": " ".join(f"{x:.1f}" for x in os.getloadavg()), "dataset": ds.name,
+        "passages": len(index) if index is not None else "no index",
         "n_queries": len(ds.qrels), "timed_queries": len(queries), "torch_threads": torch.get_num_threads(),
         "recommended": recommend(enc_rows),
     }

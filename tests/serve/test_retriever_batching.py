@@ -89,3 +89,34 @@ def test_cached_vectors_answer_like_fresh_ones(quarry_app):
     # a cache hit for another principal still runs that principal's mask: hr sees pay bands
     assert any(e["doc_id"] == "pay-bands" for e in other["excerpts"])
     assert all(e["doc_id"] != "pay-bands" for e in first["excerpts"])
+
+
+def test_query_vectors_outside_a_replica_use_the_cache_and_each_principals_mask(tmp_path, sample_docs):
+    """The same method without Serve's event loop (no Ray cluster needed): one encode per
+    distinct normalised query, shared across principals, whose answers still differ."""
+    from quarry.core.embedding import HashingEmbedder
+    from quarry.core.index import TenantIndex
+    from quarry.core.pipeline import build_corpus
+    from quarry.core.records import Principal, SearchRequest
+    from quarry.core.search import SearchSettings, hybrid_search
+    from quarry.serve.deployments import Retriever
+    from quarry.serve.settings import AuthSettings, ServeSettings
+
+    root = str(tmp_path)
+    build_corpus([d for d in sample_docs if d.tenant == "acme"], root, HashingEmbedder(64))
+    settings = ServeSettings(index_root=root, auth=AuthSettings(hs256_secret="x" * 40), reranker_enabled=False)
+    r = Retriever.func_or_class(settings, None)  # the class itself, outside a replica
+    index = TenantIndex.load(root, "acme")
+    staff = Principal(tenant="acme", subject="a", groups=frozenset({"all-staff"}))
+    fin = Principal(tenant="acme", subject="b", groups=frozenset({"finance-admins"}))
+    got = {p.subject: r._search(p, SearchRequest(query=q, top_k=4))
+           for p, q in ((staff, "treasury account details IBAN"), (fin, " treasury account  details IBAN"))}
+    st = r.query_cache.stats()
+    assert (st.hits, st.misses, st.size) == (1, 1, 1)
+    for p in (staff, fin):
+        want = hybrid_search(index, p, SearchRequest(query="treasury account details IBAN", top_k=4), HashingEmbedder(64),
+                             SearchSettings(top_k_ceiling=settings.top_k_ceiling)).model_dump(mode="json")
+        assert _answer(got[p.subject]) == _answer(want)
+    assert _answer(got["a"]) != _answer(got["b"])  # finance-admins alone see the treasury accounts
+    assert got["b"]["excerpts"][0]["doc_id"] == "treasury-accounts"
+    assert all(e["doc_id"] != "treasury-accounts" for e in got["a"]["excerpts"])

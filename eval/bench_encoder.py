@@ -145,7 +145,7 @@ def markdown(enc_rows: list[dict[str, Any]], http_rows: list[dict[str, Any]], me
             "| configuration | concurrency | requests | errors | p50 ms | p95 ms | searches/s | mean encode batch "
             "| cache hit rate |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     if not http_rows:
-        out += ["", "HTTP: not measured in this run (`--no-http`)."]
+        out += ["", "HTTP: not measured in this run (`--no-http` or `--encode-only`)."]
     for h in http_rows:
         st = h["encoder_stats"]
         for r in h["rows"]:

@@ -19,10 +19,59 @@ from quarry.core.tokenizer import tokenize
 class Embedder(Protocol):
     """Maps texts to L2-normalised float32 vectors, so inner product is cosine."""
 
-    name: str
+    name: str  # the model: vectors of two embedders are comparable only when names match
     dim: int
 
     def encode(self, texts: Sequence[str]) -> np.ndarray: ...
+
+
+def embedder_id(e: Embedder) -> str:
+    """Model plus encoder backend (``st:all-MiniLM-L6-v2/onnx-int8``): the key of anything
+    cached per vector, since two backends of one model give close, not equal, vectors."""
+    return f"{e.name}/{getattr(e, 'encoder', 'torch')}/{e.dim}"
+
+
+def encode_many(items: Sequence[tuple[Embedder, str]]) -> list[np.ndarray]:
+    """One vector per (embedder, text), with one ``encode`` call per distinct embedder: how
+    a batch of concurrent queries, possibly for indexes of different models, is encoded."""
+    groups: dict[int, list[int]] = {}
+    for i, (emb, _) in enumerate(items):
+        groups.setdefault(id(emb), []).append(i)
+    out: list[np.ndarray] = [np.empty(0, np.float32)] * len(items)
+    for rows in groups.values():
+        vecs = items[rows[0]][0].encode([items[i][1] for i in rows])
+        for i, v in zip(rows, vecs):
+            out[i] = v
+    return out
+
+
+def model_name(path: Path) -> str:
+    """The name an index records for a local sentence-transformers model directory."""
+    return f"st:{path.name if path.name != 'model' else 'all-MiniLM-L6-v2'}"
+
+
+def model_dim(path: Path) -> int:
+    """The output dimension, read from the directory without loading the model."""
+    import json
+
+    pool = path / "1_Pooling" / "config.json"
+    if pool.exists():
+        return int(json.loads(pool.read_text())["word_embedding_dimension"])
+    cfg = path / "config.json"
+    if cfg.exists():
+        return int(json.loads(cfg.read_text()).get("hidden_size", 384))
+    return 384
+
+
+def local_model_dir(path: str | Path | None) -> Path:
+    """``path`` (default: the packaged model) if it is a local directory; never a hub name."""
+    p = Path(path) if path else default_model_path()
+    if not p.is_dir():
+        raise UsageError(
+            f"embedder path {p} is not a local model directory; Quarry never downloads "
+            "models from a hub — pass a directory holding a sentence-transformers model"
+        )
+    return p
 
 
 def default_model_path() -> Path:
@@ -51,26 +100,15 @@ def passage_text_for_embedding(p: Passage) -> str:
 class SentenceTransformerEmbedder:
     """A sentence-transformers bi-encoder from a local directory (never a hub name)."""
 
+    encoder = "torch"
+
     def __init__(self, path: str | Path | None = None, device: str | None = None, batch_size: int = 64):
-        self.path = Path(path) if path else default_model_path()
-        if not self.path.is_dir():
-            raise UsageError(
-                f"embedder path {self.path} is not a local model directory; Quarry never downloads "
-                "models from a hub — pass a directory holding a sentence-transformers model"
-            )
+        self.path = local_model_dir(path)
         self.device = device
         self.batch_size = batch_size
-        self.name = f"st:{self.path.name if self.path.name != 'model' else 'all-MiniLM-L6-v2'}"
+        self.name = model_name(self.path)
         self._model = None
-        self.dim = self._read_dim()
-
-    def _read_dim(self) -> int:
-        import json
-
-        cfg = self.path / "config.json"
-        if cfg.exists():
-            return int(json.loads(cfg.read_text()).get("hidden_size", 384))
-        return 384
+        self.dim = model_dim(self.path)
 
     def load(self) -> "SentenceTransformerEmbedder":
         if self._model is None:
@@ -99,6 +137,8 @@ class SentenceTransformerEmbedder:
 class HashingEmbedder:
     """A deterministic bag-of-tokens embedder: no model, no torch. For tests and smoke runs;
     it has lexical, not semantic, similarity."""
+
+    encoder = "hashing"
 
     def __init__(self, dim: int = 256):
         self.dim = dim

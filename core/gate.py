@@ -213,9 +213,9 @@ def load_second_stage(
     sentence = None
     if decision.get("sentence_features"):
         if embedder is None:
-            from quarry.core.embedding import SentenceTransformerEmbedder
+            from quarry.core.embedder_factory import build_embedder
 
-            embedder = SentenceTransformerEmbedder()
+            embedder = build_embedder("default")
         sentence = SentenceVectors(embedder, max_passages=SERVE_MAX_PASSAGES)
         sentence.load(Path(local) / SENTENCE_CACHE)
     ranker = LearnedRanker.load(local, sentence=sentence)

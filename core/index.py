@@ -548,6 +548,7 @@ def build_tenant_index(
     *,
     n_shards: int = 1,
     embedder_name: str = "unknown",
+    embedder_encoder: str | None = None,
     chunker_version: str = "unknown",
     source_watermark: str | None = None,
     extra: dict[str, Any] | None = None,
@@ -577,7 +578,7 @@ def build_tenant_index(
             layout.upload_dir(local, layout.shard_dir(root, tenant, gen, s))
             infos.append(info)
     manifest = make_manifest(tenant, gen, infos, stats, embedder_name, int(emb.shape[1]) if emb.ndim == 2 else 0,
-                             chunker_version, source_watermark, extra)
+                             chunker_version, source_watermark, extra, encoder=embedder_encoder)
     layout.write_json(layout.manifest_path(root, tenant, gen), manifest)
     if publish:
         layout.publish(root, tenant, gen)
@@ -585,7 +586,8 @@ def build_tenant_index(
 
 
 def make_manifest(tenant, generation, infos: Sequence[ShardInfo], stats: TermStats, embedder_name: str, dim: int,
-                  chunker_version: str, source_watermark: str | None, extra: dict[str, Any] | None) -> dict[str, Any]:
+                  chunker_version: str, source_watermark: str | None, extra: dict[str, Any] | None,
+                  encoder: str | None = None) -> dict[str, Any]:
     return {
         "tenant": tenant,
         "generation": generation,
@@ -598,7 +600,8 @@ def make_manifest(tenant, generation, infos: Sequence[ShardInfo], stats: TermSta
         "chunker_version": chunker_version,
         "tokenizer": TOKENIZER_VERSION,
         "bm25": {"k1": BM25_K1, "b": BM25_B, "method": "lucene", "n_docs": stats.n_docs, "avgdl": stats.avgdl},
-        "embedder": {"name": embedder_name, "dim": dim},
+        # encoder: the backend that embedded the passages (torch, onnx, onnx-int8, hashing)
+        "embedder": {"name": embedder_name, "dim": dim, **({"encoder": encoder} if encoder else {})},
         "source_watermark": source_watermark,
         **(extra or {}),
     }

@@ -64,6 +64,7 @@ def build_corpus(
         emb = embedder.encode([passage_text_for_embedding(p) for p in passages])
         out[tenant] = build_tenant_index(
             root, tenant, passages, parents, emb, n_shards=n_shards_for(len(tdocs), shard_docs),
-            embedder_name=embedder.name, chunker_version=CHUNKER_VERSION, extra=extra,
+            embedder_name=embedder.name, embedder_encoder=getattr(embedder, "encoder", None),
+            chunker_version=CHUNKER_VERSION, extra=extra,
         )
     return out

@@ -202,6 +202,21 @@ def _set_offline() -> None:
     os.environ["TRANSFORMERS_OFFLINE"] = "1"
 
 
+def onnx_cache_path(model_dir: Path, cache_dir: Path | None, filename: str = "model.onnx",
+                    beside: bool = True) -> Path:
+    """Where a model's one-time ONNX export lives: ``<model_dir>/onnx/<filename>`` when that
+    is writable (and ``beside``), else ``<cache_dir>/onnx/<hash of model_dir>/<filename>``."""
+    near = model_dir / "onnx"
+    if beside and ((near / filename).is_file() or _writable_dir(near)):
+        return near / filename
+    base = cache_dir if cache_dir is not None else _default_cache_dir()
+    alt = base / "onnx" / hashlib.sha256(str(model_dir).encode()).hexdigest()[:24]
+    if (alt / filename).is_file() or _writable_dir(alt):
+        return alt / filename
+    where = f"neither {near} nor {alt} is" if beside else f"{alt} is not"
+    raise ValueError(f"cannot cache the ONNX export: {where} writable; pass cache_dir")
+
+
 def _writable_dir(d: Path) -> bool:
     try:
         d.mkdir(parents=True, exist_ok=True)
@@ -301,16 +316,6 @@ class CrossEncoderReranker:
         self._ce = ce
         self.resolved_device = device
 
-    def _onnx_target(self, model_dir: Path) -> Path:
-        beside = model_dir / "onnx"
-        if (beside / "model.onnx").is_file() or _writable_dir(beside):
-            return beside / "model.onnx"
-        base = self.cache_dir if self.cache_dir is not None else _default_cache_dir()
-        alt = base / "onnx" / hashlib.sha256(str(model_dir).encode()).hexdigest()[:24]
-        if (alt / "model.onnx").is_file() or _writable_dir(alt):
-            return alt / "model.onnx"
-        raise ValueError(f"cannot cache the ONNX export: neither {beside} nor {alt} is writable; pass cache_dir")
-
     def _load_onnx(self, model_dir: Path) -> None:
         import onnxruntime as ort
         from transformers import AutoConfig, AutoTokenizer
@@ -319,7 +324,7 @@ class CrossEncoderReranker:
         if getattr(config, "num_labels", 1) != 1:
             raise ValueError(f"a reranker needs a single-logit cross-encoder; {self.model!r} has {config.num_labels} labels")
         tok = AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
-        target = self._onnx_target(model_dir)
+        target = onnx_cache_path(model_dir, self.cache_dir)
         if not target.is_file():
             export_onnx(model_dir, target, tok)
         available = ort.get_available_providers()
@@ -404,8 +409,11 @@ class CrossEncoderReranker:
         return [float(s) for s in out]
 
 
-def export_onnx(model_dir: str | os.PathLike, target: str | os.PathLike, tokenizer: Any = None, opset: int = 17) -> Path:
-    """Export a HF sequence-classification model to ONNX with dynamic batch and sequence axes.
+def export_onnx(model_dir: str | os.PathLike, target: str | os.PathLike, tokenizer: Any = None, opset: int = 17,
+                head: Literal["logits", "token_embeddings"] = "logits") -> Path:
+    """Export a HF model to ONNX with dynamic batch and sequence axes: a sequence-classification
+    model's ``logits`` (cross-encoders) or an encoder's ``token_embeddings`` (the last hidden
+    state a bi-encoder pools; see ``quarry.core.encoders``).
 
     Uses torch's TorchScript-based exporter (``dynamo=False``: the dynamo exporter needs
     ``onnxscript``) on eager attention, traced with a padded two-pair batch so the mask
@@ -415,28 +423,31 @@ def export_onnx(model_dir: str | os.PathLike, target: str | os.PathLike, tokeniz
     import warnings
 
     import torch
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+    from transformers import AutoModel, AutoModelForSequenceClassification, AutoTokenizer
 
     model_dir = Path(model_dir)
     target = Path(target)
     tok = tokenizer or AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
-    hf = AutoModelForSequenceClassification.from_pretrained(
-        str(model_dir), local_files_only=True, attn_implementation="eager"
-    ).eval()
-    sample = tok(["a short query", "q"], ["a passage of a few words", "p"], padding=True, return_tensors="pt")
+    auto = AutoModelForSequenceClassification if head == "logits" else AutoModel
+    hf = auto.from_pretrained(str(model_dir), local_files_only=True, attn_implementation="eager").eval()
+    if head == "logits":
+        sample = tok(["a short query", "q"], ["a passage of a few words", "p"], padding=True, return_tensors="pt")
+    else:
+        sample = tok(["a short query of a few words", "q"], padding=True, return_tensors="pt")
     names = [n for n in tok.model_input_names if n in sample]
 
-    class _Logits(torch.nn.Module):
+    class _Head(torch.nn.Module):
         def __init__(self, m: torch.nn.Module) -> None:
             super().__init__()
             self.m = m
 
         def forward(self, *args: torch.Tensor) -> torch.Tensor:
-            return self.m(**dict(zip(names, args))).logits
+            out = self.m(**dict(zip(names, args)))
+            return out.logits if head == "logits" else out.last_hidden_state
 
-    wrapper = _Logits(hf).eval()
+    wrapper = _Head(hf).eval()
     axes = {n: {0: "batch", 1: "sequence"} for n in names}
-    axes["logits"] = {0: "batch"}
+    axes[head] = {0: "batch"} if head == "logits" else {0: "batch", 1: "sequence"}
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.tmp-{uuid.uuid4().hex[:8]}")
     try:
@@ -447,7 +458,7 @@ def export_onnx(model_dir: str | os.PathLike, target: str | os.PathLike, tokeniz
                 tuple(sample[n] for n in names),
                 str(tmp),
                 input_names=names,
-                output_names=["logits"],
+                output_names=[head],
                 dynamic_axes=axes,
                 opset_version=opset,
                 do_constant_folding=True,

@@ -200,15 +200,16 @@ def throughput(index, dataset_dir: Path, ds: Dataset) -> dict[str, float]:
 def evaluate(dataset_dir: str | Path, index_root: str, contextualizer: str | None = None,
              train_split: str | None = None, embedder=None, split: str = "test",
              build: str = "spark") -> dict[str, Any]:
-    from quarry.core.embedding import SentenceTransformerEmbedder
+    from quarry.core.embedder_factory import build_embedder, check_embedder
     from quarry.core.index import TenantIndex
 
     dataset_dir = Path(dataset_dir)
-    embedder = embedder or SentenceTransformerEmbedder()
+    embedder = embedder or build_embedder("default")
     ds = load_dataset(dataset_dir, split)
     tenant = ds.name.lower()
     ensure_index(dataset_dir, index_root, tenant, "none", embedder, build)
     index = TenantIndex.load(index_root, tenant)
+    check_embedder(index.manifest, embedder)
     second_stage, gate = None, None
     if train_split:
         second_stage, gate = train_second_stage(index, dataset_dir, train_split, embedder)
@@ -267,6 +268,8 @@ def add_arguments(p) -> None:
     p.add_argument("--train-split", default=None,
                    help="train the learned ranker on this qrels split (e.g. train) and report stage 'rerank'")
     p.add_argument("--embedder", default=None, help="local sentence-transformers model dir, or 'hashing'")
+    p.add_argument("--encoder", default="torch", choices=("torch", "onnx", "onnx-int8"),
+                   help="query (and in-process build) encoder backend (default torch)")
     p.add_argument("--build", choices=["spark", "in-process"], default="spark",
                    help="how to build a missing index: the PySpark job (default) or the in-process pipeline")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -276,7 +279,7 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from quarry.core.embedding import HashingEmbedder, SentenceTransformerEmbedder
+    from quarry.core.embedder_factory import build_embedder
 
     d = Path(args.dataset_dir)
     if not (d / "corpus.jsonl").exists():
@@ -291,7 +294,10 @@ def run(args) -> int:
     if args.train_split is not None and args.train_split in (args.split, "test"):
         raise UsageError(f"--train-split {args.train_split!r} must differ from the evaluated split and never be "
                          "'test' (training on test labels would inflate the figures)")
-    emb = HashingEmbedder() if args.embedder == "hashing" else SentenceTransformerEmbedder(args.embedder)
+    try:
+        emb = build_embedder(args.embedder, encoder=args.encoder)
+    except ValueError as e:  # a bad model path or encoder: the user's to fix
+        raise UsageError(str(e)) from None
     expected = None
     if args.check is not None:
         from quarry.eval.expected import load_expected

@@ -34,14 +34,14 @@ def _plain_embed_throughput(docs, spec: str, batch_size: int) -> dict:
     from quarry.core.chunking import chunk_document
     from quarry.core.contextualize import ExtractiveContextualizer, with_context
     from quarry.core.embedding import passage_text_for_embedding
-    from quarry.jobs.stages import make_embedder
+    from quarry.core.embedder_factory import build_embedder
 
     ctx = ExtractiveContextualizer()
     texts = []
     for d in docs:
         ps, _ = chunk_document(d)
         texts += [passage_text_for_embedding(p) for p in with_context(ps, ctx.contextualize(d, ps))]
-    emb = make_embedder(spec, batch_size)
+    emb = build_embedder(spec, batch_size=batch_size)
     if hasattr(emb, "load"):
         emb.load()
     emb.encode(texts[: min(len(texts), 2 * batch_size)])  # warm-up, like the workers' first batch

@@ -69,11 +69,11 @@ def workload(n: int) -> list[tuple[str, str]]:
 
 def build_index(root: str, embedder: str | None) -> None:
     from quarry.core.contextualize import ExtractiveContextualizer
-    from quarry.core.embedding import HashingEmbedder, SentenceTransformerEmbedder
+    from quarry.core.embedder_factory import build_embedder
     from quarry.core.pipeline import build_corpus
     from quarry.core.sources import SAMPLE_CORPUS, load_documents
 
-    emb = HashingEmbedder() if embedder == "hashing" else SentenceTransformerEmbedder(embedder)
+    emb = build_embedder(embedder)
     docs, _ = load_documents(SAMPLE_CORPUS)
     build_corpus(docs, root, emb, ExtractiveContextualizer())
 
@@ -104,9 +104,9 @@ def promote_learned(root: str, embedder) -> dict[str, str]:
 
 def make_embedder(root: str):
     from quarry.core.index import TenantIndex
-    from quarry.search_cmd import make_embedder as mk
+    from quarry.core.embedder_factory import embedder_for_index
 
-    return mk(None, TenantIndex.load(root, "globex").manifest)
+    return embedder_for_index(TenantIndex.load(root, "globex").manifest)
 
 
 # ----------------------------------------------------------------------------- in-process
@@ -159,7 +159,7 @@ def http_load(base: str, secret: str, requests: list[tuple[str, str]], concurren
 
     from quarry.serve.auth import mint_token
 
-    tokens = {t: mint_token(t, "bench", GROUPS, secret=secret, ttl_s=3600) for t in QUERIES}
+    tokens = {t: mint_token(t, "bench", GROUPS, secret=secret, ttl_s=3600) for t in sorted({t for t, _ in requests})}
     local = threading.local()
 
     def client() -> httpx.Client:

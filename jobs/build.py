@@ -198,6 +198,7 @@ def _run(s: BuildSettings, spark, files: list[str]) -> BuildReport:
     from quarry.core import layout
     from quarry.core.chunking import CHUNKER_VERSION
     from quarry.core.contextualize import CostAccount
+    from quarry.core.embedder_factory import build_embedder
     from quarry.core.index import APPROX_THRESHOLD, ShardInfo, TermStats, build_shard, make_manifest
     from quarry.jobs import stages as st
 
@@ -206,7 +207,7 @@ def _run(s: BuildSettings, spark, files: list[str]) -> BuildReport:
     root = s.index_root.rstrip("/")
     sc = spark.sparkContext
     par = s.partitions or max(2, sc.defaultParallelism * 2)
-    embedder = st.make_embedder(s.embedder, s.batch_size)  # not loaded on the driver: name and dim only
+    embedder = build_embedder(s.embedder, batch_size=s.batch_size)  # not loaded on the driver: name and dim only
     approx = s.approx_threshold or APPROX_THRESHOLD
     llm_json = s.llm.model_dump_json() if s.llm is not None else None
     if s.contextualizer == "llm" and s.llm is None:
@@ -418,7 +419,8 @@ def _run(s: BuildSettings, spark, files: list[str]) -> BuildReport:
             layout.write_json(layout.join(tr.generation_uri, "report.json"), tenant_report)
             manifest = make_manifest(t, generations[t], infos[t], stats[t], embedder.name,
                                      dims.get(t, int(embedder.dim)), CHUNKER_VERSION, watermark,
-                                     {"run_id": run_id, "contextualizer": s.contextualizer, "report": tenant_report})
+                                     {"run_id": run_id, "contextualizer": s.contextualizer, "report": tenant_report},
+                                     encoder=embedder.encoder)
             layout.write_json(layout.manifest_path(root, t, generations[t]), manifest)
         done("manifest", tenants=len(tenants_to_build))
 

@@ -238,28 +238,19 @@ _EMBED_LOADS: dict[tuple[str, int], int] = {}
 _EMB_LOCK = threading.Lock()
 
 
-def make_embedder(spec: str, batch_size: int = 64):
-    """``hashing`` / ``hashing:<dim>`` (deterministic, no model), ``default`` (the packaged
-    all-MiniLM-L6-v2) or a local sentence-transformers model directory."""
-    from quarry.core.embedding import HashingEmbedder, SentenceTransformerEmbedder
-
-    if spec == "hashing" or spec.startswith("hashing:"):
-        dim = int(spec.split(":", 1)[1]) if ":" in spec else 256
-        return HashingEmbedder(dim)
-    return SentenceTransformerEmbedder(None if spec in ("default", "") else spec, batch_size=batch_size)
-
-
 def get_embedder(spec: str, batch_size: int, torch_threads: int | None = None):
     """The worker's cached embedder (loaded once per Python worker, on GPU when present).
 
     ``torch_threads``: CPU threads per task (``spark.task.cpus``), so N concurrent tasks
     on N cores do not oversubscribe the CPU with N x N torch threads.
     """
+    from quarry.core.embedder_factory import build_embedder
+
     key = (spec, batch_size)
     with _EMB_LOCK:
         e = _EMBEDDERS.get(key)
         if e is None:
-            e = make_embedder(spec, batch_size)
+            e = build_embedder(spec, batch_size=batch_size)
             if hasattr(e, "load"):
                 if torch_threads:
                     import torch

@@ -123,13 +123,13 @@ def train(args) -> dict[str, Any]:
     from quarry.core.index import TenantIndex
     from quarry.core.learned import SentenceVectors, mine_candidates, train_and_evaluate
     from quarry.core.search import SearchSettings
-    from quarry.search_cmd import make_embedder
+    from quarry.core.embedder_factory import embedder_for_index
 
     t0 = time.perf_counter()
     margin = DEFAULT_MARGIN if args.margin is None else args.margin
     queries, qrels = read_labels(args.labels, args.queries)
     index = TenantIndex.load(args.index_root, args.tenant, args.generation)
-    embedder = make_embedder(args.embedder, index.manifest)
+    embedder = embedder_for_index(index.manifest, args.embedder)
     principal = mining_principal(index, args.groups)
     w = int(args.width)
     settings = SearchSettings(lexical_width=w, dense_width=w, candidate_width=w)
@@ -138,9 +138,10 @@ def train(args) -> dict[str, Any]:
     t_mine = time.perf_counter() - t0
     sentence = None
     if args.sentence_features:
+        from quarry.core.embedder_factory import build_embedder
         from quarry.core.embedding import SentenceTransformerEmbedder
 
-        st = embedder if isinstance(embedder, SentenceTransformerEmbedder) else SentenceTransformerEmbedder()
+        st = embedder if isinstance(embedder, SentenceTransformerEmbedder) else build_embedder("default")
         sentence = SentenceVectors(st)
     ranker, decision, report = train_and_evaluate(
         mined, qrels, holdout=args.holdout, seed=args.split_seed, margin=margin, sentence=sentence,

@@ -104,11 +104,11 @@ def build(index_root: str, embedder: str | None, mode: str) -> str:
         which = "spark"
     else:
         from quarry.core.contextualize import ExtractiveContextualizer
-        from quarry.core.embedding import HashingEmbedder, SentenceTransformerEmbedder
+        from quarry.core.embedder_factory import build_embedder
         from quarry.core.pipeline import build_corpus
         from quarry.core.sources import load_documents
 
-        emb = HashingEmbedder() if embedder == "hashing" else SentenceTransformerEmbedder(embedder)
+        emb = build_embedder(embedder)
         docs, bad = load_documents(SAMPLE_CORPUS)
         _say(f"building {len(docs)} documents ({len(bad)} quarantined) with the in-process build ...")
         gens = build_corpus(docs, index_root, emb, ExtractiveContextualizer())

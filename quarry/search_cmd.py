@@ -15,18 +15,11 @@ def add_arguments(p) -> None:
     p.add_argument("--doc-type", default=None, help="comma-separated doc types to keep (e.g. policy,runbook)")
     p.add_argument("--valid-at", default=None, help="only evidence in force on this date (YYYY-MM-DD)")
     p.add_argument("--top-k", type=int, default=4, help="excerpts to return (default 4)")
-    p.add_argument("--embedder", default=None, help="local sentence-transformers dir, or 'hashing' (default: the index's)")
+    p.add_argument("--embedder", default=None,
+                   help="local sentence-transformers dir or 'hashing:<dim>'; must be the index's model (default: it)")
+    p.add_argument("--encoder", default=None, choices=("torch", "onnx", "onnx-int8"),
+                   help="query encoder backend (default: the one that built the index)")
     p.add_argument("--json", action="store_true", help="print the full result as JSON")
-
-
-def make_embedder(spec: str | None, manifest: dict):
-    from quarry.core.embedding import HashingEmbedder, SentenceTransformerEmbedder
-
-    name = spec or manifest.get("embedder", {}).get("name", "")
-    if name.startswith("hashing"):
-        dim = manifest.get("embedder", {}).get("dim", 256)
-        return HashingEmbedder(dim=dim)
-    return SentenceTransformerEmbedder(spec if spec and spec != name else None)
 
 
 def format_decision(decision) -> list[str]:
@@ -66,6 +59,7 @@ def format_result(result) -> str:
 def run(args) -> int:
     from pydantic import ValidationError
 
+    from quarry.core.embedder_factory import embedder_for_index
     from quarry.core.index import TenantIndex
     from quarry.core.records import Principal, SearchRequest
     from quarry.core.errors import UsageError
@@ -89,8 +83,14 @@ def run(args) -> int:
     except FileNotFoundError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    try:
+        embedder = embedder_for_index(index.manifest, args.embedder, encoder=args.encoder)
+        getattr(embedder, "load", lambda: None)()  # an ONNX encoder's agreement check runs here
+    except ValueError as e:  # a mismatched model, a disagreeing encoder, a bad path
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     principal = Principal(tenant=args.tenant, subject=args.subject,
                           groups=frozenset(g for g in args.groups.split(",") if g))
-    result = search(index, principal, request, make_embedder(args.embedder, index.manifest))
+    result = search(index, principal, request, embedder)
     print(result.model_dump_json(indent=2) if args.json else format_result(result))
     return 0

@@ -39,7 +39,8 @@ def build_app(args: dict[str, Any] | ServeSettings | None = None) -> Application
             ray_actor_options={"num_cpus": s.reranker_num_cpus, "num_gpus": s.reranker_num_gpus}, **health,
         )).bind(s)
     retriever = Retriever.options(**_options(
-        s, "Retriever", num_replicas=s.retriever_replicas, max_ongoing_requests=s.max_ongoing_requests,
+        s, "Retriever", num_replicas=s.retriever_replicas,
+        max_ongoing_requests=max(s.max_ongoing_requests, s.encode_batch_size),  # a full encode batch fits
         ray_actor_options={"num_cpus": s.retriever_num_cpus, "num_gpus": s.retriever_num_gpus}, **health,
     )).bind(s)
     # Resolution is light CPU work over a few passages; its follow-up queries go to the Retriever.

@@ -15,14 +15,17 @@ import logging
 import threading
 import time
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ray import serve
 
 from quarry.core import layout
 from quarry.core.dense_gpu import choose_backend
-from quarry.core.embedding import HashingEmbedder, SentenceTransformerEmbedder
+from quarry.core.embedder_factory import EmbedderSpec, embedder_for_index
+from quarry.core.embedding import embedder_id, encode_many
 from quarry.core.index import TenantIndex
+from quarry.core.query_cache import QueryVectorCache, normalize_query
 from quarry.core.records import Candidate, Passage, Principal, SearchRequest
 from quarry.core.rerank import RerankInput, apply_rerank
 from quarry.core.search import (
@@ -324,7 +327,19 @@ class Retriever:
         self._retired = GenerationIndexes(settings.index_root, settings.lru_tenants)  # swapped-out generations
         self._lock = threading.Lock()
         self._loading: dict[str, threading.Lock] = {}
-        self._embedders: dict[str, Any] = {}
+        self._embedders: dict[tuple[str, int], Any] = {}
+        self._embedder_lock = threading.Lock()
+        self.query_cache = QueryVectorCache(settings.query_cache_size)
+        self._encode_pool = ThreadPoolExecutor(1, thread_name_prefix="quarry-encode")  # one model pass at a time
+        # Searches wait in threads for their batched encode: enough threads to fill a batch
+        # (asyncio's default pool has cpu_count + 4, six on two cores).
+        self._search_pool = ThreadPoolExecutor(max(settings.max_ongoing_requests, settings.encode_batch_size),
+                                               thread_name_prefix="quarry-search")
+        self._loop: asyncio.AbstractEventLoop | None = None  # the replica's loop, where encode batches form
+        self.encode_batch.set_max_batch_size(settings.encode_batch_size)
+        self.encode_batch.set_batch_wait_timeout_s(settings.encode_batch_wait_ms / 1000)
+        self.encode_batch_sizes: list[int] = []  # queries per encode batch (recent), for tests and operators
+        self._m_cache = _cache_metrics()
         self.dense_choice = choose_backend(settings.dense_device)  # proven once per replica, fail closed
         try:  # Prometheus (through Ray's metrics agent): change-to-visible lag per tenant
             from ray.util.metrics import Gauge
@@ -434,24 +449,55 @@ class Retriever:
                 self._staleness_gauge.set(float(v), tags={"tenant": tenant, "stat": k.removesuffix("_s")})
 
     def _embedder(self, index: TenantIndex):
-        spec = index.manifest.get("embedder", {}) or {}
-        kind = self.s.embedder
-        name = str(spec.get("name", ""))
-        if kind == "auto":
-            kind = "hashing" if name.startswith("hashing") else "sentence-transformers"
-        key = f"{kind}:{spec.get('dim')}"
-        emb = self._embedders.get(key)
-        if emb is None:
-            if kind == "hashing":
-                emb = HashingEmbedder(dim=int(spec.get("dim") or self.s.hashing_dim))
-            else:
-                emb = SentenceTransformerEmbedder(path=self.s.embedder_path)
-            self._embedders[key] = emb
+        """The index's query embedder, built once per (model, dim) by the core factory,
+        which refuses a configured model that is not the one the index was built with."""
+        built = EmbedderSpec.from_manifest(index.manifest)
+        key = (built.name, built.dim)
+        with self._embedder_lock:  # one build (and one ONNX agreement check) per model
+            emb = self._embedders.get(key)
+            if emb is None:
+                if self.s.embedder == "hashing":
+                    spec = f"hashing:{built.dim or self.s.hashing_dim}"
+                elif self.s.embedder == "sentence-transformers":
+                    spec = self.s.embedder_path or "default"
+                else:
+                    spec = self.s.embedder_path if self.s.embedder_path and not built.hashing else None
+                emb = embedder_for_index(index.manifest, spec,
+                                         encoder=None if self.s.query_encoder == "index" else self.s.query_encoder)
+                getattr(emb, "load", lambda: None)()
+                self._embedders[key] = emb
         return emb
 
     def _query_vector(self, index: TenantIndex, query: str):
-        """The query's dense vector with the index's embedder: the one place queries are encoded."""
-        return self._embedder(index).encode([query])[0]
+        """(index, query) -> the query's vector: from the cache (vectors only, keyed by model
+        and normalised text), else encoded in one batch with concurrent requests' queries.
+        Runs in a worker thread; each request's legs then run under its own principal's mask."""
+        emb = self._embedder(index)
+        mid = embedder_id(emb)
+        vec = self.query_cache.get(mid, query)
+        self._m_cache["lookups"].inc(tags={"result": "miss" if vec is None else "hit"})
+        if vec is None:
+            text = normalize_query(query)  # what the cache key says, so hits equal fresh encodes
+            loop = self._loop
+            if loop is not None and loop.is_running():
+                vec = asyncio.run_coroutine_threadsafe(self.encode_batch((emb, text)), loop).result()
+            else:  # called outside the replica's event loop (tools, direct calls)
+                vec = emb.encode([text])[0]
+            self.query_cache.put(mid, query, vec)
+        return vec
+
+    @serve.batch(max_batch_size=16, batch_wait_timeout_s=0.002)
+    async def encode_batch(self, items: list[tuple[Any, str]]) -> list[Any]:
+        self.encode_batch_sizes.append(len(items))
+        del self.encode_batch_sizes[:-256]
+        return await asyncio.get_running_loop().run_in_executor(self._encode_pool, encode_many, items)
+
+    async def encoder_stats(self) -> dict[str, Any]:
+        """Query-vector cache counters and hit rate, and recent encode batch sizes."""
+        st = self.query_cache.stats()
+        return {**st.model_dump(), "hit_rate": st.hit_rate, "encode_batch_sizes": list(self.encode_batch_sizes),
+                "encoders": {f"{k[0]}/{k[1]}": getattr(e, "encoder", "torch") for k, e in self._embedders.items()}}
+
 
     def _index_at(self, tenant: str, generation: int) -> TenantIndex | None:
         """The generation a search's first stage ran on, for its expansion: the live one,
@@ -475,7 +521,8 @@ class Retriever:
     async def first_stage(self, principal: Principal, request: SearchRequest,
                           candidate_width: int | None = None) -> FirstStage:
         """Filter -> legs -> fuse under the verified principal (``quarry.core.search.first_stage``)."""
-        return await asyncio.to_thread(self._first_stage, principal, request, candidate_width)
+        self._loop = loop = asyncio.get_running_loop()  # _query_vector joins encode batches on it
+        return await loop.run_in_executor(self._search_pool, self._first_stage, principal, request, candidate_width)
 
     def _expand(self, req: ExpandRequest) -> Expansion:
         index = self._index_at(req.principal.tenant, req.generation)
@@ -555,6 +602,13 @@ class Retriever:
         tenant's freshness (the Gateway adds the second stage it composes); ``tenants``
         limits what is reported."""
         return await asyncio.to_thread(self._status, tenants)
+
+
+def _cache_metrics():
+    from ray.util.metrics import Counter
+
+    return {"lookups": Counter("quarry_query_vector_cache", "Query-vector cache lookups (hit rate = hit / all)",
+                               tag_keys=("result",))}
 
 
 def info_for_trace(info: StageInfo) -> dict[str, Any]:

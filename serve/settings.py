@@ -84,6 +84,13 @@ class ServeSettings(BaseModel):
     # it enforces IDSelector (quarry.core.dense_gpu); otherwise CPU, with the reason in /healthz.
     dense_device: Literal["cpu", "gpu", "auto"] = "cpu"
     retriever_num_gpus: float = Field(default=0.0, ge=0)
+    # Query encoding in the Retriever: the backend ("index": the one that built the index;
+    # an ONNX one must agree with torch at load), a vector cache (0 = off) and @serve.batch
+    # across concurrent searches (max_ongoing_requests is raised to cover a batch).
+    query_encoder: Literal["index", "torch", "onnx", "onnx-int8"] = "index"
+    query_cache_size: int = Field(default=4096, ge=0)
+    encode_batch_size: int = Field(default=16, ge=1)
+    encode_batch_wait_ms: float = Field(default=2.0, ge=0)
     # Second stage (the Reranker deployment). Per tenant and generation it serves the
     # learned ranker that tenant's promotion gate enabled; otherwise the cross-encoder
     # built by reranker_factory ("module:callable" -> quarry.core.rerank.Reranker, kwargs

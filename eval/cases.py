@@ -18,7 +18,7 @@ passages; an id with ``#`` names one passage):
 3. ``delivered``: ... and among the excerpts delivered in the final k;
 4. ``resolution``: the decision record selects every expected-selected id, rejects every
    must-reject id with an allowed reason code (and by the named id), and leaves every
-   must-qualify id unresolved. A must-reject id that was never delivered fails: the
+   must-qualify id unresolved (``not_selected``: rejected or unresolved). A must-reject id that was never delivered fails: the
    record cannot show it was seen.
 
 Unanswerable cases are scored apart, never blended into accuracy. Each names its
@@ -116,6 +116,7 @@ class EvidenceCase(_Frozen):
     selected: tuple[str, ...] | None = Field(None, description="ids the decision must select (default: minimum_evidence)")
     rejected: tuple[MustReject, ...] = ()
     unresolved: tuple[str, ...] = Field((), description="ids that must stay unresolved (qualified)")
+    not_selected: tuple[str, ...] = Field((), description="ids that must be seen and not selected (rejected or unresolved)")
     nothing_unresolved: bool = Field(False, description="the decision must leave no conflict unresolved")
     relevant: tuple[str, ...] = Field((), description="further ids that count as relevant for precision at k")
     decisive_terms: tuple[str, ...] = Field((), description="unanswerable: words an answer would have to rest on")
@@ -138,7 +139,7 @@ class EvidenceCase(_Frozen):
                 raise ValueError("an unanswerable case has no minimum_evidence or selected ids")
             if not self.decisive_terms:
                 raise ValueError("an unanswerable case needs decisive_terms (the words an answer would rest on)")
-        clash = set(self.expected_selected) & {r.id for r in self.rejected}
+        clash = set(self.expected_selected) & ({r.id for r in self.rejected} | set(self.not_selected))
         if clash:
             raise ValueError(f"ids both selected and rejected: {sorted(clash)}")
         return self
@@ -150,7 +151,8 @@ class EvidenceCase(_Frozen):
     @property
     def relevant_ids(self) -> frozenset[str]:
         return frozenset(self.minimum_evidence) | frozenset(self.expected_selected) | frozenset(
-            r.id for r in self.rejected) | frozenset(self.unresolved) | frozenset(self.relevant)
+            r.id for r in self.rejected) | frozenset(self.unresolved) | frozenset(self.not_selected) | frozenset(
+            self.relevant)
 
     def principal(self, tenant: str | None = None) -> Principal:
         return Principal(tenant=tenant or self.tenant, subject=f"case:{self.id}", groups=frozenset(self.groups))
@@ -268,6 +270,10 @@ def resolution_failures(case: EvidenceCase, decision: Decision) -> list[str]:
         got = sorted({v for p, v in verdicts.items() if matches(want, p)})
         if "unresolved" not in got:
             fails.append(f"{want}: expected unresolved, got {'/'.join(got) or 'not delivered'}")
+    for want in case.not_selected:
+        got = sorted({v for p, v in verdicts.items() if matches(want, p)})
+        if not got or "selected" in got:
+            fails.append(f"{want}: expected rejected or unresolved, got {'/'.join(got) or 'not delivered'}")
     if case.nothing_unresolved and decision.unresolved:
         fails.append("expected nothing unresolved, got " + "; ".join(
             "/".join(u.passage_ids) for u in decision.unresolved))

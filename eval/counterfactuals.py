@@ -20,7 +20,8 @@ is a question about *retrieval* and runs the real search path again:
     ``effective_to``, event dates) forward by the same number of days, so the earliest
     lies the day after ``valid_at``: what was in force becomes not yet effective and
     events that had happened lie in the future, their order preserved. The decision must
-    change. Not applicable when no delivered passage carries a date.
+    change. Applicable when dates can drive the decision: the case's evidence carries
+    effective dates, or a delivered stopping condition meets a dated event.
 ``change_tenant``
     Re-run the case's queries as the same groups of another tenant against that tenant's
     index (real search). No candidate or excerpt may be a document of the original tenant.
@@ -157,12 +158,22 @@ def shift_dates(p: Passage, days: int) -> Passage:
     return p.model_copy(update={"envelope": env})
 
 
+def _date_driven(ctx: CaseContext) -> bool:
+    """Dates can drive this decision: an evidence passage carries effective dates, or a
+    delivered passage has a stopping condition and another records events."""
+    evidence = [p for p in ctx.delivered if any(matches(i, p.passage_id) for i in ctx.case.relevant_ids)]
+    if any(p.envelope.effective_from or p.envelope.effective_to for p in evidence):
+        return True
+    return any(p.envelope.condition for p in ctx.delivered) and any(p.envelope.events for p in ctx.delivered)
+
+
 def swap_dates(ctx: CaseContext) -> CounterfactualResult:
     case = ctx.case
     dates = [d for p in ctx.delivered for d in _dates(p)]
-    if not dates:
+    if not dates or not _date_driven(ctx):
         return CounterfactualResult(case_id=case.id, kind="swap_dates", applicable=False, passed=False,
-                                    detail="no delivered passage carries an effective or event date")
+                                    detail="no date can drive the decision: the case's evidence carries no effective "
+                                           "dates and no delivered condition meets a dated event")
     days = (case.valid_at - min(dates)).days + 1
     if days <= 0:  # every date already lies after valid_at: move them before it instead
         days = (case.valid_at - max(dates)).days - 1

@@ -22,6 +22,9 @@ def add_arguments(p) -> None:
     p.add_argument("--out", default=None, help="write cases.json, cases.md and funnel.png into this folder")
     p.add_argument("--no-counterfactuals", action="store_true", help="skip the four counterfactuals per case")
     p.add_argument("--tenant", default=None, help="run only this tenant's cases")
+    p.add_argument("--build", metavar="SOURCE", default=None,
+                   help="first build SOURCE in-process (MiniLM, extractive preambles) into --index-root when a "
+                        "case's tenant has no index there (e.g. --build quarry/sample_corpus)")
 
 
 def _pct(x: float | None) -> str:
@@ -129,6 +132,24 @@ def write_report(run, out_dir: str | Path) -> dict[str, Path]:
     return paths
 
 
+def _build(source: str, index_root: str) -> str | None:
+    """The in-process build of ``source`` (``core.pipeline.build_corpus``); an error line or None."""
+    from quarry.core.contextualize import ExtractiveContextualizer
+    from quarry.core.embedding import SentenceTransformerEmbedder
+    from quarry.core.pipeline import build_corpus
+    from quarry.core.sources import load_documents
+
+    if not Path(source).exists():
+        return f"--build {source}: no such file or folder"
+    docs, bad = load_documents(source)
+    if not docs:
+        return f"--build {source}: no valid source documents ({len(bad)} quarantined)"
+    print(f"[cases] building {len(docs)} documents into {index_root} (MiniLM, in-process)", file=sys.stderr)
+    build_corpus(docs, index_root, SentenceTransformerEmbedder().load(), ExtractiveContextualizer(),
+                 progress=lambda m: print(f"[cases] {m}", file=sys.stderr, flush=True))
+    return None
+
+
 def run(args) -> int:
     from quarry.eval.cases import CaseError, IndexMissing, load_cases, run_suite
 
@@ -142,6 +163,14 @@ def run(args) -> int:
         if not cases:
             print(f"quarry eval cases: error: no case for tenant {args.tenant!r} in {args.cases}", file=sys.stderr)
             return 2
+    if args.build:
+        from quarry.core import layout
+
+        if any(layout.current_generation(args.index_root, t) is None for t in {c.tenant for c in cases}):
+            err = _build(args.build, args.index_root)
+            if err:
+                print(f"quarry eval cases: error: {err}", file=sys.stderr)
+                return 2
     try:
         result = run_suite(cases, args.index_root, counterfactuals=not args.no_counterfactuals,
                            progress=lambda m: print(f"[cases] {m}", file=sys.stderr, flush=True))

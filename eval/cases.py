@@ -54,6 +54,7 @@ from quarry.core.records import (
     SearchRequest,
     SearchResult,
     Verdict,
+    validation_reason,
 )
 
 CaseKind = Literal[
@@ -161,14 +162,6 @@ class EvidenceCase(_Frozen):
 # --------------------------------------------------------------------------- loading
 
 
-def _one_line(err: ValidationError) -> str:
-    parts = []
-    for e in err.errors():
-        loc = ".".join(str(p) for p in e["loc"]) or "case"
-        parts.append(f"{loc}: {e['msg']}")
-    return "; ".join(parts)
-
-
 def case_files(path: str | Path) -> list[Path]:
     p = Path(path)
     if p.is_file():
@@ -203,7 +196,7 @@ def load_cases(path: str | Path) -> list[EvidenceCase]:
             try:
                 case = EvidenceCase.model_validate({**defaults, **raw})
             except ValidationError as e:
-                raise CaseError(f"{f}: case {name!r}: {_one_line(e)}") from None
+                raise CaseError(f"{f}: case {name!r}: {validation_reason(e)}") from None
             if case.id in seen:
                 raise CaseError(f"{f}: case id {case.id!r} is also used in {seen[case.id]}")
             seen[case.id] = f

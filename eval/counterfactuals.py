@@ -42,7 +42,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from quarry.core.records import Decision, Passage, SearchRequest
-from quarry.eval.cases import CaseContext, decision_verdicts, matches
+from quarry.eval.cases import CaseContext, decision_verdicts, doc_of, matches
 
 Kind = Literal["remove_source", "insert_rejected", "swap_dates", "change_tenant"]
 KINDS: tuple[Kind, ...] = ("remove_source", "insert_rejected", "swap_dates", "change_tenant")
@@ -118,8 +118,7 @@ def insert_rejected(ctx: CaseContext) -> CounterfactualResult:
     else:
         strongest = None
         for must in case.rejected:
-            doc = must.id.split("#", 1)[0].split("@", 1)[0]
-            found = [p for p in ctx.index.document(doc, ctx.principal) if matches(must.id, p.passage_id)]
+            found = [p for p in ctx.index.document(doc_of(must.id), ctx.principal) if matches(must.id, p.passage_id)]
             if found:
                 strongest = found[0]
                 break
@@ -203,7 +202,7 @@ def change_tenant(ctx: CaseContext, index_root: str, settings, loaded: dict[str,
     if other not in loaded:
         loaded[other] = load_tenant(index_root, other)
     index, emb, second = loaded[other]
-    own_docs = {pid.split("#", 1)[0].rsplit("@", 1)[0] for sh in ctx.index.shards for pid in sh.passage_ids}
+    own_docs = {doc_of(pid) for sh in ctx.index.shards for pid in sh.passage_ids}
     principal = case.principal(tenant=other)
     leaked = []
     for q in case.queries:
@@ -212,8 +211,7 @@ def change_tenant(ctx: CaseContext, index_root: str, settings, loaded: dict[str,
         res = (search_fn or _run_search)(index, principal, req, emb, settings, second)
         for pid in [c.passage_id for c in res.candidates] + [e.passage_id for e in res.excerpts]:
             p = index.passage(pid, principal)
-            doc = pid.split("#", 1)[0].rsplit("@", 1)[0]
-            if p is None or p.tenant != other or doc in own_docs:
+            if p is None or p.tenant != other or doc_of(pid) in own_docs:
                 leaked.append(pid)
     leaked = sorted(set(leaked))
     return CounterfactualResult(

@@ -73,7 +73,8 @@ CaseKind = Literal[
 
 BOUNDARIES: tuple[tuple[str, str, str], ...] = (
     ("candidates", "Minimum evidence enters candidate set", "query, source routing or first-stage recall"),
-    ("second_stage", "Minimum evidence survives the second stage", "reranker discarded necessary evidence"),
+    ("second_stage", "Minimum evidence survives the second stage",
+     "reranker discarded necessary evidence (without one: the fused top_k cut it)"),
     ("delivered", "Minimum evidence delivered in the final k", "expansion or the delivered-token ceiling cut it"),
     ("resolution", "Resolution correct", "evidence precedence: the wrong source governs"),
 )

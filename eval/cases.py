@@ -337,7 +337,7 @@ class CaseOutcome(_Frozen):
     asserted_by: tuple[str, ...] = ()  # unanswerable: selected passages holding every decisive term
     failures: tuple[str, ...] = ()
     leaks: tuple[str, ...] = ()
-    decision: dict[str, Any]
+    decision: Decision
 
 
 @dataclass
@@ -439,7 +439,7 @@ def run_case(case: EvidenceCase, index, embedder, settings, second_stage=None,
         candidates=stages["candidates"], candidate_recall=(len(in_cand) / len(need)) if need else None,
         second_stage=stages["second_stage"], delivered=stages["delivered"], resolution=stages["resolution"],
         first_lost=first_lost, precision=precision, abstained=abstained, asserted_by=asserted,
-        failures=tuple(fails), leaks=tuple(leaks), decision=decision.model_dump(mode="json"),
+        failures=tuple(fails), leaks=tuple(leaks), decision=decision,
     )
     return outcome, CaseContext(case, index, principal, list(delivered.values()), decision, results)
 

@@ -157,6 +157,7 @@ def _pick(*ids):
     return [by_id[i] for i in ids]
 
 
+@pytest.mark.slow
 def test_runner_scores_boundaries_on_the_real_path(hash_root):
     cases = _pick("acme-e4471-cause", "globex-inc-3107-root-cause", "initech-cad-cutoff", "acme-refund-ord-4821")
     run = C.run_suite(cases, hash_root, counterfactuals=False)
@@ -175,6 +176,7 @@ def test_runner_scores_boundaries_on_the_real_path(hash_root):
     assert rows["end_to_end"]["surviving"] == sum(o.first_lost is None for o in run.outcomes if o.answerable)
 
 
+@pytest.mark.slow
 def test_minimum_evidence_missing_from_candidates_is_the_first_loss(hash_root):
     case = _pick("acme-sev2-first-response")[0].model_copy(update={"minimum_evidence": ("treasury-accounts",)})
     run = C.run_suite([case], hash_root, counterfactuals=False)  # all-staff cannot read treasury-accounts
@@ -198,12 +200,14 @@ def _with_resolver(resolver):
     return fn
 
 
+@pytest.mark.slow
 def test_a_selected_passage_with_the_decisive_terms_is_a_false_assertion(hash_root):
     case = _pick("acme-chf-cutoff-after-migration")[0]  # runbook v2's CHF row, left selected
     o = C.run_suite([case], hash_root, counterfactuals=False, search_fn=_with_resolver(select_all)).outcomes[0]
     assert o.abstained is False and o.asserted_by and all(p.startswith("settlement-runbook@2") for p in o.asserted_by)
 
 
+@pytest.mark.slow
 def test_isolation_gate_fails_on_a_foreign_candidate(hash_root):
     """A search that returns another tenant's passage (forced here) fails the run."""
     from quarry.core.index import TenantIndex
@@ -221,6 +225,7 @@ def test_isolation_gate_fails_on_a_foreign_candidate(hash_root):
     assert run.outcomes[0].leaks[0].startswith(foreign)
 
 
+@pytest.mark.slow
 def test_isolation_gate_fails_on_an_acl_leak(hash_root):
     """A passage of the right tenant that the principal's groups cannot read is a leak too."""
     from quarry.core.index import TenantIndex
@@ -295,6 +300,7 @@ def acme_ctx(hash_root):
     return ctx
 
 
+@pytest.mark.slow
 def test_date_aware_double_reproduces_the_seed_decision(acme_ctx):
     d = acme_ctx(date_aware).decision
     assert {(C.doc_of(r.passage_id), r.reason, C.doc_of(r.by)) for r in d.rejected} == {
@@ -303,6 +309,7 @@ def test_date_aware_double_reproduces_the_seed_decision(acme_ctx):
     assert C.resolution_failures(acme_ctx(date_aware).case, d) == []
 
 
+@pytest.mark.slow
 def test_remove_source_frees_what_the_removed_source_defeated(acme_ctx, monkeypatch):
     monkeypatch.setattr("quarry.core.resolve.resolve", date_aware)
     r = CF.remove_source(acme_ctx(date_aware))
@@ -325,6 +332,7 @@ def test_remove_source_frees_what_the_removed_source_defeated(acme_ctx, monkeypa
     assert not r.passed and "deploy-acme-cutover: still rejected by the removed source" in r.detail
 
 
+@pytest.mark.slow
 def test_insert_rejected_catches_an_order_dependent_resolver(acme_ctx, monkeypatch):
     monkeypatch.setattr("quarry.core.resolve.resolve", date_aware)
     r = CF.insert_rejected(acme_ctx(date_aware))
@@ -335,6 +343,7 @@ def test_insert_rejected_catches_an_order_dependent_resolver(acme_ctx, monkeypat
     assert r.applicable and not r.passed and "selected set changed" in r.detail
 
 
+@pytest.mark.slow
 def test_swap_dates_catches_a_resolver_that_ignores_dates(acme_ctx, monkeypatch):
     monkeypatch.setattr("quarry.core.resolve.resolve", date_aware)
     r = CF.swap_dates(acme_ctx(date_aware))
@@ -356,6 +365,7 @@ def test_shift_dates_keeps_text_and_order():
     assert q.envelope.events[0].on == dt.date(2026, 2, 3) and q.envelope.effective_to is None
 
 
+@pytest.mark.slow
 def test_change_tenant_runs_the_real_search_and_catches_a_leak(hash_root):
     run = C.run_suite(_pick("acme-sev2-first-response"), hash_root, counterfactuals=False)
     ctx = run.contexts[0]
@@ -384,6 +394,7 @@ def _quarry(*args, cwd=None):
                           timeout=600)
 
 
+@pytest.mark.slow
 def test_cli_reports_and_writes_files(hash_root, tmp_path):
     f = tmp_path / "few.yaml"
     f.write_text((SUITE / "initech.yaml").read_text())
@@ -398,6 +409,7 @@ def test_cli_reports_and_writes_files(hash_root, tmp_path):
     assert "| Boundary | Cases surviving | Conditional rate | What failure means |" in md and "funnel.png" in md
 
 
+@pytest.mark.slow
 def test_cli_bad_input_is_one_line_and_exit_2(hash_root, tmp_path):
     bad = _write(tmp_path, "cases: [1, 2")
     for args, needle in [((str(bad), "--index-root", hash_root), "not valid YAML"),
@@ -409,6 +421,7 @@ def test_cli_bad_input_is_one_line_and_exit_2(hash_root, tmp_path):
         assert len(lines) == 1 and needle in lines[0] and "Traceback" not in p.stderr
 
 
+@pytest.mark.slow
 def test_cli_exit_1_on_a_leak(hash_root, tmp_path, monkeypatch, capsys):
     from quarry.core.index import TenantIndex
     from quarry.eval import report_cases

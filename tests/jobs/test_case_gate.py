@@ -143,3 +143,15 @@ def test_build_job_gates_publication(spark, tmp_path, cases_dir):
     gate = layout.read_manifest(str(root), "acme", 2)["case_gate"]
     assert gate["publish"] is False and gate["regressed"] == ["sev2 (candidates, resolution)"]
     assert layout.read_json(layout.join(str(root), "acme", "manifest.json"))["case_gate"]["publish"] is True
+
+
+@pytest.mark.unit
+def test_build_rejects_an_invalid_case_folder_before_building(tmp_path, capsys):
+    from quarry.cli import main
+    from quarry.core.sources import SAMPLE_CORPUS
+
+    rc = main(["build", "--source", str(SAMPLE_CORPUS), "--index-root", str(tmp_path / "idx"),
+               "--gate-cases", str(tmp_path / "missing")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "--gate-cases" in err[0] and "no such file or folder" in err[0]
+    assert not (tmp_path / "idx").exists()

@@ -17,9 +17,14 @@ passages; an id with ``#`` names one passage):
    when no second stage is enabled);
 3. ``delivered``: ... and among the excerpts delivered in the final k;
 4. ``resolution``: the decision record selects every expected-selected id, rejects every
-   must-reject id with an allowed reason code (and by the named id), and leaves every
-   must-qualify id unresolved (``not_selected``: rejected or unresolved). A must-reject id that was never delivered fails: the
-   record cannot show it was seen.
+   must-reject id with an allowed reason code (and by the named id), leaves every
+   ``unresolved`` id unresolved and every ``not_selected`` id rejected or unresolved. A
+   must-reject id that was never delivered fails (the record cannot show it was seen)
+   unless the case marks it ``must_be_seen: false``.
+
+With more than one query, or when the search ran without ``valid_at``, the decision is
+``resolve()`` over everything the case's searches delivered, as of the case's date (the
+evidence an agent's run has seen); otherwise it is the search path's own decision.
 
 Unanswerable cases are scored apart, never blended into accuracy. Each names its
 ``decisive_terms``: the words any answer would have to rest on (e.g. ``CAD`` and

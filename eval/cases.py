@@ -351,7 +351,8 @@ class CaseOutcome(_Frozen):
 @dataclass
 class CaseContext:
     """What a case's run leaves behind for counterfactuals: the index, the principal, the
-    evidence the run delivered (deduplicated, in delivery order) and the decision."""
+    evidence the decision was made over (delivered excerpts in delivery order, then any
+    passage the path's contradiction search added) and the decision."""
 
     case: EvidenceCase
     index: Any
@@ -407,6 +408,12 @@ def run_case(case: EvidenceCase, index, embedder, settings, second_stage=None,
         decision = only
     else:
         decision = resolve(list(delivered.values()), principal, case.valid_at)
+    # The evidence the decision was made over: the excerpts, plus whatever the path's own
+    # contradiction search folded in (counterfactuals re-resolve exactly this set).
+    evidence = dict(delivered)
+    for pid in decision_verdicts(decision):
+        if pid not in evidence and (p := index.passage(pid, principal)) is not None:
+            evidence[pid] = p
 
     cand = {p for t in traces for p in t.candidates}
     surv = {p for t in traces for p in t.survivors}
@@ -449,7 +456,7 @@ def run_case(case: EvidenceCase, index, embedder, settings, second_stage=None,
         first_lost=first_lost, precision=precision, abstained=abstained, asserted_by=asserted,
         failures=tuple(fails), leaks=tuple(leaks), decision=decision,
     )
-    return outcome, CaseContext(case, index, principal, list(delivered.values()), decision, results)
+    return outcome, CaseContext(case, index, principal, list(evidence.values()), decision, results)
 
 
 def _any_rel(relevant: frozenset[str], passage_id: str) -> bool:

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 
 def add_arguments(p) -> None:
-    from quarry.eval import beir
+    from quarry.eval import beir, report_cases, traces
 
     sub = p.add_subparsers(dest="suite", metavar="SUITE", required=True)
     b = sub.add_parser("beir", help="nDCG@10 / recall@100 per stage on a BEIR dataset, plus lexical throughput")
     beir.add_arguments(b)
     b.set_defaults(_suite_run=beir.run)
-    from quarry.eval import traces
-
+    c = sub.add_parser("cases", help="evidence cases: per-boundary survival, resolution, abstention, isolation gate")
+    report_cases.add_arguments(c)
+    c.set_defaults(_suite_run=report_cases.run)
     t = sub.add_parser("traces", help="summarise stored serving traces (per tenant: kinds, reasons, stage latencies)")
     traces.add_arguments(t)
     t.set_defaults(_suite_run=traces.run)

@@ -71,6 +71,7 @@ class BuildSettings(BaseModel):
     partitions: int | None = Field(default=None, ge=1, description="partitions for chunk/embed; default 2x cores")
     approx_threshold: int | None = None
     publish: bool = True
+    gate_cases: str | None = Field(default=None, description="evidence-case folder gating publication (jobs/case_gate.py)")
     report_path: str | None = None
     run_id: str | None = None
     quiet: bool = False
@@ -428,10 +429,18 @@ def _run(s: BuildSettings, spark, files: list[str]) -> BuildReport:
         stage("publish")
         if s.publish:
             for t in tenants_to_build:
+                if s.gate_cases:  # eval-gated promotion: unpublished unless no worse than live
+                    from quarry.jobs.case_gate import gate_generation
+
+                    gate = gate_generation(root, t, generations[t], s.gate_cases)
+                    prog.line(f"{t}: case gate {'passed' if gate['publish'] else 'REFUSED'}: {gate['reason']}"
+                              + (f"; regressed: {', '.join(gate.get('regressed') or [])}" if gate.get("regressed") else ""))
+                    if not gate["publish"]:
+                        continue
                 layout.publish(root, t, generations[t])
                 report.tenants[t].published = True
-            report.published = True
-        done("publish", published=len(tenants_to_build) if s.publish else 0)
+            report.published = all(report.tenants[t].published for t in tenants_to_build)
+        done("publish", published=sum(report.tenants[t].published for t in tenants_to_build) if s.publish else 0)
     finally:
         prog.close()
         for df in persisted:
@@ -506,6 +515,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--chunk-tokens", type=int, default=200, help="max tokens per passage where structure allows (default 200)")
     p.add_argument("--partitions", type=int, default=None, help="partitions for chunk/embed (default 2x cores)")
     p.add_argument("--no-publish", action="store_true", help="build and verify, but leave CURRENT alone")
+    p.add_argument("--gate-cases", default=None, metavar="DIR",
+                   help="publish a tenant's new generation only if its evidence cases in DIR hold isolation and "
+                        "resolution accuracy and candidate recall are no worse than on the live generation")
     p.add_argument("--report", dest="report_path", default=None, help="also write the run report JSON here")
     p.add_argument("--json", action="store_true", help="print the run report as JSON on stdout")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
@@ -529,12 +541,19 @@ def settings_from_args(args: argparse.Namespace) -> BuildSettings:
             key = SecretStr(val)
     if args.shard_docs < 1 or args.batch_size < 1:
         raise BuildError("--shard-docs and --batch-size must be >= 1")
+    if args.gate_cases:
+        from quarry.eval.cases import CaseError, load_cases
+
+        try:
+            load_cases(args.gate_cases)
+        except CaseError as e:
+            raise BuildError(f"--gate-cases: {e}") from None
     return BuildSettings(
         source=args.source, index_root=args.index_root, master=args.master,
         tenants=tuple(args.tenants.split(",")) if args.tenants else None, shard_docs=args.shard_docs,
         contextualizer=args.contextualizer, llm=llm, llm_api_key=key, embedder=args.embedder,
         batch_size=args.batch_size, chunk_tokens=args.chunk_tokens, partitions=args.partitions, publish=not args.no_publish,
-        report_path=args.report_path, quiet=args.quiet,
+        gate_cases=args.gate_cases, report_path=args.report_path, quiet=args.quiet,
     )
 
 

@@ -105,7 +105,7 @@ def test_report_files_and_stage_timings(sample_build):
         man = layout.read_manifest(str(root), tenant, tr.generation)
         assert man["report"]["documents"] == tr.documents and man["counts"]["passages"] == tr.passages
     run = json.loads((Path(root) / "_runs" / f"{report.run_id}.json").read_text())
-    assert run["documents"] == 70
+    assert run["documents"] == 71  # the sample corpus (quarry/sample_corpus/README.md)
 
 
 MALFORMED = [

@@ -1,0 +1,602 @@
+"""Evidence cases (seed 000 §11.12): the case model, the YAML loader and the runner.
+
+A case is the evaluation unit of an agentic retrieval system: a task (one or more queries
+run in order, evidence accumulating as in one agent run), a tenant and the principal's
+groups, the evaluation date ``valid_at``, the *minimum evidence set* needed to answer, the
+evidence that must be rejected or qualified (with reason codes), whether the corpus holds
+an answer at all, and the expected resolution (which ids are selected).
+
+The runner sends each query through the real search path (principal mask, both legs, RRF,
+the tenant's gate-promoted second stage, expansion, evidence resolution) and scores the
+case at each boundary, at document granularity (a document id matches any of its
+passages; an id with ``#`` names one passage):
+
+1. ``candidates``: every minimum-evidence id is among the fused candidates (recall at
+   candidate width) of some query of the case;
+2. ``second_stage``: ... and among the passages the second stage kept (the fused top_k
+   when no second stage is enabled);
+3. ``delivered``: ... and among the excerpts delivered in the final k;
+4. ``resolution``: the decision record selects every expected-selected id, rejects every
+   must-reject id with an allowed reason code (and by the named id), leaves every
+   ``unresolved`` id unresolved and every ``not_selected`` id rejected or unresolved. A
+   must-reject id that was never delivered fails (the record cannot show it was seen)
+   unless the case marks it ``must_be_seen: false``.
+
+With more than one query, or when the search ran without ``valid_at``, the decision is
+``resolve()`` over everything the case's searches delivered, as of the case's date (the
+evidence an agent's run has seen); otherwise it is the search path's own decision.
+
+Unanswerable cases are scored apart, never blended into accuracy. Each names its
+``decisive_terms``: the words any answer would have to rest on (e.g. ``CAD`` and
+``cutoff``). The deterministic sufficiency rule is: an *honest abstention* is a run whose
+decision selects no passage holding every decisive term (an empty result, or one where
+such passages were only rejected or unresolved, is honest); otherwise the selected
+evidence would let an agent assert an answer, and the case counts as a *false assertion*.
+
+The tenant-isolation gate is checked on every query of every case: a candidate, excerpt or
+decision id that is not a passage of the principal's tenant readable by its groups, or a
+document the case lists as another tenant's (``foreign``), is a leak; one leak fails the
+whole run, whatever the accuracy.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from quarry.core.records import (
+    Decision,
+    Passage,
+    Principal,
+    RejectReason,
+    SearchRequest,
+    SearchResult,
+    Verdict,
+    validation_reason,
+)
+
+CaseKind = Literal[
+    "lexical-decoy",  # repeats the exact identifier but concerns another event
+    "semantic-decoy",  # the same topic for another tenant (must never surface: isolation)
+    "superseded-source",  # states an answer that used to be correct
+    "conditional-exception",  # correct only before an event
+    "unanswerable",  # abundant neighbouring evidence, no decisive fact
+    "multi-hop",  # the answer needs several documents, found by several queries
+    "authority-conflict",  # two sources give different values; authority decides
+    "identifier",  # an exact identifier lookup
+    "paraphrase",  # the source uses other words than the query
+    "acl",  # a group-restricted document
+    "lookup",  # a plain fact in one document
+]
+
+BOUNDARIES: tuple[tuple[str, str, str], ...] = (
+    ("candidates", "Minimum evidence enters candidate set", "query, source routing or first-stage recall"),
+    ("second_stage", "Minimum evidence survives the second stage",
+     "reranker discarded necessary evidence (without one: the fused top_k cut it)"),
+    ("delivered", "Minimum evidence delivered in the final k", "expansion or the delivered-token ceiling cut it"),
+    ("resolution", "Resolution correct", "evidence precedence: the wrong source governs"),
+)
+
+
+class CaseError(ValueError):
+    """An invalid case file: the message is one line naming the file, the case and the field."""
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class MustReject(_Frozen):
+    """Evidence the resolution must reject, with the allowed reason codes."""
+
+    id: str = Field(min_length=1, description="doc id, or passage id with '#'")
+    reason: tuple[RejectReason, ...] = Field(min_length=1, description="allowed reason codes")
+    by: str | None = Field(default=None, description="doc or passage id that must defeat it")
+    must_be_seen: bool = Field(True, description="False: passing when the run never delivered it")
+
+    @field_validator("reason", mode="before")
+    @classmethod
+    def _one_or_many(cls, v):
+        return (v,) if isinstance(v, str) else v
+
+
+class EvidenceCase(_Frozen):
+    id: str = Field(pattern=r"^[a-z0-9][a-z0-9_.-]{0,80}$")
+    kinds: tuple[CaseKind, ...] = Field(min_length=1)
+    task: str = Field(min_length=3, description="the user's task, in words")
+    queries: tuple[str, ...] = Field(min_length=1, description="searches run in order; evidence accumulates")
+    tenant: str = Field(min_length=1)
+    groups: tuple[str, ...] = ()
+    valid_at: dt.date = Field(description="evaluation date: the resolver decides as of this day")
+    filter_valid_at: bool = Field(True, description="also pass valid_at to search (the agent's filter)")
+    doc_type: tuple[str, ...] | None = None
+    top_k: int = Field(4, ge=1, le=20)
+    answerable: bool
+    minimum_evidence: tuple[str, ...] = ()
+    selected: tuple[str, ...] | None = Field(None, description="ids the decision must select (default: minimum_evidence)")
+    rejected: tuple[MustReject, ...] = ()
+    unresolved: tuple[str, ...] = Field((), description="ids that must stay unresolved (qualified)")
+    not_selected: tuple[str, ...] = Field((), description="ids that must be seen and not selected (rejected or unresolved)")
+    nothing_unresolved: bool = Field(False, description="the decision must leave no conflict unresolved")
+    relevant: tuple[str, ...] = Field((), description="further ids that count as relevant for precision at k")
+    decisive_terms: tuple[str, ...] = Field((), description="unanswerable: words an answer would have to rest on")
+    foreign: tuple[str, ...] = Field((), description="other tenants' doc ids that must never appear")
+    answer: str = Field("", description="reference answer, for people (not scored)")
+
+    @field_validator("queries")
+    @classmethod
+    def _queries(cls, v):
+        if any(not q.strip() for q in v):
+            raise ValueError("queries must be non-blank")
+        return v
+
+    @model_validator(mode="after")
+    def _shape(self) -> "EvidenceCase":
+        if self.answerable and not self.minimum_evidence:
+            raise ValueError("an answerable case needs a minimum_evidence set")
+        if not self.answerable:
+            if self.minimum_evidence or self.selected:
+                raise ValueError("an unanswerable case has no minimum_evidence or selected ids")
+            if not self.decisive_terms:
+                raise ValueError("an unanswerable case needs decisive_terms (the words an answer would rest on)")
+        clash = set(self.expected_selected) & ({r.id for r in self.rejected} | set(self.not_selected))
+        if clash:
+            raise ValueError(f"ids both selected and rejected: {sorted(clash)}")
+        return self
+
+    @property
+    def expected_selected(self) -> tuple[str, ...]:
+        return self.minimum_evidence if self.selected is None else self.selected
+
+    @property
+    def relevant_ids(self) -> frozenset[str]:
+        return frozenset(self.minimum_evidence) | frozenset(self.expected_selected) | frozenset(
+            r.id for r in self.rejected) | frozenset(self.unresolved) | frozenset(self.not_selected) | frozenset(
+            self.relevant)
+
+    def principal(self, tenant: str | None = None) -> Principal:
+        return Principal(tenant=tenant or self.tenant, subject=f"case:{self.id}", groups=frozenset(self.groups))
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def case_files(path: str | Path) -> list[Path]:
+    p = Path(path)
+    if p.is_file():
+        return [p]
+    if p.is_dir():
+        files = sorted(f for f in p.rglob("*") if f.suffix in (".yaml", ".yml") and f.is_file())
+        if files:
+            return files
+        raise CaseError(f"{p}: no .yaml case files in this folder")
+    raise CaseError(f"{p}: no such file or folder (give a case YAML file or a folder of them)")
+
+
+def load_cases(path: str | Path) -> list[EvidenceCase]:
+    """Read cases from a YAML file or a folder of them. A file holds ``cases: [...]`` and
+    optional ``defaults: {...}`` merged into each case. Raises :class:`CaseError`."""
+    out: list[EvidenceCase] = []
+    seen: dict[str, Path] = {}
+    for f in case_files(path):
+        try:
+            doc = yaml.safe_load(f.read_text()) or {}
+        except yaml.YAMLError as e:
+            raise CaseError(f"{f}: not valid YAML ({str(e).splitlines()[0]})") from None
+        if not isinstance(doc, dict) or not isinstance(doc.get("cases"), list):
+            raise CaseError(f"{f}: expected a mapping with a 'cases:' list")
+        defaults = doc.get("defaults") or {}
+        if not isinstance(defaults, dict):
+            raise CaseError(f"{f}: 'defaults' must be a mapping")
+        for i, raw in enumerate(doc["cases"]):
+            if not isinstance(raw, dict):
+                raise CaseError(f"{f}: case #{i + 1} is not a mapping")
+            name = raw.get("id", f"#{i + 1}")
+            try:
+                case = EvidenceCase.model_validate({**defaults, **raw})
+            except ValidationError as e:
+                raise CaseError(f"{f}: case {name!r}: {validation_reason(e)}") from None
+            if case.id in seen:
+                raise CaseError(f"{f}: case id {case.id!r} is also used in {seen[case.id]}")
+            seen[case.id] = f
+            out.append(case)
+    return out
+
+
+# --------------------------------------------------------------------------- matching ids
+
+
+def doc_of(passage_id: str) -> str:
+    """'{doc_id}@{version}#{anchor}' -> doc_id."""
+    return passage_id.split("#", 1)[0].rsplit("@", 1)[0]
+
+
+def matches(case_id: str, passage_id: str) -> bool:
+    """A case id names a document (any version), a ``doc@version``, or one passage (with '#')."""
+    if "#" in case_id:
+        return case_id == passage_id
+    if "@" in case_id:
+        return passage_id.split("#", 1)[0] == case_id
+    return doc_of(passage_id) == case_id
+
+
+def _any(case_id: str, passage_ids: Iterable[str]) -> bool:
+    return any(matches(case_id, p) for p in passage_ids)
+
+
+def decision_verdicts(decision: Decision) -> dict[str, Verdict]:
+    out: dict[str, Verdict] = {}
+    for s in decision.selected:
+        out[s.passage_id] = "selected"
+    for u in decision.unresolved:
+        for p in u.passage_ids:
+            out[p] = "unresolved"
+    for r in decision.rejected:
+        out[r.passage_id] = "rejected"
+    return out
+
+
+def resolution_failures(case: EvidenceCase, decision: Decision) -> list[str]:
+    """What the decision got wrong against the case's expected resolution (empty = correct)."""
+    verdicts = decision_verdicts(decision)
+    fails = []
+    for want in case.expected_selected:
+        got = sorted({v for p, v in verdicts.items() if matches(want, p)})
+        if "selected" not in got:
+            fails.append(f"{want}: expected selected, got {'/'.join(got) or 'not delivered'}")
+    for must in case.rejected:
+        hits = [r for r in decision.rejected if matches(must.id, r.passage_id)]
+        ok = [r for r in hits if r.reason in must.reason and (must.by is None or (r.by and matches(must.by, r.by)))]
+        if ok:
+            continue
+        if hits:
+            fails.append(f"{must.id}: rejected as {hits[0].reason} by {hits[0].by}, expected "
+                         f"{'/'.join(must.reason)}" + (f" by {must.by}" if must.by else ""))
+        else:
+            got = sorted({v for p, v in verdicts.items() if matches(must.id, p)})
+            if not got and not must.must_be_seen:
+                continue
+            fails.append(f"{must.id}: expected rejected ({'/'.join(must.reason)}), got "
+                         f"{'/'.join(got) or 'not delivered'}")
+    for want in case.unresolved:
+        got = sorted({v for p, v in verdicts.items() if matches(want, p)})
+        if "unresolved" not in got:
+            fails.append(f"{want}: expected unresolved, got {'/'.join(got) or 'not delivered'}")
+    for want in case.not_selected:
+        got = sorted({v for p, v in verdicts.items() if matches(want, p)})
+        if not got or "selected" in got:
+            fails.append(f"{want}: expected rejected or unresolved, got {'/'.join(got) or 'not delivered'}")
+    if case.nothing_unresolved and decision.unresolved:
+        fails.append("expected nothing unresolved, got " + "; ".join(
+            "/".join(u.passage_ids) for u in decision.unresolved))
+    return fails
+
+
+def holds_terms(text: str, terms: Sequence[str]) -> bool:
+    """Every term occurs in ``text`` as a whole word (case-insensitive)."""
+    return all(re.search(rf"(?<![\w-]){re.escape(t)}(?![\w-])", text, re.IGNORECASE) for t in terms)
+
+
+# --------------------------------------------------------------------------- the search path
+
+
+def _run_search(index, principal: Principal, request: SearchRequest, embedder, settings,
+                second_stage=None) -> SearchResult:
+    """The one call into the search path: the composed in-process ``search()`` (the same
+    stages as serving, decision record filled) where it exists. Until it merges, the
+    fallback is ``hybrid_search`` (mask, legs, RRF, second stage, expansion) followed by
+    ``resolve()`` over the delivered passages; delete the fallback after the merge."""
+    import quarry.core.search as path
+
+    if hasattr(path, "search"):
+        return path.search(index, principal, request, embedder, settings, second_stage=second_stage)
+    from quarry.core.resolve import resolve
+
+    result = path.hybrid_search(index, principal, request, embedder, settings, second_stage)
+    if result.decision is None:
+        delivered = [p for p in (index.passage(e.passage_id, principal) for e in result.excerpts) if p is not None]
+        result = result.model_copy(update={"decision": resolve(delivered, principal, request.valid_at)})
+    return result
+
+
+def survivors(result: SearchResult, top_k: int) -> list[str]:
+    """Passage ids the second stage kept: those it ranked (rerank_rank set), or the fused
+    top_k when no second stage ran."""
+    ranked = [c for c in result.candidates if c.rerank_rank is not None]
+    if ranked:
+        return [c.passage_id for c in sorted(ranked, key=lambda c: c.rerank_rank)[:top_k]]
+    return [c.passage_id for c in sorted(result.candidates, key=lambda c: c.fused_rank)[:top_k]]
+
+
+# --------------------------------------------------------------------------- per-case outcome
+
+
+class QueryTrace(_Frozen):
+    """One search of a case, ids only (never text)."""
+
+    query: str
+    candidates: tuple[str, ...]  # passage ids in fused order
+    survivors: tuple[str, ...]
+    delivered: tuple[str, ...]
+    generation: int
+
+
+class CaseOutcome(_Frozen):
+    id: str
+    kinds: tuple[str, ...]
+    tenant: str
+    answerable: bool
+    queries: tuple[QueryTrace, ...]
+    candidates: bool  # every minimum-evidence id among the candidates
+    candidate_recall: float | None  # fraction of minimum-evidence ids among the candidates
+    second_stage: bool
+    delivered: bool
+    resolution: bool
+    first_lost: str | None  # the first boundary the case failed, None when it survived all
+    precision: float | None  # relevant delivered excerpts / delivered excerpts
+    abstained: bool | None  # unanswerable cases only: honest abstention
+    asserted_by: tuple[str, ...] = ()  # unanswerable: selected passages holding every decisive term
+    failures: tuple[str, ...] = ()
+    leaks: tuple[str, ...] = ()
+    decision: Decision
+
+
+@dataclass
+class CaseContext:
+    """What a case's run leaves behind for counterfactuals: the index, the principal, the
+    evidence the decision was made over (delivered excerpts in delivery order, then any
+    passage the path's contradiction search added) and the decision."""
+
+    case: EvidenceCase
+    index: Any
+    principal: Principal
+    delivered: list[Passage]
+    decision: Decision
+    results: list[SearchResult] = field(default_factory=list)
+
+
+def leaks_of(case: EvidenceCase, index, principal: Principal, result: SearchResult) -> list[str]:
+    """Ids in a result that the principal must not see: not a passage of its tenant's index,
+    another tenant's envelope, an ACL the groups cannot read, or a listed foreign doc."""
+    ids = [c.passage_id for c in result.candidates] + [e.passage_id for e in result.excerpts]
+    if result.decision is not None:
+        ids += list(decision_verdicts(result.decision))
+    out = []
+    for pid in dict.fromkeys(ids):
+        p = index.passage(pid, principal)
+        if p is None:
+            out.append(f"{pid}: not a passage this principal can read in tenant {principal.tenant!r}")
+        elif p.tenant != principal.tenant or not principal.can_read(p.tenant, p.envelope.acl):
+            out.append(f"{pid}: belongs to tenant {p.tenant!r} / acl {list(p.envelope.acl)}")
+        elif any(matches(f, pid) for f in case.foreign):
+            out.append(f"{pid}: listed as another tenant's document")
+    return out
+
+
+def run_case(case: EvidenceCase, index, embedder, settings, second_stage=None,
+             search_fn: Callable[..., SearchResult] | None = None) -> tuple[CaseOutcome, CaseContext]:
+    from quarry.core.resolve import resolve
+
+    search_fn = search_fn or _run_search
+    principal = case.principal()
+    traces, results, leaks = [], [], []
+    delivered: dict[str, Passage] = {}
+    for q in case.queries:
+        req = SearchRequest(query=q, top_k=case.top_k, doc_type=case.doc_type,
+                            valid_at=case.valid_at if case.filter_valid_at else None)
+        res = search_fn(index, principal, req, embedder, settings, second_stage)
+        results.append(res)
+        leaks += leaks_of(case, index, principal, res)
+        for e in res.excerpts:
+            p = index.passage(e.passage_id, principal)
+            if p is not None:
+                delivered.setdefault(p.passage_id, p)
+        traces.append(QueryTrace(query=q, candidates=tuple(c.passage_id for c in res.candidates),
+                                 survivors=tuple(survivors(res, case.top_k)),
+                                 delivered=tuple(e.passage_id for e in res.excerpts), generation=res.generation))
+    # The path's own decision when it answers the case exactly (one query, same date);
+    # otherwise resolve over everything the run delivered, as of the case's date.
+    only = results[0].decision if len(results) == 1 else None
+    if only is not None and only.valid_at == case.valid_at:
+        decision = only
+    else:
+        decision = resolve(list(delivered.values()), principal, case.valid_at)
+    # The evidence the decision was made over: the excerpts, plus whatever the path's own
+    # contradiction search folded in (counterfactuals re-resolve exactly this set).
+    evidence = dict(delivered)
+    for pid in decision_verdicts(decision):
+        if pid not in evidence and (p := index.passage(pid, principal)) is not None:
+            evidence[pid] = p
+
+    cand = {p for t in traces for p in t.candidates}
+    surv = {p for t in traces for p in t.survivors}
+    deliv = {p for t in traces for p in t.delivered}
+    need = case.minimum_evidence
+    in_cand = [m for m in need if _any(m, cand)]
+    stages = {
+        "candidates": len(in_cand) == len(need),
+        "second_stage": all(_any(m, surv) for m in need),
+        "delivered": all(_any(m, deliv) for m in need),
+    }
+    fails = resolution_failures(case, decision)
+    stages["resolution"] = not fails
+    for m in need:
+        if not _any(m, cand):
+            fails.insert(0, f"{m}: not among the candidates")
+    first_lost = next((b for b, _, _ in BOUNDARIES if not stages[b]), None) if case.answerable else None
+
+    all_delivered = [p for t in traces for p in t.delivered]
+    precision = None
+    if case.answerable and all_delivered:
+        rel = case.relevant_ids
+        precision = sum(1 for p in all_delivered if _any_rel(rel, p)) / len(all_delivered)
+    elif case.answerable:
+        precision = 0.0
+
+    abstained, asserted = None, ()
+    if not case.answerable:
+        texts = {pid: p.text for pid, p in delivered.items()}
+        asserted = tuple(s.passage_id for s in decision.selected
+                         if holds_terms(_text_of(s.passage_id, texts, index, principal), case.decisive_terms))
+        abstained = not asserted
+        if asserted:
+            fails.append("selected evidence holds every decisive term: " + ", ".join(asserted))
+
+    outcome = CaseOutcome(
+        id=case.id, kinds=case.kinds, tenant=case.tenant, answerable=case.answerable, queries=tuple(traces),
+        candidates=stages["candidates"], candidate_recall=(len(in_cand) / len(need)) if need else None,
+        second_stage=stages["second_stage"], delivered=stages["delivered"], resolution=stages["resolution"],
+        first_lost=first_lost, precision=precision, abstained=abstained, asserted_by=asserted,
+        failures=tuple(fails), leaks=tuple(leaks), decision=decision,
+    )
+    return outcome, CaseContext(case, index, principal, list(evidence.values()), decision, results)
+
+
+def _any_rel(relevant: frozenset[str], passage_id: str) -> bool:
+    return any(matches(r, passage_id) for r in relevant)
+
+
+def _text_of(pid: str, texts: dict[str, str], index, principal: Principal) -> str:
+    if pid in texts:
+        return texts[pid]
+    p = index.passage(pid, principal)
+    return p.text if p is not None else ""
+
+
+# --------------------------------------------------------------------------- the suite
+
+
+def boundary_table(outcomes: Sequence[CaseOutcome]) -> list[dict[str, Any]]:
+    """Seed §11.12's table over the answerable cases: cases surviving each boundary (and
+    every one before it), the rate conditional on the previous boundary, what failure means."""
+    ans = [o for o in outcomes if o.answerable]
+    rows, prev = [], len(ans)
+    alive = list(ans)
+    for key, label, meaning in BOUNDARIES:
+        alive = [o for o in alive if getattr(o, key)]
+        rows.append({"boundary": key, "label": label, "surviving": len(alive), "of": prev,
+                     "conditional_rate": (len(alive) / prev) if prev else None, "failure_means": meaning})
+        prev = len(alive)
+    rows.append({"boundary": "end_to_end", "label": "End-to-end", "surviving": len(alive), "of": len(ans),
+                 "conditional_rate": (len(alive) / len(ans)) if ans else None,
+                 "failure_means": "product result, not a diagnosis"})
+    return rows
+
+
+def summarize(outcomes: Sequence[CaseOutcome]) -> dict[str, Any]:
+    ans = [o for o in outcomes if o.answerable]
+    una = [o for o in outcomes if not o.answerable]
+
+    def rate(n: int, d: int) -> float | None:
+        return n / d if d else None
+
+    precisions = [o.precision for o in ans if o.precision is not None]
+    recalls = [o.candidate_recall for o in ans if o.candidate_recall is not None]
+    honest = sum(1 for o in una if o.abstained)
+    leaks = [f"{o.id}: {leak}" for o in outcomes for leak in o.leaks]
+    return {
+        "cases": len(outcomes),
+        "answerable": len(ans),
+        "unanswerable": len(una),
+        "candidate_recall": rate(sum(o.candidates for o in ans), len(ans)),
+        "candidate_recall_mean_fraction": (sum(recalls) / len(recalls)) if recalls else None,
+        "second_stage_survival": rate(sum(o.second_stage for o in ans), len(ans)),
+        "delivered": rate(sum(o.delivered for o in ans), len(ans)),
+        "resolution_accuracy": rate(sum(o.resolution for o in ans), len(ans)),
+        "precision_at_k": (sum(precisions) / len(precisions)) if precisions else None,
+        "honest_abstention_rate": rate(honest, len(una)),
+        "false_assertion_rate": rate(len(una) - honest, len(una)),
+        "honest_abstentions": honest,
+        "false_assertions": len(una) - honest,
+        "isolation": "pass" if not leaks else "FAIL",
+        "leaks": leaks,
+        "boundaries": boundary_table(outcomes),
+        "first_lost": {b: sum(1 for o in ans if o.first_lost == b) for b, _, _ in BOUNDARIES},
+        "failing_cases": [o.id for o in outcomes if o.failures or o.leaks],
+    }
+
+
+@dataclass
+class SuiteRun:
+    outcomes: list[CaseOutcome]
+    contexts: list[CaseContext]
+    summary: dict[str, Any]
+    counterfactuals: list[Any] = field(default_factory=list)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+class IndexMissing(FileNotFoundError):
+    pass
+
+
+def load_tenant(index_root: str, tenant: str, generation: int | None = None):
+    """(index, embedder, second_stage) for a tenant's live (or given) generation, as serving
+    loads them: the embedder the manifest names and the gate-promoted second stage."""
+    from quarry.core import layout
+    from quarry.core.gate import load_second_stage
+    from quarry.core.index import TenantIndex
+    from quarry.search_cmd import make_embedder
+
+    if generation is None and layout.current_generation(index_root, tenant) is None:
+        raise IndexMissing(f"no published index for tenant {tenant!r} under {index_root}; build one with "
+                           f"`quarry build --source quarry/sample_corpus --index-root {index_root}`")
+    index = TenantIndex.load(index_root, tenant, generation)
+    second, _decision = load_second_stage(index_root, tenant, index.generation)
+    return index, make_embedder(None, index.manifest), second
+
+
+def run_suite(cases: Sequence[EvidenceCase], index_root: str, settings=None, *, generation: dict[str, int] | None = None,
+              counterfactuals: bool = True, search_fn=None, progress: Callable[[str], None] | None = None) -> SuiteRun:
+    """Run every case against the published indexes under ``index_root`` (or the given
+    generation per tenant); with ``counterfactuals``, also each answerable case's four."""
+    from quarry.core.search import SearchSettings
+
+    settings = settings or SearchSettings()
+    loaded: dict[str, tuple] = {}
+    embedders: dict[str, Any] = {}
+    outcomes, contexts = [], []
+    for case in cases:
+        if case.tenant not in loaded:
+            index, emb, second = load_tenant(index_root, case.tenant, (generation or {}).get(case.tenant))
+            # One embedder object per model name: MiniLM loads once for every tenant.
+            emb = embedders.setdefault(emb.name, emb)
+            loaded[case.tenant] = (index, emb, second)
+        index, emb, second = loaded[case.tenant]
+        out, ctx = run_case(case, index, emb, settings, second, search_fn)
+        outcomes.append(out)
+        contexts.append(ctx)
+        if progress:
+            progress(f"{case.id}: {'ok' if not out.failures and not out.leaks else 'FAIL'}")
+    run = SuiteRun(outcomes, contexts, summarize(outcomes),
+                   meta={"index_root": str(index_root),
+                         "generations": {t: v[0].generation for t, v in loaded.items()},
+                         "embedder": {t: v[1].name for t, v in loaded.items()},
+                         "second_stage": {t: v[2] is not None for t, v in loaded.items()}})
+    if counterfactuals:
+        from quarry.eval.counterfactuals import run_counterfactuals
+
+        run.counterfactuals = run_counterfactuals(contexts, index_root, settings, loaded, search_fn)
+        run.summary["counterfactuals"] = _cf_summary(run.counterfactuals)
+    return run
+
+
+def _cf_summary(results) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for r in results:
+        s = out.setdefault(r.kind, {"applicable": 0, "passed": 0, "not_applicable": 0, "failing": []})
+        if not r.applicable:
+            s["not_applicable"] += 1
+        elif r.passed:
+            s["applicable"] += 1
+            s["passed"] += 1
+        else:
+            s["applicable"] += 1
+            s["failing"].append(r.case_id)
+    return out

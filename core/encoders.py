@@ -173,6 +173,9 @@ class OnnxEmbedder:
                 if not target.is_file():
                     quantize_int8(fp32, target)
             opts = ort.SessionOptions()
+            # No busy-waiting between runs: spinning threads starve whatever shares the cores
+            # (torch in the same process, the other legs, other replicas).
+            opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
             if self.threads:
                 opts.intra_op_num_threads = self.threads
             sess = ort.InferenceSession(str(target), opts, providers=["CPUExecutionProvider"])

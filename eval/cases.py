@@ -542,14 +542,14 @@ def load_tenant(index_root: str, tenant: str, generation: int | None = None):
     from quarry.core import layout
     from quarry.core.gate import load_second_stage
     from quarry.core.index import TenantIndex
-    from quarry.search_cmd import make_embedder
+    from quarry.core.embedder_factory import embedder_for_index
 
     if generation is None and layout.current_generation(index_root, tenant) is None:
         raise IndexMissing(f"no published index for tenant {tenant!r} under {index_root}; build one with "
                            f"`quarry build --source quarry/sample_corpus --index-root {index_root}`")
     index = TenantIndex.load(index_root, tenant, generation)
     second, _decision = load_second_stage(index_root, tenant, index.generation)
-    return index, make_embedder(None, index.manifest), second
+    return index, embedder_for_index(index.manifest), second
 
 
 def run_suite(cases: Sequence[EvidenceCase], index_root: str, settings=None, *, generation: dict[str, int] | None = None,

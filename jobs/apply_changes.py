@@ -175,6 +175,7 @@ def apply_raw(s: ApplySettings, spark, raw, changes_uri: str) -> ApplyReport:
     from quarry.core import layout
     from quarry.core.changes import Change, lag_summary
     from quarry.core.delta import DeltaRows, check_embedder, fold_for, publish_delta
+    from quarry.core.embedder_factory import build_embedder
     from quarry.core.index import TenantIndex
     from quarry.core.records import ParentSection, Passage
     from quarry.jobs import stages as st
@@ -228,7 +229,7 @@ def apply_raw(s: ApplySettings, spark, raw, changes_uri: str) -> ApplyReport:
         for t in sorted(set(changes) & published):
             index = TenantIndex.load(root, t)
             spec = embedder_spec(index.manifest, s.embedder)
-            check_embedder(index, st.make_embedder(spec).name)
+            check_embedder(index, build_embedder(spec).name)
             result = fold_for(index, changes[t])
             plans[t] = (index, result, spec)
             tr = report.tenants.setdefault(t, TenantApplyReport(tenant=t))
@@ -279,7 +280,7 @@ def apply_raw(s: ApplySettings, spark, raw, changes_uri: str) -> ApplyReport:
             dim = int((index.manifest.get("embedder") or {}).get("dim") or 0)
             emb = np.stack(vecs) if vecs else np.zeros((0, dim), np.float32)
             tr.delta = publish_delta(index, result, DeltaRows(ps, pa, emb), changes[t],
-                                     st.make_embedder(spec).name)
+                                     build_embedder(spec).name)
             tr.upserted_passages = len(ps)
             tr.lag = lag_summary(TenantIndex.load(root, t).delta.state)
         done("publish")

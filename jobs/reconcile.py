@@ -79,12 +79,12 @@ def _apply_in_process(root: str, repairs) -> dict[str, int]:
     from quarry.core.delta import apply_local
     from quarry.core.index import TenantIndex
     from quarry.jobs.apply_changes import _contextualizer, embedder_spec
-    from quarry.jobs.stages import make_embedder
+    from quarry.core.embedder_factory import build_embedder
 
     out = {}
     for t in sorted({c.tenant for c in repairs}):
         index = TenantIndex.load(root, t)
-        emb = make_embedder(embedder_spec(index.manifest, "auto"))
+        emb = build_embedder(embedder_spec(index.manifest, "auto"))
         ctx = make_contextualizer(_contextualizer(index, "auto"))
         _, res = apply_local(root, t, [c for c in repairs if c.tenant == t], emb, ctx)
         out[t] = sum(o == "applied" for o in res.outcomes.values())

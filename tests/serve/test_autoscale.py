@@ -35,10 +35,14 @@ def _profile():
                            "target_utilization": 0.001}
     # Tiny CPU reservations: the session's application already holds most of the 2 CPUs.
     data["deployments"] = {
-        "Gateway": {"service_ms": 50, "concurrency_per_replica": 4, "num_cpus": 0.05},
+        "Gateway": {"service_ms": 50, "concurrency_per_replica": 4, "num_cpus": 0.05, "max_replicas_cap": 1},
         # 45 calls/s x 25 ms = 1.125 in flight; target 0.001 -> many replicas, capped at 2. The
         # Retriever is a few ms of each request, so any concurrent traffic exceeds that target.
         "Retriever": {"service_ms": 25, "concurrency_per_replica": 1, "num_cpus": 0.05, "max_replicas_cap": 2},
+        # The other two deployments of the application, with tiny reservations too (their
+        # defaults would not fit beside the session's application on 2 CPUs).
+        "Reranker": {"service_ms": 10, "concurrency_per_replica": 1, "num_cpus": 0.05, "max_replicas_cap": 1},
+        "Resolver": {"service_ms": 5, "concurrency_per_replica": 1, "num_cpus": 0.05, "max_replicas_cap": 1},
     }
     return WorkloadProfile.model_validate(data)
 

@@ -76,6 +76,19 @@ def search_settings(s: ServeSettings) -> SearchSettings:
     return SearchSettings(**{"top_k_ceiling": s.top_k_ceiling, **s.search})
 
 
+async def call_retrying(handle, method: str, *args: Any) -> Any:
+    """A deployment call retried once when the replica died under it. Only for read-only
+    calls; Serve routes the retry to a live replica (issue 10: a killed replica must not
+    turn into a 5xx)."""
+    from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError
+
+    try:
+        return await getattr(handle, method).remote(*args)
+    except (ActorDiedError, ActorUnavailableError, RayActorError):
+        await asyncio.sleep(0.1)
+        return await getattr(handle, method).remote(*args)
+
+
 class GenerationIndexes:
     """Memory-mapped indexes by (tenant, generation), LRU-bounded: what the Reranker and
     the Resolver read passages from (pages are shared with the Retriever's copy)."""
@@ -297,8 +310,8 @@ class Resolver:
         known = {x.passage_id for x in delivered}
         follow_ups, added = [], []
         for q in queries:
-            fs = await self.retriever.first_stage.remote(p, follow_up_request(req.request, q, settings),
-                                                         settings.follow_up_width)
+            fs = await call_retrying(self.retriever, "first_stage", p, follow_up_request(req.request, q, settings),
+                                     settings.follow_up_width)
             fu = follow_up_found(q, fs, known, settings)
             follow_ups.append(fu)
             new = await asyncio.to_thread(self._load, p, fu.generation, fu.found)

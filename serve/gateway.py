@@ -34,7 +34,7 @@ from quarry.core.stage_records import (
 
 from . import edge
 from .auth import AuthError, Identity, bearer_token, verify_platform_token, verify_token
-from .deployments import info_for_trace, search_settings
+from .deployments import call_retrying, info_for_trace, search_settings
 from .errors import error_details
 from .runstore import QuotaExceeded, RunNotFound, StoreUnavailable, make_run_store
 from .settings import ServeSettings
@@ -215,15 +215,8 @@ class Gateway:
         return {"status": "abstained", "message": ABSTENTION_MESSAGE, "searches_left": 0, "trace_id": trace_id}
 
     async def _retriever(self, method: str, *args: Any) -> Any:
-        """A Retriever call, retried once when its replica died under it: the calls are
-        read-only, and Serve routes the retry to a live replica."""
-        from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError
-
-        try:
-            return await getattr(self.retriever, method).remote(*args)
-        except (ActorDiedError, ActorUnavailableError, RayActorError):
-            await asyncio.sleep(0.1)
-            return await getattr(self.retriever, method).remote(*args)
+        """A Retriever call, retried once when its replica died under it (read-only)."""
+        return await call_retrying(self.retriever, method, *args)
 
     async def _store(self, endpoint: str, coro):
         """One run-store call. Unknown, foreign and expired runs, and a store that does not
@@ -389,7 +382,7 @@ class Gateway:
                 principal=principal, request=core, generation=first.generation, passage_ids=second.survivors))
             timing["expand"] = self._lat("expand", t0)
             t0 = time.perf_counter()
-            resolution = await self.resolver.resolve.remote(ResolveRequest(
+            resolution = await call_retrying(self.resolver, "resolve", ResolveRequest(
                 principal=principal, request=core, generation=first.generation,
                 passage_ids=tuple(e.passage_id for e in expanded.excerpts)))
             timing["resolve"] = self._lat("resolve", t0)

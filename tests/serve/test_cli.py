@@ -42,7 +42,7 @@ def test_serve_arguments_and_config_file(tmp_path, monkeypatch):
     data = config_args(args.config)  # the Serve config file's application args
     # Replica counts are planned (quarry plan), not args: the deployments list becomes deployment_options.
     assert "gateway_replicas" not in data and data["run_budget"] == 3
-    assert set(data["deployment_options"]) == {"Gateway", "Retriever", "Reranker"}
+    assert set(data["deployment_options"]) == {"Gateway", "Retriever", "Reranker", "Resolver"}
     assert all("autoscaling_config" in o for o in data["deployment_options"].values())
     s = settings_from_args({**data, "index_root": "/abs/idx"})
     assert s.index_root == "/abs/idx" and s.auth.algorithms == ("HS256",)

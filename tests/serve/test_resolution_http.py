@@ -79,7 +79,12 @@ def test_acme_decision_and_a_rejected_citation_fails_check_five(quarry_app):
     selected_docs = {s["passage_id"].split("#")[0] for s in d["selected"]}
     assert {"settlement-policy@3", "deploy-acme-cutover@1"} <= selected_docs and d["unresolved"] == []
     excerpt = {e["passage_id"]: e for e in body["excerpts"]}
-    assert excerpt[ticket]["verdict"] == "rejected"  # delivered, but marked
+    if ticket in excerpt:
+        assert excerpt[ticket]["verdict"] == "rejected"  # delivered, but marked
+    else:  # found by the contradiction search only: let the agent's next search deliver it
+        r = app.search(tok, run, "Acme remains on the 16:00 cutoff until cutover ticket 482", top_k=10)
+        assert r.status_code == 200, r.text
+        assert ticket in {e["passage_id"] for e in r.json()["excerpts"]}
 
     claim = {"statement": "Acme's EUR cutoff is 16:00.", "passage_id": ticket,
              "quote": "Acme remains on the 16:00 cutoff until cutover"}

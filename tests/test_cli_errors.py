@@ -45,6 +45,12 @@ def bad_inputs(idx: str, tmp: str, scifact: str = "") -> list[tuple[list[str], s
         (["token", "--tenant", "acme", "--subject", "s", "--groups", "*"], "wildcard"),
         (["train-ranker", "--index-root", idx, "--tenant", "acme"], "required"),
         (["demo", "--bogus"], "unrecognized arguments"),
+        (["plan"], "required: --profile"),
+        (["plan", "--profile", f"{tmp}/missing.yaml"], "cannot read profile"),
+        (["status", "--index-root", f"{tmp}/missing"], "no published index"),
+        (["compact", "--tenant", "acme", "--index-root", f"{tmp}/missing"], "no published index"),
+        (["apply-changes", "--changes", f"{tmp}/missing", "--index-root", idx], "no such file"),
+        (["reconcile", "--source", f"{tmp}/missing", "--index-root", idx], "no such file"),
         (["demo", "--embedder", f"{tmp}/no-model", "--build", "in-process", "--index-root", f"{tmp}/d"],
          "not a local model directory"),
     ]

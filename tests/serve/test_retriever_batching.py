@@ -16,12 +16,15 @@ QUERIES = ["quokkaband pay bands ranges", "refund approval threshold", "settleme
            "treasury account details IBAN"]
 
 
-def _answer(res: dict) -> list[tuple[str, float]]:
-    """Candidates with their fused and dense scores (the dense one is the query vector's),
-    then the delivered excerpts."""
-    dense = lambda c: None if c["dense_score"] is None else round(float(c["dense_score"]), 6)  # noqa: E731
-    return [(c["passage_id"], round(float(c["fused_score"]), 9), dense(c)) for c in res["candidates"]] + \
-           [(e["passage_id"], None, None) for e in res["excerpts"]]
+def _answer(res) -> list[tuple[str, float]]:
+    """A first stage's candidates with their fused and dense scores (the dense one is the
+    query vector's): what the Retriever's batched encode feeds."""
+    dense = lambda c: None if c.dense_score is None else round(float(c.dense_score), 6)  # noqa: E731
+    return [(c.passage_id, round(float(c.fused_score), 9), dense(c)) for c in res.candidates]
+
+
+def _docs(res) -> set[str]:
+    return {c.doc_id for c in res.candidates}
 
 
 def test_concurrent_principals_get_their_in_process_answers(quarry_app):
@@ -30,7 +33,7 @@ def test_concurrent_principals_get_their_in_process_answers(quarry_app):
     from quarry.core.embedder_factory import embedder_for_index
     from quarry.core.index import TenantIndex
     from quarry.core.records import Principal, SearchRequest
-    from quarry.core.search import SearchSettings, hybrid_search
+    from quarry.core.search import SearchSettings, first_stage
     from quarry.serve.deployments import Retriever
     from quarry.serve.settings import AuthSettings, ServeSettings
 
@@ -38,13 +41,13 @@ def test_concurrent_principals_get_their_in_process_answers(quarry_app):
                              reranker_enabled=False, encode_batch_size=8, encode_batch_wait_ms=100,
                              query_cache_size=0)  # every request encodes: batching is what is tested
     handle = serve.run(Retriever.options(name="EncodeProbe", max_ongoing_requests=32,
-                                         ray_actor_options={"num_cpus": 0}).bind(settings, None),
+                                         ray_actor_options={"num_cpus": 0}).bind(settings),
                        name="encode-probe", route_prefix=None)
     work = [(Principal(tenant=t, subject=f"u{i}", groups=frozenset(g)), SearchRequest(query=q, top_k=4))
             for i, (t, g) in enumerate(PRINCIPALS) for q in QUERIES]
     try:
         async def fire():
-            return await asyncio.gather(*(handle.search.remote(p, r) for p, r in work))
+            return await asyncio.gather(*(handle.first_stage.remote(p, r) for p, r in work))
 
         served = asyncio.run(fire())
         stats = handle.encoder_stats.remote().result()
@@ -56,7 +59,7 @@ def test_concurrent_principals_get_their_in_process_answers(quarry_app):
     indexes = {t: TenantIndex.load(quarry_app.root, t) for t, _ in PRINCIPALS}
     for (p, r), got in zip(work, served):
         idx = indexes[p.tenant]
-        want = hybrid_search(idx, p, r, embedder_for_index(idx.manifest), search).model_dump(mode="json")
+        want = first_stage(idx, p, r, embedder_for_index(idx.manifest), search)
         assert _answer(got) == _answer(want), (p, r.query)
     # the test can fail: principals' answers differ (ACL masks are applied per request)
     by_group = {tuple(sorted(p.groups)): _answer(got) for (p, r), got in zip(work, served)
@@ -73,22 +76,22 @@ def test_cached_vectors_answer_like_fresh_ones(quarry_app):
 
     settings = ServeSettings(index_root=quarry_app.root, auth=AuthSettings(hs256_secret="x" * 40),
                              reranker_enabled=False, query_cache_size=16)
-    handle = serve.run(Retriever.options(name="CacheProbe", ray_actor_options={"num_cpus": 0}).bind(settings, None),
+    handle = serve.run(Retriever.options(name="CacheProbe", ray_actor_options={"num_cpus": 0}).bind(settings),
                        name="cache-probe", route_prefix=None)
     p_staff = Principal(tenant="acme", subject="a", groups=frozenset({"all-staff"}))
     p_hr = Principal(tenant="acme", subject="b", groups=frozenset({"hr"}))
     try:
-        first = handle.search.remote(p_staff, SearchRequest(query="quokkaband pay bands", top_k=4)).result()
-        again = handle.search.remote(p_staff, SearchRequest(query=" quokkaband  pay bands", top_k=4)).result()
-        other = handle.search.remote(p_hr, SearchRequest(query="quokkaband pay bands", top_k=4)).result()
+        first = handle.first_stage.remote(p_staff, SearchRequest(query="quokkaband pay bands", top_k=4)).result()
+        again = handle.first_stage.remote(p_staff, SearchRequest(query=" quokkaband  pay bands", top_k=4)).result()
+        other = handle.first_stage.remote(p_hr, SearchRequest(query="quokkaband pay bands", top_k=4)).result()
         stats = handle.encoder_stats.remote().result()
     finally:
         serve.delete("cache-probe")
     assert (stats["hits"], stats["misses"]) == (2, 1) and stats["hit_rate"] == pytest.approx(2 / 3)
     assert _answer(again) == _answer(first)
     # a cache hit for another principal still runs that principal's mask: hr sees pay bands
-    assert any(e["doc_id"] == "pay-bands" for e in other["excerpts"])
-    assert all(e["doc_id"] != "pay-bands" for e in first["excerpts"])
+    assert "pay-bands" in _docs(other)
+    assert "pay-bands" not in _docs(first)
 
 
 def test_query_vectors_outside_a_replica_use_the_cache_and_each_principals_mask(tmp_path, sample_docs):
@@ -98,25 +101,25 @@ def test_query_vectors_outside_a_replica_use_the_cache_and_each_principals_mask(
     from quarry.core.index import TenantIndex
     from quarry.core.pipeline import build_corpus
     from quarry.core.records import Principal, SearchRequest
-    from quarry.core.search import SearchSettings, hybrid_search
+    from quarry.core.search import SearchSettings, first_stage
     from quarry.serve.deployments import Retriever
     from quarry.serve.settings import AuthSettings, ServeSettings
 
     root = str(tmp_path)
     build_corpus([d for d in sample_docs if d.tenant == "acme"], root, HashingEmbedder(64))
     settings = ServeSettings(index_root=root, auth=AuthSettings(hs256_secret="x" * 40), reranker_enabled=False)
-    r = Retriever.func_or_class(settings, None)  # the class itself, outside a replica
+    r = Retriever.func_or_class(settings)  # the class itself, outside a replica
     index = TenantIndex.load(root, "acme")
     staff = Principal(tenant="acme", subject="a", groups=frozenset({"all-staff"}))
     fin = Principal(tenant="acme", subject="b", groups=frozenset({"finance-admins"}))
-    got = {p.subject: r._search(p, SearchRequest(query=q, top_k=4))
+    got = {p.subject: r._first_stage(p, SearchRequest(query=q, top_k=4), None)
            for p, q in ((staff, "treasury account details IBAN"), (fin, " treasury account  details IBAN"))}
     st = r.query_cache.stats()
     assert (st.hits, st.misses, st.size) == (1, 1, 1)
     for p in (staff, fin):
-        want = hybrid_search(index, p, SearchRequest(query="treasury account details IBAN", top_k=4), HashingEmbedder(64),
-                             SearchSettings(top_k_ceiling=settings.top_k_ceiling)).model_dump(mode="json")
+        want = first_stage(index, p, SearchRequest(query="treasury account details IBAN", top_k=4), HashingEmbedder(64),
+                           SearchSettings(top_k_ceiling=settings.top_k_ceiling))
         assert _answer(got[p.subject]) == _answer(want)
     assert _answer(got["a"]) != _answer(got["b"])  # finance-admins alone see the treasury accounts
-    assert got["b"]["excerpts"][0]["doc_id"] == "treasury-accounts"
-    assert all(e["doc_id"] != "treasury-accounts" for e in got["a"]["excerpts"])
+    assert got["b"].candidates[0].doc_id == "treasury-accounts"
+    assert "treasury-accounts" not in _docs(got["a"])

@@ -289,21 +289,11 @@ def holds_terms(text: str, terms: Sequence[str]) -> bool:
 
 def _run_search(index, principal: Principal, request: SearchRequest, embedder, settings,
                 second_stage=None) -> SearchResult:
-    """The one call into the search path: the composed in-process ``search()`` (the same
-    stages as serving, decision record filled) where it exists. Until it merges, the
-    fallback is ``hybrid_search`` (mask, legs, RRF, second stage, expansion) followed by
-    ``resolve()`` over the delivered passages; delete the fallback after the merge."""
-    import quarry.core.search as path
+    """The one call into the search path: the composed in-process ``search()``, the same
+    stages as serving, with the decision record filled."""
+    from quarry.core.search import search
 
-    if hasattr(path, "search"):
-        return path.search(index, principal, request, embedder, settings, second_stage=second_stage)
-    from quarry.core.resolve import resolve
-
-    result = path.hybrid_search(index, principal, request, embedder, settings, second_stage)
-    if result.decision is None:
-        delivered = [p for p in (index.passage(e.passage_id, principal) for e in result.excerpts) if p is not None]
-        result = result.model_copy(update={"decision": resolve(delivered, principal, request.valid_at)})
-    return result
+    return search(index, principal, request, embedder, settings, second_stage=second_stage)
 
 
 def survivors(result: SearchResult, top_k: int) -> list[str]:

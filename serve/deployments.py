@@ -595,8 +595,23 @@ class Retriever:
             return {t: e.index.generation for t, e in self._cache.items()}
 
     def _status(self, tenants: list[str] | None) -> dict[str, dict[str, Any]]:
-        return {t: {"generation": g, "dense": self.dense_choice.to_json(), "freshness": self._freshness(t)}
-                for t, g in self.loaded().items() if tenants is None or t in tenants}
+        """Named tenants (an operator's own) are loaded if published, so the answer does not
+        depend on which replica took the call; the platform view lists every published
+        tenant, with full detail where this replica has it loaded."""
+        if tenants is not None:
+            for t in tenants:
+                if layout.current_generation(self.s.index_root, t) is not None:
+                    self.index_for(t)
+        loaded = self.loaded()
+        out = {t: {"generation": g, "loaded": True, "dense": self.dense_choice.to_json(),
+                   "freshness": self._freshness(t)}
+               for t, g in loaded.items() if tenants is None or t in tenants}
+        if tenants is None:
+            for t in layout.list_tenants(self.s.index_root):
+                gen = layout.current_generation(self.s.index_root, t)
+                if t not in out and gen is not None:
+                    out[t] = {"generation": gen, "loaded": False}
+        return out
 
     def _freshness(self, tenant: str) -> dict[str, Any]:
         from quarry.core.changes import lag_summary

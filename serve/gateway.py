@@ -300,14 +300,14 @@ class Gateway:
         """Liveness for probes: ``{"status": "ok"}``. With an operator token, also the
         operator's tenant as loaded by a Retriever replica (live generation, the second
         stage served and its gate decision); only a platform credential (its own key and
-        audience, which no tenant token can carry) sees every loaded tenant. Tenant names
+        audience, which no tenant token can carry) sees every published tenant. Tenant names
         are never listed to anonymous callers."""
         try:
             token = bearer_token(authorization)
         except AuthError:
             return {"status": "ok"}
         if verify_platform_token(token, self.s.auth):
-            tenants = None  # the platform view: every loaded tenant
+            tenants = None  # the platform view: every published tenant
         else:
             try:
                 ident = verify_token(token, self.s.auth)

@@ -45,7 +45,7 @@ def build_app(args: dict[str, Any] | ServeSettings | None = None) -> Application
     )).bind(s)
     # Resolution is light CPU work over a few passages; its follow-up queries go to the Retriever.
     resolver = Resolver.options(**_options(
-        s, "Resolver", max_ongoing_requests=s.max_ongoing_requests, ray_actor_options={"num_cpus": 0.1}, **health,
+        s, "Resolver", max_ongoing_requests=s.max_ongoing_requests, ray_actor_options={"num_cpus": s.resolver_num_cpus}, **health,
     )).bind(s, retriever)
     # The gateway also serves MCP at /mcp (serve/mcp.py) from the same FastAPI app.
     return Gateway.options(**_options(

@@ -138,6 +138,7 @@ class ServeSettings(BaseModel):
     trace_flush_ms: int = Field(default=200, ge=1, description="buffered traces reach disk within this")
     gateway_num_cpus: float = Field(default=0.25, ge=0)
     retriever_num_cpus: float = Field(default=0.5, ge=0)
+    resolver_num_cpus: float = Field(default=0.1, ge=0, description="resolution is light CPU work over a few passages")
     health_check_period_s: float = Field(default=10.0, gt=0, description="Serve calls check_health this often")
     health_check_timeout_s: float = Field(default=30.0, gt=0)
     mcp_enabled: bool = True

@@ -119,7 +119,7 @@ def quarry_app(tmp_path_factory):
     settings = ServeSettings(index_root=root, auth=auth, gateway_replicas=2,
                              retriever_replicas=2,  # freshness: a change is seen by every replica
                              generation_check_ms=200, ray_namespace="quarry-test", store_name_prefix=PREFIX,
-                             reranker_num_cpus=0.5, retriever_num_cpus=0.25,  # room for test_autoscale's app
+                             reranker_num_cpus=0.5, retriever_num_cpus=0.25, resolver_num_cpus=0.02,  # room for test_autoscale's app and deploy()'s
                              stage_check_s=0.5, candidate_width_ceiling=60)
     serve.run(build_app(settings), name="quarry", route_prefix="/")
     client = Client(f"http://127.0.0.1:{port}", root, docs)

@@ -16,7 +16,8 @@ SMALL = dict(runs_open_per_subject=5, runs_open_per_tenant=12, traces_per_tenant
 
 def deploy(quarry_app, tmp_path_factory, name: str, **overrides) -> httpx.Client:
     """A second application on the session's Serve instance (same index root), with its
-    own store names, state and trace folders, and tiny CPU reservations."""
+    own store names, state and trace folders, and tiny CPU reservations (every deployment:
+    several such applications share the session's two CPUs)."""
     from ray import serve
 
     from quarry.serve.app import build_app
@@ -24,8 +25,8 @@ def deploy(quarry_app, tmp_path_factory, name: str, **overrides) -> httpx.Client
 
     d = tmp_path_factory.mktemp(name)
     kw = dict(ray_namespace="quarry-test", store_name_prefix=f"quarrytest-{name}", state_dir=str(d / "state"),
-              trace_dir=str(d / "traces"), reranker_enabled=False, gateway_num_cpus=0.05, retriever_num_cpus=0.05,
-              generation_check_ms=200)
+              trace_dir=str(d / "traces"), reranker_enabled=False, gateway_num_cpus=0.01, retriever_num_cpus=0.01,
+              reranker_num_cpus=0.01, resolver_num_cpus=0.01, generation_check_ms=200)
     settings = ServeSettings(index_root=quarry_app.root, auth=AuthSettings(hs256_secret=quarry_app.secret),
                              **{**kw, **overrides})
     serve.run(build_app(settings), name=name, route_prefix=f"/{name}")

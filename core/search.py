@@ -73,6 +73,9 @@ class SearchSettings(BaseModel):
         True, description="for identifier lookups, passages holding every queried identifier verbatim rank first")
     follow_up_width: int = Field(3, ge=1, le=50, description="candidates each contradiction-search query adds")
     max_follow_ups: int = Field(2, ge=0, le=10, description="contradiction-search queries per search")
+    follow_up_dense: bool = Field(
+        True, description="contradiction-search queries run the dense leg too (their encodings are batched); "
+                          "off: BM25 only, no encoding, cheaper but noisier (README, Resolve)")
 
 
 @dataclass(frozen=True)
@@ -258,10 +261,12 @@ def first_stage(
     embedder: Embedder | None,
     settings: SearchSettings = SearchSettings(),
     query_vector: np.ndarray | None = None,
+    dense: bool = True,
 ) -> FirstStage:
     """Filter -> legs -> fuse: the one first stage that serving, ``quarry search``, ranker
     training and evaluation all run. ``query_vector`` skips encoding (callers that encode
-    queries in batches); otherwise ``embedder`` encodes ``request.query``."""
+    queries in batches); otherwise ``embedder`` encodes ``request.query``. ``dense=False``
+    runs the lexical leg only (contradiction search, unless ``follow_up_dense``)."""
     if principal.tenant != index.tenant:
         raise PermissionError("principal and index belong to different tenants")
     masks = index.masks(principal, request.doc_type, request.valid_at)
@@ -269,12 +274,16 @@ def first_stage(
     stages = [StageReport(name="filter", kept=visible, note="rows visible to the principal under the filters")]
     lex = lexical_leg(index, masks, request.query, settings.lexical_width, settings.lexical_floor)
     stages.append(StageReport(name="lexical", kept=len(lex.rows), dropped=lex.dropped))
-    if query_vector is None:
-        if embedder is None:
-            raise ValueError("first_stage needs an embedder or a query_vector")
-        query_vector = embedder.encode([request.query])[0]
-    den = dense_leg(index, masks, query_vector, settings.dense_width, settings.dense_floor)
-    stages.append(StageReport(name="dense", kept=len(den.rows), dropped=den.dropped))
+    if not dense:
+        den = LegHits((), (), 0)
+        stages.append(StageReport(name="dense", kept=0, note="off: lexical leg only"))
+    else:
+        if query_vector is None:
+            if embedder is None:
+                raise ValueError("first_stage needs an embedder or a query_vector")
+            query_vector = embedder.encode([request.query])[0]
+        den = dense_leg(index, masks, query_vector, settings.dense_width, settings.dense_floor)
+        stages.append(StageReport(name="dense", kept=len(den.rows), dropped=den.dropped))
     cands = fuse(lex, den, index, settings)
     union = len(set(lex.rows) | set(den.rows))
     stages.append(StageReport(name="fuse", kept=len(cands), dropped=union - len(cands)))
@@ -407,8 +416,11 @@ def resolve_in_process(index: TenantIndex, principal: Principal, request: Search
     known = {p.passage_id for p in delivered}
     follow_ups, added = [], []
     narrow = settings.model_copy(update={"candidate_width": settings.follow_up_width})
-    for q in queries:
-        fs = first_stage(index, principal, follow_up_request(request, q, settings), embedder, narrow)
+    dense = settings.follow_up_dense and embedder is not None
+    vectors = embedder.encode(list(queries)) if dense and queries else [None] * len(queries)  # one batch
+    for q, vec in zip(queries, vectors):
+        fs = first_stage(index, principal, follow_up_request(request, q, settings), embedder, narrow, vec,
+                         dense=settings.follow_up_dense)
         fu = follow_up_found(q, fs, known, settings)
         follow_ups.append(fu)
         for pid in fu.found:

@@ -4,7 +4,7 @@
         [--index-root var/bench-encoder] [--queries 200] [--requests 200] [--concurrency 1,4,16]
 
 For each encoder: load time and its agreement with torch (minimum cosine over the fixed
-probes), encode p50/p95 for one query at a time, in-process ``hybrid_search`` p50 (encode
+probes), encode p50/p95 for one query at a time, in-process ``search`` p50 with and without the resolution stage (encode
 included), and the dataset's nDCG@10 (hybrid and dense legs) with the index built once by
 the torch encoder. Then over loopback HTTP (``quarry.eval.bench_serve.http_load``): the
 baseline (torch, no encode batching, no cache: the Retriever before issue 15) and each
@@ -72,6 +72,11 @@ def measure_encoders(loaded: dict[str, tuple[Any, float]], queries: list[str], i
         principal = Principal(tenant=index.tenant, subject="bench")
         srch = interleaved({k: (lambda q, e=e: hybrid_search(index, principal, SearchRequest(query=q, top_k=4), e))
                             for k, (e, _) in loaded.items()}, queries)
+        # without the resolution stage (its contradiction search encodes up to 2 more
+        # queries): the path issue 15 was measured on
+        bare = interleaved({k: (lambda q, e=e: hybrid_search(index, principal, SearchRequest(query=q, top_k=4), e,
+                                                             resolve=False))
+                            for k, (e, _) in loaded.items()}, queries)
     rows = []
     for k, (emb, load_s) in loaded.items():
         row: dict[str, Any] = {"encoder": k, "load_s": load_s, "agreement": getattr(emb, "agreement", None),
@@ -79,6 +84,7 @@ def measure_encoders(loaded: dict[str, tuple[Any, float]], queries: list[str], i
         if index is not None:
             stages = run_stages(index, ds, emb)
             row.update(search_p50_ms=_pct(srch[k], 0.5), search_p95_ms=_pct(srch[k], 0.95),
+                       unresolved_p50_ms=_pct(bare[k], 0.5),
                        ndcg_hybrid=stages["hybrid"]["ndcg@10"], ndcg_dense=stages["dense"]["ndcg@10"])
         print(f"[bench] {k}: " + ", ".join(f"{a} {b:.4g}" for a, b in row.items() if isinstance(b, float)),
               flush=True)
@@ -94,6 +100,9 @@ def measure_http(name: str, root: str, secret: str, extra: dict[str, Any], reque
     from quarry.serve.settings import AuthSettings, ServeSettings
 
     settings = ServeSettings(index_root=root, auth=AuthSettings(hs256_secret=secret), ray_namespace="quarry-bench",
+                             # one benchmark subject opens every run: quotas would refuse, not measure
+                             runs_open_per_subject=1_000_000, runs_open_per_tenant=1_000_000,
+                             runs_kept_per_tenant=1_000_000,
                              store_name_prefix="quarry-bench-enc", reranker_enabled=False,
                              max_ongoing_requests=32, **extra)
     print(f"[bench] HTTP {name}: deploying", flush=True)
@@ -130,14 +139,15 @@ def markdown(enc_rows: list[dict[str, Any]], http_rows: list[dict[str, Any]], me
         f"latencies over {meta['timed_queries']} queries, one at a time, torch threads {meta['torch_threads']}.",
         "",
         "| encoder | load s | min cosine vs torch | encode p50 ms | encode p95 ms | search p50 ms "
-        "| search p95 ms | nDCG@10 hybrid | nDCG@10 dense | hybrid Δ vs torch |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| search p95 ms | search p50 ms without resolution | nDCG@10 hybrid | nDCG@10 dense | hybrid Δ vs torch |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in enc_rows:
         agree = "reference" if r["encoder"] == "torch" else f"{r['agreement']:.4f}"
         delta = f"{r['ndcg_hybrid'] - torch_row['ndcg_hybrid']:+.4f}" if "ndcg_hybrid" in r else "n/a"
         out.append(f"| {r['encoder']} | {r['load_s']:.1f} | {agree} | {r['encode_p50_ms']:.2f} | "
                    f"{r['encode_p95_ms']:.2f} | {f(r, 'search_p50_ms', '.2f')} | {f(r, 'search_p95_ms', '.2f')} | "
+                   f"{f(r, 'unresolved_p50_ms', '.2f')} | "
                    f"{f(r, 'ndcg_hybrid', '.4f')} | {f(r, 'ndcg_dense', '.4f')} | {delta} |")
     out += [] if not http_rows else [
         "", "Over loopback HTTP (`POST /v1/search`, one gateway and one Retriever replica, no second stage; "

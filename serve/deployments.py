@@ -309,9 +309,11 @@ class Resolver:
         decision, queries = await asyncio.to_thread(plan_resolution, delivered, p, req.request.valid_at, settings)
         known = {x.passage_id for x in delivered}
         follow_ups, added = [], []
-        for q in queries:
-            fs = await call_retrying(self.retriever, "first_stage", p, follow_up_request(req.request, q, settings),
-                                     settings.follow_up_width)
+        # the follow-ups run concurrently; what they found folds in query order, as in-process
+        firsts = await asyncio.gather(*(call_retrying(
+            self.retriever, "first_stage", p, follow_up_request(req.request, q, settings),
+            settings.follow_up_width, settings.follow_up_dense) for q in queries))
+        for q, fs in zip(queries, firsts):
             fu = follow_up_found(q, fs, known, settings)
             follow_ups.append(fu)
             new = await asyncio.to_thread(self._load, p, fu.generation, fu.found)
@@ -521,7 +523,8 @@ class Retriever:
         return self._retired.get(tenant, generation)
 
     # -- stages ------------------------------------------------------------------------
-    def _first_stage(self, principal: Principal, request: SearchRequest, width: int | None) -> FirstStage:
+    def _first_stage(self, principal: Principal, request: SearchRequest, width: int | None,
+                     dense: bool) -> FirstStage:
         index = self.index_for(principal.tenant)
         if index is None:  # no index for this tenant: same shape as finding nothing
             return no_first_stage(principal.tenant)
@@ -529,13 +532,16 @@ class Retriever:
         w = candidate_width(settings, width, request.top_k)
         if w != settings.candidate_width:
             settings = settings.model_copy(update={"candidate_width": w})
-        return first_stage(index, principal, request, None, settings, self._query_vector(index, request.query))
+        qvec = self._query_vector(index, request.query) if dense else None
+        return first_stage(index, principal, request, None, settings, qvec, dense=dense)
 
     async def first_stage(self, principal: Principal, request: SearchRequest,
-                          candidate_width: int | None = None) -> FirstStage:
-        """Filter -> legs -> fuse under the verified principal (``quarry.core.search.first_stage``)."""
+                          candidate_width: int | None = None, dense: bool = True) -> FirstStage:
+        """Filter -> legs -> fuse under the verified principal (``quarry.core.search.first_stage``);
+        ``dense=False``: the lexical leg only (the Resolver's contradiction search)."""
         self._loop = loop = asyncio.get_running_loop()  # _query_vector joins encode batches on it
-        return await loop.run_in_executor(self._search_pool, self._first_stage, principal, request, candidate_width)
+        return await loop.run_in_executor(self._search_pool, self._first_stage, principal, request,
+                                          candidate_width, dense)
 
     def _expand(self, req: ExpandRequest) -> Expansion:
         index = self._index_at(req.principal.tenant, req.generation)

@@ -182,3 +182,39 @@ def test_acme_question_resolves_as_the_seed(acme):
     assert {"settlement-policy@3", "deploy-acme-cutover@1"} <= selected and d.unresolved == ()
     assert {e.passage_id: e.verdict for e in res.excerpts if e.passage_id in rejected} == {
         p: "rejected" for p in rejected if p in {e.passage_id for e in res.excerpts}}
+
+
+class _CountingEmbedder:
+    """The hashing embedder, counting the texts it encodes and the calls."""
+
+    def __init__(self):
+        self.calls, self.texts = 0, 0
+        self.name, self.dim = EMB.name, EMB.dim
+
+    def encode(self, texts):
+        self.calls += 1
+        self.texts += len(texts)
+        return EMB.encode(texts)
+
+
+def test_lexical_only_first_stage_encodes_nothing_and_keeps_the_lexical_order(acme):
+    s = SearchSettings()
+    req = SearchRequest(query="webhook retries E-4471", top_k=6)
+    fs = first_stage(acme, STAFF, req, None, s, dense=False)  # no embedder needed
+    lex = lexical_leg(acme, acme.masks(STAFF), req.query, s.lexical_width, s.lexical_floor)
+    assert fs.dense_rows == () and fs.lexical_rows == lex.rows
+    assert [c.row for c in fs.candidates] == list(lex.rows[: s.candidate_width])
+    assert next(st for st in fs.stages if st.name == "dense").note.startswith("off")
+
+
+def test_follow_up_encodings_are_one_batch_or_none(acme, monkeypatch):
+    queries = ["settlement cutoff superseded exception", "refund window revoked completed"]
+    monkeypatch.setattr(search_mod, "plan_resolution", lambda *a, **k: (Decision(valid_at=dt.date(2026, 3, 1)),
+                                                                         tuple(queries)))
+    req = SearchRequest(query=ACME_Q, top_k=4)
+    for dense, want_calls in ((True, 2), (False, 1)):  # the agent's query, then one batch of both follow-ups
+        emb = _CountingEmbedder()
+        res = search(acme, STAFF, req, emb, SearchSettings(follow_up_dense=dense))
+        assert emb.calls == want_calls and emb.texts == 1 + (len(queries) if dense else 0)
+        note = next(st.note for st in res.stages if st.name == "resolve")
+        assert "2 follow-up queries" in note, note

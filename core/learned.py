@@ -56,7 +56,8 @@ from quarry.core.gate import DEFAULT_MARGIN, GateDecision, evaluate_gate
 from quarry.core.records import Candidate, Passage, SearchRequest
 from quarry.core.rerank import apply_rerank
 from quarry.core.search import first_stage
-from quarry.core.tokenizer import tokenize
+from quarry.core.text import heading_text, split_sentences
+from quarry.core.tokenizer import identifiers, tokenize
 
 if TYPE_CHECKING:  # pragma: no cover
     from quarry.core.embedding import Embedder
@@ -95,22 +96,8 @@ BASE_FEATURES: tuple[str, ...] = (
 SENTENCE_FEATURES: tuple[str, ...] = ("sent_max_sim", "sent_max_sim_rel", "title_sim")
 FEATURES: tuple[str, ...] = BASE_FEATURES + SENTENCE_FEATURES
 
-# Identifier-like query tokens: separator-joined runs (E-4471, acme-9, v2.3.1, ord_4821)
-# or a single run mixing letters and digits (INC2291, 4xx).
-_IDENT = re.compile(r"[^\W_]+(?:[-_./][^\W_]+)+|\b(?=\w*\d)(?=\w*[^\W\d_])\w+\b", re.UNICODE)
-
-
-def _ident_tokens(query: str) -> list[str]:
-    out = []
-    for m in _IDENT.finditer(query):
-        t = m.group(0).strip("./-_").lower()
-        if len(t) >= 2 and t not in out:
-            out.append(t)
-    return out
-
-
 def _head(p: Passage) -> str:
-    return " > ".join(s for s in (p.envelope.title, *p.heading_path) if s)
+    return heading_text(p.envelope.title, p.heading_path)
 
 
 def _proximity(q: set[str], toks: Sequence[str]) -> float:
@@ -196,8 +183,6 @@ class SentenceVectors:
 
     @staticmethod
     def units(p: Passage) -> tuple[str, list[str]]:
-        from quarry.core.chunking import split_sentences
-
         sents = [s for s in split_sentences(p.text) if s.strip()][:SENTENCE_CAP]
         if not sents:
             sents = [p.text.strip() or p.passage_id]
@@ -346,7 +331,7 @@ def candidate_features(
         return X
     qtoks = tokenize(query)
     qset = set(qtoks)
-    idents = _ident_tokens(query)
+    idents = list(dict.fromkeys(identifiers(qtoks)))
     lex_best = max((c.lexical_score for c in candidates if c.lexical_score is not None), default=0.0)
     den_best = max((c.dense_score for c in candidates if c.dense_score is not None), default=0.0)
     doc_count: dict[str, int] = {}

@@ -61,7 +61,7 @@ def _compare(a, b, qrels):
 def _edited(text: str) -> str:
     """A realistic edit: the abstract loses its last sentence (or, when it has one
     sentence, gains a short correction note)."""
-    from quarry.core.chunking import split_sentences
+    from quarry.core.text import split_sentences
 
     sents = split_sentences(text)
     return " ".join(sents[:-1]) if len(sents) > 1 else text + " (corrected)"

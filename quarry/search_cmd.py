@@ -5,6 +5,8 @@ from __future__ import annotations
 import datetime as dt
 import sys
 
+from quarry.core.text import heading_text
+
 
 def add_arguments(p) -> None:
     p.add_argument("query", help="the search text (words or exact identifiers)")
@@ -38,14 +40,12 @@ def format_decision(decision) -> list[str]:
 
 
 def format_result(result) -> str:
-    from quarry.core.embedding import heading_trail
-
     if not result.excerpts:
         return "\n".join([result.message, *format_decision(result.decision)])
     out = []
     for i, e in enumerate(result.excerpts, 1):
         dates = f"{e.effective_from or '?'}..{e.effective_to or ''}"
-        head = " > ".join(heading_trail(e.title, e.heading_path))
+        head = heading_text(e.title, e.heading_path)
         flags = (" [truncated]" if e.truncated else "") + (f" [{e.validity}]" if e.validity else "") + (
             f" [{e.verdict}]" if e.verdict else "")
         out.append(f"[{i}] {e.passage_id}  ({e.doc_type}, authority {e.authority}, effective {dates}){flags}\n"

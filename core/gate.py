@@ -26,10 +26,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from quarry.core import layout
+from quarry.core.embedder_factory import build_embedder
+from quarry.core.ranker_model import LearnedRanker
+from quarry.core.sentence_vectors import SentenceVectors
 
 if TYPE_CHECKING:  # pragma: no cover
     from quarry.core.embedding import Embedder
-    from quarry.core.learned import LearnedRanker, SentenceVectors
     from quarry.core.search import SecondStage
 
 __all__ = ["DEFAULT_MARGIN", "GateDecision", "evaluate_gate", "ranker_dir", "record_decision",
@@ -105,9 +107,9 @@ def record_decision(
     tenant: str,
     generation: int,
     decision: GateDecision,
-    ranker: "LearnedRanker | None" = None,
+    ranker: LearnedRanker | None = None,
     *,
-    sentence_cache: "SentenceVectors | None" = None,
+    sentence_cache: SentenceVectors | None = None,
     kind: str = "learned",
     report: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
@@ -192,8 +194,6 @@ def load_second_stage(
     packaged MiniLM, loaded lazily on first use); its cached sentence vectors are loaded
     from ``ranker/sentences.npz`` when present, and misses are embedded on the fly.
     """
-    from quarry.core.learned import LearnedRanker, SentenceVectors
-
     decision = read_decision(root, tenant, generation)
     if not decision.get("enabled"):
         return None, decision
@@ -213,8 +213,6 @@ def load_second_stage(
     sentence = None
     if decision.get("sentence_features"):
         if embedder is None:
-            from quarry.core.embedder_factory import build_embedder
-
             embedder = build_embedder("default")
         sentence = SentenceVectors(embedder, max_passages=SERVE_MAX_PASSAGES)
         sentence.load(Path(local) / SENTENCE_CACHE)

@@ -287,7 +287,7 @@ def no_first_stage(tenant: str, generation: int = 0) -> FirstStage:
 
 # An in-process second stage: given the query and the fused candidates (with their
 # passages), return the kept candidates reordered, each carrying rerank_score/rerank_rank.
-# quarry.core.learned and quarry.core.gate provide implementations; None keeps the fused order.
+# quarry.core.ranker_model and quarry.core.gate provide implementations; None keeps the fused order.
 SecondStage = Callable[[str, Sequence[Candidate], Sequence[Passage], int], list[Candidate]]
 
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from quarry.core import layout
 from quarry.core.records import Principal, SearchRequest
-from quarry.eval.metrics import doc_ranking, mean, ndcg_at_k, recall_at_k
+from quarry.core.metrics import doc_ranking, mean, ndcg_at_k, recall_at_k
 
 WIDTH = 100  # each leg's width and the candidate width, so recall@100 is measurable
 # The second stage reorders the serving default candidate width (50); the fused tail
@@ -233,7 +233,7 @@ def train_second_stage(index, dataset_dir: Path, split: str, embedder):
     """Train the learned ranker on ``split`` qrels only (never the test split) and gate it."""
     if split == "test":
         raise ValueError("--train-split must not be the test split")
-    from quarry.core.learned import train_and_gate  # lands with the learned-ranker work
+    from quarry.core.ranker_train import train_and_gate
 
     ds = load_dataset(dataset_dir, split)
     principal = Principal(tenant=index.tenant, subject="eval")

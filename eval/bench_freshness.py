@@ -35,7 +35,7 @@ TENANT = "scifact"
 def _rankings(index, queries, emb, settings):
     from quarry.core.records import Principal, SearchRequest
     from quarry.core.search import hybrid_search
-    from quarry.eval.metrics import doc_ranking
+    from quarry.core.metrics import doc_ranking
 
     p = Principal(tenant=TENANT, subject="bench", groups=frozenset({"readers"}))
     out, secs = {}, []
@@ -48,7 +48,7 @@ def _rankings(index, queries, emb, settings):
 
 
 def _compare(a, b, qrels):
-    from quarry.eval.metrics import mean, ndcg_at_k
+    from quarry.core.metrics import mean, ndcg_at_k
 
     same_list = sum(a[q] == b[q] for q in a) / len(a)
     same_set = sum(set(a[q]) == set(b[q]) for q in a) / len(a)

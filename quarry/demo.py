@@ -28,6 +28,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from quarry.core.text import split_sentences
+
 DEFAULT_ROOT = "var/demo-index"
 TENANT, GROUPS = "globex", ("all-staff",)
 QUESTION = "Does the Pro plan include SSO?"
@@ -120,9 +122,15 @@ def build(index_root: str, embedder: str | None, mode: str) -> str:
 
 # ----------------------------------------------------------------------------- the agent
 
+def _pieces(text: str) -> list[str]:
+    """The sentences of each line of ``text`` (a table row is a line): exact slices, so a
+    quote taken from one passes the citation check."""
+    return [s for line in text.split("\n") for s in split_sentences(line)]
+
+
 def _sentence_with(text: str, phrase: str) -> str | None:
     """The sentence (or table row) of ``text`` holding ``phrase``, footnote markers removed."""
-    for piece in re.split(r"(?<=[.!?])\s+|\n+", text):
+    for piece in _pieces(text):
         if phrase.lower() in piece.lower():
             return re.sub(r"^\s*(\[\d+\]\s*)+", "", piece).strip().rstrip(".")
     return None
@@ -185,7 +193,7 @@ def show_decision(decision: dict[str, Any]) -> None:
 
 def _value(text: str, *phrases: str) -> str | None:
     """The time stated in the sentence of ``text`` that holds one of ``phrases``."""
-    pieces = re.split(r"(?<=[.!?])\s+|\n+", text)
+    pieces = _pieces(text)
     for ph in phrases:
         for piece in pieces:
             m = _TIME.search(piece) if ph.lower() in piece.lower() else None

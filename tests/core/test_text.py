@@ -2,7 +2,7 @@
 
 import pytest
 
-from quarry.core.learned import BASE_FEATURES, candidate_features
+from quarry.core.ranker_features import BASE_FEATURES, candidate_features
 from quarry.core.markdown import opens_block, stands_alone
 from quarry.core.text import (
     count_tokens,

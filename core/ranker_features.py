@@ -14,8 +14,8 @@ Features (one row per candidate; ``FEATURES`` lists the names in column order):
 - ``fused_rank``, ``fused_score``: the RRF rank and score.
 - ``ident_query``, ``ident_match``: whether the query holds identifiers
   (:func:`quarry.core.text.is_identifier`: ``E-4471``, ``reconcile_settlement``, ``v2.3.1``,
-  ``INC2291``) and the fraction of them found
-  literally (case-insensitive) in the passage's title, headings or text.
+  ``INC2291``) and the fraction of them found literally (case-insensitive) in the passage's
+  title, headings or text.
 - ``title_overlap``: fraction of the query's tokens (:func:`quarry.core.tokenizer.tokenize`)
   present in the title + heading path.
 - ``coverage``: fraction of the query's distinct tokens present in the passage
@@ -43,8 +43,8 @@ import numpy as np
 
 from quarry.core.records import Candidate, Passage
 from quarry.core.sentence_vectors import SentenceVectors
-from quarry.core.text import heading_text
-from quarry.core.tokenizer import identifiers, tokenize
+from quarry.core.text import heading_text, identifiers_in
+from quarry.core.tokenizer import tokenize
 
 __all__ = ["BASE_FEATURES", "SENTENCE_FEATURES", "FEATURES", "MISSING_RANK", "candidate_features"]
 
@@ -59,6 +59,7 @@ BASE_FEATURES: tuple[str, ...] = (
 )
 SENTENCE_FEATURES: tuple[str, ...] = ("sent_max_sim", "sent_max_sim_rel", "title_sim")
 FEATURES: tuple[str, ...] = BASE_FEATURES + SENTENCE_FEATURES
+
 
 def _proximity(q: set[str], toks: Sequence[str]) -> float:
     """Matched terms / shortest window (in token positions) holding every matched term."""
@@ -140,7 +141,7 @@ def candidate_features(
         return X
     qtoks = tokenize(query)
     qset = set(qtoks)
-    idents = list(dict.fromkeys(identifiers(qtoks)))
+    idents = identifiers_in(query)
     lex_best = max((c.lexical_score for c in candidates if c.lexical_score is not None), default=0.0)
     den_best = max((c.dense_score for c in candidates if c.dense_score is not None), default=0.0)
     doc_count: dict[str, int] = {}

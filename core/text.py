@@ -40,6 +40,7 @@ __all__ = [
     "heading_trail",
     "heading_text",
     "is_identifier",
+    "identifiers_in",
 ]
 
 # ---------------------------------------------------------------------------- tokens
@@ -164,3 +165,10 @@ def is_identifier(token: str) -> bool:
     """Whether ``token`` is an identifier: ``E-4471``, ``SSO-104``, ``v2.3``, ``ord_4821``,
     ``INC2291``, ``4xx``; not ``payout``, ``2291`` or ``16:00``."""
     return IDENTIFIER.fullmatch(token) is not None
+
+
+def identifiers_in(text: str) -> list[str]:
+    """The distinct identifiers written in ``text``, lower-cased, in order of first
+    appearance: whole ones only (``"IP3R-mediated"`` gives ``ip3r-mediated``, not also
+    ``ip3r``), unlike the tokenizer, which also emits the parts of a joined identifier."""
+    return list(dict.fromkeys(m.group(0).lower() for m in IDENTIFIER.finditer(text)))

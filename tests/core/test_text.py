@@ -8,6 +8,7 @@ from quarry.core.text import (
     count_tokens,
     heading_text,
     heading_trail,
+    identifiers_in,
     is_identifier,
     line_sentences,
     section_path,
@@ -77,6 +78,7 @@ def test_identifiers(token):
     assert is_identifier(token.lower())
     # The tokenizer and the lexical leg agree: the token (lower-cased) is an identifier there too.
     assert token.lower() in identifiers(tokenize(f"see {token} now"))
+    assert identifiers_in(f"see {token}, now") == [token.lower()]  # the learned ranker's ident_* features
 
 
 @pytest.mark.parametrize("token", ["payout", "2291", "16:00", "e", "-", "v2.", "settlement_"])

@@ -8,14 +8,14 @@ from __future__ import annotations
 import argparse
 import json
 
+from quarry.core.capacity import Dist
+from quarry.core.contextualize import ExtractiveContextualizer
+from quarry.core.pipeline import prepare
+from quarry.core.sources import SAMPLE_CORPUS, load_documents
+from quarry.core.text import count_tokens, heading_text
+
 
 def funnel_token_stats(source: str | None = None) -> dict[str, object]:
-    from quarry.core.capacity import Dist
-    from quarry.core.text import count_tokens, heading_text
-    from quarry.core.contextualize import ExtractiveContextualizer
-    from quarry.core.pipeline import prepare
-    from quarry.core.sources import SAMPLE_CORPUS, load_documents
-
     docs, _bad = load_documents(source or SAMPLE_CORPUS)
     cand, sect = [], []
     for tenant in sorted({d.tenant for d in docs}):

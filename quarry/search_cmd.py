@@ -5,8 +5,14 @@ from __future__ import annotations
 import datetime as dt
 import sys
 
-from quarry.core.text import heading_text
+from pydantic import ValidationError
 
+from quarry.core.embedder_factory import embedder_for_index
+from quarry.core.errors import UsageError
+from quarry.core.index import TenantIndex
+from quarry.core.records import Principal, SearchRequest
+from quarry.core.search import SearchSettings, search
+from quarry.core.text import heading_text
 
 def add_arguments(p) -> None:
     p.add_argument("query", help="the search text (words or exact identifiers)")
@@ -57,14 +63,6 @@ def format_result(result) -> str:
 
 
 def run(args) -> int:
-    from pydantic import ValidationError
-
-    from quarry.core.embedder_factory import embedder_for_index
-    from quarry.core.index import TenantIndex
-    from quarry.core.records import Principal, SearchRequest
-    from quarry.core.errors import UsageError
-    from quarry.core.search import SearchSettings, search
-
     ceiling = SearchSettings().top_k_ceiling
     if not 1 <= args.top_k <= ceiling:
         raise UsageError(f"--top-k {args.top_k} is out of range; use 1 to {ceiling}")

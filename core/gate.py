@@ -34,7 +34,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from quarry.core.embedding import Embedder
     from quarry.core.search import SecondStage
 
-__all__ = ["DEFAULT_MARGIN", "GateDecision", "evaluate_gate", "ranker_dir", "record_decision",
+__all__ = ["DEFAULT_MARGIN", "GateDecision", "check_margin", "evaluate_gate", "ranker_dir", "record_decision",
            "read_decision", "load_second_stage"]
 
 DEFAULT_MARGIN = 0.005  # nDCG@10 points a stage must gain on the held-out split
@@ -55,6 +55,12 @@ class GateDecision:
                 "model_id": self.model_id}
 
 
+def check_margin(margin: float) -> None:
+    """A gate margin is a finite number >= 0: a negative margin would let a losing stage through."""
+    if not (isinstance(margin, (int, float)) and math.isfinite(margin) and margin >= 0):
+        raise ValueError(f"margin must be a finite number >= 0, got {margin!r}")
+
+
 def evaluate_gate(
     fused_ndcg: float,
     stage_ndcg: float,
@@ -71,8 +77,7 @@ def evaluate_gate(
     numbers or zero held-out queries never enable (``reason`` then says why; a caller may
     pass its own ``reason`` for the no-evidence case).
     """
-    if not (isinstance(margin, (int, float)) and math.isfinite(margin) and margin >= 0):
-        raise ValueError(f"margin must be a finite number >= 0, got {margin!r}")
+    check_margin(margin)
     metrics: dict[str, Any] = {
         "metric": "ndcg@10",
         "fused": None if math.isnan(fused_ndcg) else round(float(fused_ndcg), 6),

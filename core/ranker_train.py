@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from quarry.core.gate import DEFAULT_MARGIN, GateDecision, evaluate_gate
+from quarry.core.gate import DEFAULT_MARGIN, GateDecision, check_margin, evaluate_gate
 from quarry.core.metrics import doc_ranking, ndcg_at_k
 from quarry.core.ranker_model import LearnedRanker
 from quarry.core.records import Candidate, Passage, SearchRequest
@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from quarry.core.index import TenantIndex
     from quarry.core.records import Principal
 
-__all__ = ["Mined", "mine_candidates", "label_candidates", "doc_ndcg", "split_queries", "train_and_evaluate",
+__all__ = ["TrainSettings", "Mined", "mine_candidates", "label_candidates", "doc_ndcg", "split_queries", "train_and_evaluate",
            "train_and_gate"]
 
 
@@ -98,25 +98,39 @@ def split_queries(qids: Iterable[str], holdout: float, seed: int) -> tuple[list[
     return sorted(ids[n_hold:]), sorted(ids[:n_hold])
 
 
+@dataclass(frozen=True)
+class TrainSettings:
+    """How a ranker is trained and gated: the held-out fraction and the seed of the split
+    (also LightGBM's), the gate's nDCG@10 margin, the recency reference date and LightGBM
+    parameter overrides (:data:`quarry.core.ranker_model.DEFAULT_PARAMS`)."""
+
+    holdout: float = 0.2
+    seed: int = 0
+    margin: float = DEFAULT_MARGIN
+    reference_date: dt.date | None = None
+    params: Mapping[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.holdout < 1:
+            raise ValueError(f"holdout must be in [0, 1), got {self.holdout!r}")
+        check_margin(self.margin)
+
+
 def train_and_evaluate(
     mined: Mapping[str, Mined],
     qrels: Mapping[str, Mapping[str, int]],
-    *,
-    holdout: float = 0.2,
-    seed: int = 0,
-    margin: float = DEFAULT_MARGIN,
+    train_settings: TrainSettings = TrainSettings(),
     sentence: SentenceVectors | None = None,
-    reference_date: dt.date | None = None,
-    params: Mapping[str, Any] | None = None,
 ) -> tuple[LearnedRanker | None, GateDecision, dict[str, Any]]:
     """Split labelled queries, train on the train part, compare fused vs learned nDCG@10
     on the held-out part and gate. Returns the trained ranker even when the gate says no
     (None only when nothing could be trained)."""
+    ts = train_settings
     labelled = [q for q in mined if any(g > 0 for g in qrels.get(q, {}).values())]
-    train, held = split_queries(labelled, holdout, seed)
+    train, held = split_queries(labelled, ts.holdout, ts.seed)
     report: dict[str, Any] = {
         "queries": {"mined": len(mined), "labelled": len(labelled), "train": len(train), "heldout": len(held)},
-        "split": {"seed": seed, "holdout": holdout},
+        "split": {"seed": ts.seed, "holdout": ts.holdout},
     }
 
     def groups(ids):
@@ -130,7 +144,7 @@ def train_and_evaluate(
         reason = ("no training labels" if not labelled else
                   "too few labelled queries for a train/held-out split" if not (train and held) else
                   "no relevant document among the mined candidates of any training query")
-        return None, evaluate_gate(float("nan"), float("nan"), margin, reason=reason, n_queries=len(held)), report
+        return None, evaluate_gate(float("nan"), float("nan"), ts.margin, reason=reason, n_queries=len(held)), report
 
     if sentence is not None:  # embed every needed passage once, in large batches
         t0 = time.perf_counter()
@@ -138,7 +152,7 @@ def train_and_evaluate(
         sentence.ensure(p for q in (*train, *held) for p in mined[q].passages)
         report["sentence_vectors"] = {"passages": len(sentence), "units_encoded": sentence.encoded_units - before,
                                       "seconds": round(time.perf_counter() - t0, 2)}
-    ranker = LearnedRanker(sentence=sentence, reference_date=reference_date, seed=seed, params=params)
+    ranker = LearnedRanker(sentence=sentence, reference_date=ts.reference_date, seed=ts.seed, params=ts.params)
     ranker.fit(groups(train))
     report["training"] = ranker.report
     fused, learned, wins, losses = [], [], 0, 0
@@ -157,7 +171,7 @@ def train_and_evaluate(
         wins += l_ > f + 1e-12
         losses += l_ < f - 1e-12
     fn, ln = float(np.mean(fused)), float(np.mean(learned))
-    decision = evaluate_gate(fn, ln, margin, model_id=ranker.model_id, n_queries=len(held),
+    decision = evaluate_gate(fn, ln, ts.margin, model_id=ranker.model_id, n_queries=len(held),
                              extra={"wins": int(wins), "losses": int(losses), "ties": len(held) - int(wins) - int(losses)})
     report["heldout"] = {"fused_ndcg@10": round(fn, 4), "learned_ndcg@10": round(ln, 4),
                          "delta": round(ln - fn, 4), "wins": int(wins), "losses": int(losses),
@@ -176,13 +190,8 @@ def train_and_gate(
     train_queries: Mapping[str, str],
     qrels: Mapping[str, Mapping[str, int]],
     settings: SearchSettings | None = None,
-    *,
-    holdout: float = 0.2,
-    seed: int = 0,
-    margin: float = DEFAULT_MARGIN,
+    train_settings: TrainSettings = TrainSettings(),
     sentence: SentenceVectors | None = None,
-    reference_date: dt.date | None = None,
-    params: Mapping[str, Any] | None = None,
 ) -> tuple[LearnedRanker | None, GateDecision, dict[str, Any]]:
     """Mine candidates for the labelled ``train_queries`` with the first stage as
     ``principal``, train on a seeded split of them and gate on the held-out split
@@ -198,10 +207,7 @@ def train_and_gate(
     queries = {q: t for q, t in train_queries.items() if q in qrels}
     mined = mine_candidates(index, principal, embedder, queries, settings or SearchSettings())
     t_mine = time.perf_counter() - t0
-    ranker, decision, report = train_and_evaluate(
-        mined, qrels, holdout=holdout, seed=seed, margin=margin, sentence=sentence,
-        reference_date=reference_date, params=params,
-    )
+    ranker, decision, report = train_and_evaluate(mined, qrels, train_settings, sentence)
     report["mine_seconds"] = round(t_mine, 2)
     report["gate"] = decision.to_json()
     return ranker, decision, report

@@ -40,7 +40,7 @@ from quarry.core.embedder_factory import build_embedder, embedder_for_index
 from quarry.core.embedding import SentenceTransformerEmbedder
 from quarry.core.gate import DEFAULT_MARGIN, record_decision
 from quarry.core.index import TenantIndex
-from quarry.core.ranker_train import train_and_gate
+from quarry.core.ranker_train import TrainSettings, train_and_gate
 from quarry.core.records import PUBLIC_GROUP, Principal
 from quarry.core.search import SearchSettings
 from quarry.core.sentence_vectors import SentenceVectors
@@ -127,22 +127,21 @@ def mining_principal(index, groups: str | None):
 
 def train(args) -> dict[str, Any]:
     t0 = time.perf_counter()
-    margin = DEFAULT_MARGIN if args.margin is None else args.margin
+    ref = dt.date.fromisoformat(args.reference_date) if args.reference_date else dt.date.today()
+    train_settings = TrainSettings(holdout=args.holdout, seed=args.split_seed, reference_date=ref,
+                                   margin=DEFAULT_MARGIN if args.margin is None else args.margin)
     queries, qrels = read_labels(args.labels, args.queries)
     index = TenantIndex.load(args.index_root, args.tenant, args.generation)
     embedder = embedder_for_index(index.manifest, args.embedder)
     principal = mining_principal(index, args.groups)
     w = int(args.width)
     settings = SearchSettings(lexical_width=w, dense_width=w, candidate_width=w)
-    ref = dt.date.fromisoformat(args.reference_date) if args.reference_date else dt.date.today()
     sentence = None
     if args.sentence_features:
         st = embedder if isinstance(embedder, SentenceTransformerEmbedder) else build_embedder("default")
         sentence = SentenceVectors(st)
-    ranker, decision, report = train_and_gate(
-        index, principal, embedder, queries, qrels, settings, holdout=args.holdout, seed=args.split_seed,
-        margin=margin, sentence=sentence, reference_date=ref,
-    )
+    ranker, decision, report = train_and_gate(index, principal, embedder, queries, qrels, settings, train_settings,
+                                              sentence)
     report = {
         "tenant": args.tenant,
         "generation": index.generation,

@@ -13,6 +13,9 @@ Anchor scheme (DESIGN §2):
 * Passage anchors are always ``"{section_anchor}.{i}"`` with i from 1. Section anchors never
   contain ".", so a passage id can never equal a parent id.
 
+Token counts and sentence boundaries are :mod:`quarry.core.text`'s; markdown line syntax is
+:mod:`quarry.core.markdown`'s.
+
 Every passage text is an exact (stripped) slice of ``doc.text``; heading lines are carried
 in ``heading_path`` rather than in ``text``. A section with no body of its own (a heading
 directly followed by a sub-heading) yields no parent and no passage.

@@ -86,6 +86,13 @@ def test_not_identifiers(token):
     assert not is_identifier(token)
 
 
+def test_tokens_of_identifiers():
+    # A mixed run is one token; a joined identifier is kept whole and split into its parts.
+    assert tokenize("INC2291 SSO-104 v2.3") == ["inc2291", "sso-104", "sso", "104", "v2.3", "v2"]
+    assert identifiers(tokenize("INC2291 SSO-104 v2.3")) == ["inc2291", "sso-104", "v2.3", "v2"]
+    assert identifiers_in("INC2291 SSO-104 v2.3, and SSO-104 again") == ["inc2291", "sso-104", "v2.3"]
+
+
 def test_inc2291_is_a_lookup_and_a_learned_identifier_feature():
     assert is_lookup(tokenize("INC2291"))
     assert not is_lookup(tokenize("the incident was closed yesterday"))

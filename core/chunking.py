@@ -13,6 +13,9 @@ Anchor scheme (DESIGN §2):
 * Passage anchors are always ``"{section_anchor}.{i}"`` with i from 1. Section anchors never
   contain ".", so a passage id can never equal a parent id.
 
+Token counts and sentence boundaries are :mod:`quarry.core.text`'s; markdown line syntax is
+:mod:`quarry.core.markdown`'s.
+
 Every passage text is an exact (stripped) slice of ``doc.text``; heading lines are carried
 in ``heading_path`` rather than in ``text``. A section with no body of its own (a heading
 directly followed by a sub-heading) yields no parent and no passage.
@@ -27,23 +30,14 @@ import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from quarry.core.markdown import FENCE, HEADING, LIST_ITEM, TABLE_DELIM
 from quarry.core.records import DEFAULT_AUTHORITY, Envelope, ParentSection, Passage, SourceDocument
+from quarry.core.text import count_tokens, sentence_spans, spans_between, strip_span, token_starts
 
 log = logging.getLogger(__name__)
 
 CHUNKER_VERSION = "struct-1"
 HARD_LIMIT_FACTOR = 4  # a code fence is split only past HARD_LIMIT_FACTOR * max_tokens
-
-# Token estimate: every run of word characters and every other non-space character counts
-# as one token ("EUR-4471 at 16:00." -> EUR - 4471 at 16 : 00 . = 8). Cheap, deterministic,
-# and within ~30% of BPE counts for English prose, which is all the ceilings need.
-_TOKEN = re.compile(r"\w+|[^\w\s]")
-
-
-def count_tokens(text: str) -> int:
-    """Number of ``\\w+|[^\\w\\s]`` tokens in ``text`` (the estimate used for every ceiling)."""
-    return sum(1 for _ in _TOKEN.finditer(text))
-
 
 @dataclass(frozen=True)
 class ChunkSettings:
@@ -118,53 +112,10 @@ def _blank(line: str) -> bool:
 
 # ---------------------------------------------------------------------------- sentences
 
-_SENT_END = re.compile(r"[.!?]+[\"')\]]*(?=\s+[\"'(\[]?[A-Z0-9])")
-_ABBREV = {"e.g.", "i.e.", "etc.", "vs.", "mr.", "mrs.", "ms.", "dr.", "no.", "fig.", "approx.",
-           "cf.", "al.", "st.", "inc.", "ltd.", "jr.", "sr.", "p.", "pp.", "sec.", "eq."}
-
-
-def sentence_spans(text: str, start: int = 0, end: int | None = None) -> list[tuple[int, int]]:
-    """Sentence spans (stripped) in text[start:end]. A boundary is [.!?] followed by
-    whitespace and a capital or digit; abbreviations ("e.g.") and initials ("J.") are not
-    boundaries, and "v2.3.1", "16:00", "3.5" never match because no whitespace follows."""
-    end = len(text) if end is None else end
-    cuts = []
-    for m in _SENT_END.finditer(text, start, end):
-        word = text[start:m.end()].split()[-1].lower().lstrip("\"'([")
-        if word in _ABBREV or re.fullmatch(r"[a-z]\.", word) or re.fullmatch(r"(?:[a-z]\.){2,}", word):
-            continue
-        cuts.append(m.end())
-    return _spans_between(text, start, cuts, end)
-
-
-def split_sentences(text: str) -> list[str]:
-    return [text[s:e] for s, e in sentence_spans(text)]
-
-
-def _strip_span(text: str, start: int, end: int) -> tuple[int, int] | None:
-    while start < end and text[start].isspace():
-        start += 1
-    while end > start and text[end - 1].isspace():
-        end -= 1
-    return (start, end) if start < end else None
-
-
 def _token_pieces(text: str, start: int, end: int, max_tokens: int) -> list[tuple[int, int]]:
     """Last resort for a run with no seam: cut at every max_tokens-th token start. Cutting at
     token starts keeps each piece's count exact (no word is split)."""
-    starts = [m.start() for m in _TOKEN.finditer(text, start, end)]
-    return _spans_between(text, start, starts[max_tokens::max_tokens], end)
-
-
-def _spans_between(text: str, start: int, cuts: list[int], end: int) -> list[tuple[int, int]]:
-    """The non-blank, whitespace-trimmed spans of text[start:end] between successive cuts."""
-    out, prev = [], start
-    for c in [*cuts, end]:
-        span = _strip_span(text, prev, c)
-        if span:
-            out.append(span)
-        prev = c
-    return out
+    return spans_between(text, start, token_starts(text, start, end)[max_tokens::max_tokens], end)
 
 
 def sentence_windows(text: str, start: int, end: int, max_tokens: int, overlap: int) -> list[Block]:
@@ -192,10 +143,6 @@ def sentence_windows(text: str, start: int, end: int, max_tokens: int, overlap: 
 
 # ---------------------------------------------------------------------------- markdown structure
 
-_HEADING = re.compile(r"^ {0,3}(#{1,6})(?:[ \t]+(.*?))?[ \t]*$")
-_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})\s*([^`\s]*)")
-_LIST_ITEM = re.compile(r"^([ \t]*)(?:[-*+]|\d{1,9}[.)])(?:[ \t]+|$)")
-_TABLE_DELIM = re.compile(r"^\s*\|?\s*:?-{1,}:?\s*(?:\|\s*:?-{1,}:?\s*)*\|?\s*$")
 _CAPTION = re.compile(r"^\s*(?:table(?:\s+\d+[a-z]?)?\s*[:.].*|\*[^*].*\*|_[^_].*_|\*\*.+\*\*)\s*$", re.I)
 
 
@@ -222,7 +169,7 @@ def unique_anchor(base: str, used: set[str]) -> str:
 
 def _fence_close(lines: Sequence[tuple[int, int, str]], i: int) -> int:
     """Index of the closing fence line for the fence opened at lines[i] (or the last line)."""
-    m = _FENCE.match(lines[i][2])
+    m = FENCE.match(lines[i][2])
     assert m
     marker = m.group(1)
     closer = re.compile(rf"^ {{0,3}}{re.escape(marker[0])}{{{len(marker)},}}\s*$")
@@ -240,10 +187,10 @@ def parse_markdown_sections(text: str) -> list[Section]:
     i = 0
     while i < len(lines):
         s, e, line = lines[i]
-        if _FENCE.match(line):
+        if FENCE.match(line):
             i = _fence_close(lines, i) + 1
             continue
-        m = _HEADING.match(line.rstrip("\r"))
+        m = HEADING.match(line.rstrip("\r"))
         if m:
             heads.append((s, min(e + 1, len(text)), len(m.group(1)), _heading_text(m.group(2))))
         i += 1
@@ -264,12 +211,12 @@ def _is_table_start(lines: Sequence[tuple[int, int, str]], i: int) -> bool:
     line = lines[i][2]
     if line.lstrip().startswith("|"):
         return True
-    return "|" in line and i + 1 < len(lines) and "-" in lines[i + 1][2] and bool(_TABLE_DELIM.match(lines[i + 1][2]))
+    return "|" in line and i + 1 < len(lines) and "-" in lines[i + 1][2] and bool(TABLE_DELIM.match(lines[i + 1][2]))
 
 
 def _starts_block(lines: Sequence[tuple[int, int, str]], i: int) -> bool:
     line = lines[i][2]
-    return bool(_FENCE.match(line) or _LIST_ITEM.match(line)) or _is_table_start(lines, i)
+    return bool(FENCE.match(line) or LIST_ITEM.match(line)) or _is_table_start(lines, i)
 
 
 def _list_item_end(lines: Sequence[tuple[int, int, str]], i: int) -> int:
@@ -289,9 +236,9 @@ def _list_item_end(lines: Sequence[tuple[int, int, str]], i: int) -> int:
                 continue
             break
         deeper = _indent(line) > base + 1
-        if not deeper and (_LIST_ITEM.match(line) or _FENCE.match(line) or _is_table_start(lines, j)):
+        if not deeper and (LIST_ITEM.match(line) or FENCE.match(line) or _is_table_start(lines, j)):
             break
-        if deeper and _FENCE.match(line.lstrip(" \t")):  # a nested fence stays in its item
+        if deeper and FENCE.match(line.lstrip(" \t")):  # a nested fence stays in its item
             j = _fence_close(lines, j)
         last = j
         j += 1
@@ -309,7 +256,7 @@ def markdown_blocks(text: str, start: int, end: int) -> list[Block]:
         if _blank(line):
             i += 1
             continue
-        fence = _FENCE.match(line)
+        fence = FENCE.match(line)
         if fence:
             j = _fence_close(lines, i)
             lang = fence.group(2).lower()
@@ -321,7 +268,7 @@ def markdown_blocks(text: str, start: int, end: int) -> list[Block]:
                 j += 1
             raw.append(Block(lines[i][0], lines[j][1], "table", atomic=True))
             i = j + 1
-        elif _LIST_ITEM.match(line):
+        elif LIST_ITEM.match(line):
             j = _list_item_end(lines, i)
             raw.append(Block(lines[i][0], lines[j - 1][1], "list"))
             i = j
@@ -438,7 +385,7 @@ def _code_segments(text: str, start: int, end: int, python: bool) -> list[tuple[
             if len(cut) > 1 or (cut and cut[0] > 0):
                 bounds = sorted({0, *cut})
                 stops = [lines[b][0] for b in bounds[1:]] + [end]
-                spans = [_strip_span(text, lines[b][0], stop) for b, stop in zip(bounds, stops)]
+                spans = [strip_span(text, lines[b][0], stop) for b, stop in zip(bounds, stops)]
                 return [sp for sp in spans if sp]
     return [(b.start, b.end) for b in text_blocks(text, start, end)]
 
@@ -474,8 +421,8 @@ def expand_block(text: str, block: Block, settings: ChunkSettings) -> list[Block
     if block.kind == "list":
         # Nested items are the next seam inside a long item.
         lines = _lines(text, block.start, block.end)
-        cuts = [0] + [i for i, (_, _, l) in enumerate(lines) if i and _LIST_ITEM.match(l)]
-        parts = [_strip_span(text, lines[c][0], lines[cuts[k + 1] - 1][1] if k + 1 < len(cuts) else block.end)
+        cuts = [0] + [i for i, (_, _, l) in enumerate(lines) if i and LIST_ITEM.match(l)]
+        parts = [strip_span(text, lines[c][0], lines[cuts[k + 1] - 1][1] if k + 1 < len(cuts) else block.end)
                  for k, c in enumerate(cuts)]
         if len(parts) > 1:
             return [u for p in parts if p for u in expand_block(text, Block(*p, "paragraph"), settings)]
@@ -540,7 +487,7 @@ def _section_blocks(doc: SourceDocument, section: Section) -> list[Block]:
             out.extend(text_blocks(text, s, e))
         elif section.anchor == "module" and section.heading_path == ():
             out.extend(text_blocks(text, s, e, kind="code-python"))
-        elif (span := _strip_span(text, s, e)):
+        elif (span := strip_span(text, s, e)):
             out.append(Block(*span, "code-python"))
     return out
 

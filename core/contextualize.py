@@ -52,7 +52,9 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
+from .markdown import FENCE, HEADING, HTML_ONLY, LIST_ITEM, QUOTE, SETEXT_UNDERLINE, TABLE_ROW, THEMATIC_BREAK
 from .records import Passage, SourceDocument
+from .text import section_path, split_sentences
 
 if TYPE_CHECKING:  # httpx is imported lazily: `import quarry.core` stays light
     import httpx
@@ -166,27 +168,18 @@ class NoContextualizer:
 
 # --------------------------------------------------------------------------- extractive
 
-_FENCE = re.compile(r"^\s*(```|~~~)")
-_HEADING = re.compile(r"^\s{0,3}#{1,6}(\s|$)")
-_SETEXT = re.compile(r"^\s{0,3}(=+|-+)\s*$")
-_RULE = re.compile(r"^\s{0,3}([-*_])(\s*\1){2,}\s*$")
-_TABLE = re.compile(r"^\s*\|")
-_HTML_ONLY = re.compile(r"^\s*<[^>]+>\s*$")
 _LINK = re.compile(r"!?\[([^\]]*)\]\([^)]*\)")
 _CODE = re.compile(r"`([^`]*)`")
 _STRONG = re.compile(r"(\*\*|__)(.+?)\1")
 _EM = re.compile(r"(?<![\w*])[*_](?![\s*_])(.+?)(?<![\s*_])[*_](?![\w*])")  # guards snake_case
 _TAG = re.compile(r"<[^>]+>")
-_BULLET = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+")
-_QUOTE = re.compile(r"^\s*>+\s?")
 _WS = re.compile(r"\s+")
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[A-Z0-9])")
 _PY_DOCSTRING = re.compile(r"\A(?:\s|#[^\n]*\n)*[rRuU]?(\"\"\"|''')(.*?)\1", re.S)
 
 
 def _strip_markdown(line: str) -> str:
-    line = _QUOTE.sub("", line)
-    line = _BULLET.sub("", line)
+    line = QUOTE.sub("", line)
+    line = LIST_ITEM.sub("", line)
     line = _LINK.sub(r"\1", line)
     line = _CODE.sub(r"\1", line)
     line = _STRONG.sub(r"\2", line)
@@ -200,7 +193,7 @@ def _first_paragraph(text: str, markdown: bool, skip_quotes: bool = False) -> st
     para: list[str] = []
     in_fence = False
     for i, line in enumerate(lines):
-        if markdown and _FENCE.match(line):
+        if markdown and FENCE.match(line):
             in_fence = not in_fence
             if para:
                 break
@@ -210,9 +203,9 @@ def _first_paragraph(text: str, markdown: bool, skip_quotes: bool = False) -> st
         blank = not line.strip()
         nxt = lines[i + 1] if i + 1 < len(lines) else ""
         structural = markdown and (
-            _HEADING.match(line) or _RULE.match(line) or _TABLE.match(line) or _HTML_ONLY.match(line)
-            or _SETEXT.match(line) or (line.strip() and _SETEXT.match(nxt) and nxt.strip())
-            or (skip_quotes and _QUOTE.match(line))
+            HEADING.match(line) or THEMATIC_BREAK.match(line) or TABLE_ROW.match(line) or HTML_ONLY.match(line)
+            or SETEXT_UNDERLINE.match(line) or (line.strip() and SETEXT_UNDERLINE.match(nxt) and nxt.strip())
+            or (skip_quotes and QUOTE.match(line))
         )  # fmt: skip
         if blank or structural:
             if para:
@@ -234,7 +227,7 @@ def lead_sentences(doc: SourceDocument, max_sentences: int = 1) -> str:
         para = _first_paragraph(doc.text, md, skip_quotes=md) or _first_paragraph(doc.text, md)
     if not para:
         return ""
-    sentences = _SENTENCE_END.split(para)
+    sentences = split_sentences(para)
     lead = " ".join(sentences[:max_sentences]).strip()
     return lead if lead[-1:] in ".!?" else lead + "."
 
@@ -266,12 +259,10 @@ class ExtractiveContextualizer:
         return f"From {doc.title.strip() or doc.doc_id} ({scope})"
 
     def preamble(self, doc: SourceDocument, heading_path: Sequence[str], lead: str) -> str:
-        path = [h for h in heading_path if h.strip()]
-        if path and doc.title and path[0].strip().lower() == doc.title.strip().lower():
-            path = path[1:]  # an H1 that repeats the title adds nothing
+        path = section_path(doc.title, heading_path)
         out = self._header(doc)
         if path:
-            out += " — section: " + " > ".join(h.strip() for h in path)
+            out += " — section: " + " > ".join(path)
         out += "."
         if lead:
             out += " " + lead

@@ -34,7 +34,7 @@ import re
 from pydantic import ValidationError
 
 from quarry.core.records import Event, SourceDocument
-from quarry.core.statements import sentences
+from quarry.core.text import line_sentences
 from quarry.core.tokenizer import tokenize
 
 _MONTHS = {m: i for i, m in enumerate(
@@ -150,7 +150,7 @@ def find_effective(sents: list[str]) -> tuple[dt.date | None, dt.date | None]:
 def enrich(doc: SourceDocument) -> SourceDocument:
     """``doc`` with empty envelope fields filled from its text and named in ``extracted``.
     Returns ``doc`` itself when nothing was found."""
-    sents = sentences(doc.text)
+    sents = line_sentences(doc.text)
     found: dict[str, object] = {}
     if doc.condition is None and (c := find_condition(sents)):
         found["condition"] = c

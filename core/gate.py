@@ -26,13 +26,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from quarry.core import layout
+from quarry.core.embedder_factory import build_embedder
+from quarry.core.ranker_model import LearnedRanker
+from quarry.core.sentence_vectors import SentenceVectors
 
 if TYPE_CHECKING:  # pragma: no cover
     from quarry.core.embedding import Embedder
-    from quarry.core.learned import LearnedRanker, SentenceVectors
     from quarry.core.search import SecondStage
 
-__all__ = ["DEFAULT_MARGIN", "GateDecision", "evaluate_gate", "ranker_dir", "record_decision",
+__all__ = ["DEFAULT_MARGIN", "GateDecision", "check_margin", "evaluate_gate", "ranker_dir", "record_decision",
            "read_decision", "load_second_stage"]
 
 DEFAULT_MARGIN = 0.005  # nDCG@10 points a stage must gain on the held-out split
@@ -53,6 +55,12 @@ class GateDecision:
                 "model_id": self.model_id}
 
 
+def check_margin(margin: float) -> None:
+    """A gate margin is a finite number >= 0: a negative margin would let a losing stage through."""
+    if not (isinstance(margin, (int, float)) and math.isfinite(margin) and margin >= 0):
+        raise ValueError(f"margin must be a finite number >= 0, got {margin!r}")
+
+
 def evaluate_gate(
     fused_ndcg: float,
     stage_ndcg: float,
@@ -69,8 +77,7 @@ def evaluate_gate(
     numbers or zero held-out queries never enable (``reason`` then says why; a caller may
     pass its own ``reason`` for the no-evidence case).
     """
-    if not (isinstance(margin, (int, float)) and math.isfinite(margin) and margin >= 0):
-        raise ValueError(f"margin must be a finite number >= 0, got {margin!r}")
+    check_margin(margin)
     metrics: dict[str, Any] = {
         "metric": "ndcg@10",
         "fused": None if math.isnan(fused_ndcg) else round(float(fused_ndcg), 6),
@@ -105,9 +112,9 @@ def record_decision(
     tenant: str,
     generation: int,
     decision: GateDecision,
-    ranker: "LearnedRanker | None" = None,
+    ranker: LearnedRanker | None = None,
     *,
-    sentence_cache: "SentenceVectors | None" = None,
+    sentence_cache: SentenceVectors | None = None,
     kind: str = "learned",
     report: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
@@ -192,8 +199,6 @@ def load_second_stage(
     packaged MiniLM, loaded lazily on first use); its cached sentence vectors are loaded
     from ``ranker/sentences.npz`` when present, and misses are embedded on the fly.
     """
-    from quarry.core.learned import LearnedRanker, SentenceVectors
-
     decision = read_decision(root, tenant, generation)
     if not decision.get("enabled"):
         return None, decision
@@ -213,8 +218,6 @@ def load_second_stage(
     sentence = None
     if decision.get("sentence_features"):
         if embedder is None:
-            from quarry.core.embedder_factory import build_embedder
-
             embedder = build_embedder("default")
         sentence = SentenceVectors(embedder, max_passages=SERVE_MAX_PASSAGES)
         sentence.load(Path(local) / SENTENCE_CACHE)

@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from quarry.core.text import count_tokens, heading_text
+
 __all__ = [
     "RerankInput",
     "Reranker",
@@ -50,13 +52,11 @@ class RerankInput:
 
 
 def rerank_text(c: RerankInput) -> str:
-    """The passage side of a reranker pair: title, heading path, chunk (DESIGN §4.5).
-
-    Non-empty parts are joined with newlines; the heading path is joined with `` > ``,
-    e.g. ``"Refund policy\\nPolicy > Exceptions\\nRefunds above $500 need ..."``.
+    """The passage side of a reranker pair: the heading trail (title + heading path, see
+    :func:`quarry.core.text.heading_text`), a newline, the chunk (DESIGN §4.5), e.g.
+    ``"Refund policy > Exceptions\\nRefunds above $500 need ..."``.
     """
-    parts = [c.title.strip(), " > ".join(h.strip() for h in c.heading_path if h.strip()), c.text.strip()]
-    return "\n".join(p for p in parts if p)
+    return "\n".join(p for p in (heading_text(c.title, c.heading_path), c.text.strip()) if p)
 
 
 @runtime_checkable
@@ -108,13 +108,10 @@ def apply_rerank(scores: Sequence[float], ids: Sequence[str], top_k: int) -> lis
     return [(ids[i], vals[i], r) for r, i in enumerate(order[:top_k], start=1)]
 
 
-_UNIT = re.compile(r"\w+|[^\w\s]")
-
-
 def token_units(candidates: Sequence[RerankInput | str], max_length: int) -> int:
     """Reranker work for one call: the sum over candidates of ``min(tokens, max_length)``.
 
-    Tokens are counted cheaply (words and punctuation marks, by regex) on the passage side
+    Tokens are counted cheaply (:func:`quarry.core.text.count_tokens`) on the passage side
     of the pair (:func:`rerank_text`). This is the funnel economics unit of the seed:
     candidates x tokens per candidate. A subword tokenizer yields somewhat more tokens, so
     this slightly under-counts long passages' real tokens but never exceeds the cap.
@@ -124,7 +121,7 @@ def token_units(candidates: Sequence[RerankInput | str], max_length: int) -> int
     total = 0
     for c in candidates:
         text = c if isinstance(c, str) else rerank_text(c)
-        total += min(len(_UNIT.findall(text)), max_length)
+        total += min(count_tokens(text), max_length)
     return total
 
 

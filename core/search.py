@@ -51,6 +51,7 @@ from quarry.core.stage_records import (
     Survivors,
     StageInfo,
 )
+from quarry.core.text import count_tokens
 from quarry.core.tokenizer import identifiers, is_lookup, tokenize
 
 class SearchSettings(BaseModel):
@@ -158,21 +159,15 @@ def fuse(lex: LegHits, den: LegHits, index: TenantIndex, settings: SearchSetting
     return out
 
 
-def _count_tokens(text: str) -> int:
-    from quarry.core.chunking import count_tokens
-
-    return count_tokens(text)
-
-
 def truncate_tokens(text: str, limit: int) -> str:
     """The longest prefix of ``text`` (cut at a word boundary) within ``limit`` tokens."""
-    if _count_tokens(text) <= limit:
+    if count_tokens(text) <= limit:
         return text
     words = text.split(" ")
     lo, hi = 0, len(words)
     while lo < hi:  # binary search on word count
         mid = (lo + hi + 1) // 2
-        if _count_tokens(" ".join(words[:mid])) <= limit:
+        if count_tokens(" ".join(words[:mid])) <= limit:
             lo = mid
         else:
             hi = mid - 1
@@ -187,7 +182,7 @@ def _excerpt(p: Passage, text: str, expanded_to: str | None, truncated: bool, va
         effective_from=e.effective_from, effective_to=e.effective_to, validity=validity(e, valid_at),
         authority=e.authority, authority_rank=e.authority_rank, entities=e.entities, supersedes=e.supersedes,
         superseded_by=e.superseded_by, condition=e.condition, events=e.events, source_url=e.source_url,
-        token_count=_count_tokens(text),
+        token_count=count_tokens(text),
     )
 
 
@@ -207,13 +202,13 @@ def expand(
             break
         parent = index.parent(p.parent_id, principal) if do_expand else None
         if parent is not None and parent.parent_id not in delivered_parents and parent.text != p.text:
-            n = _count_tokens(parent.text)
+            n = count_tokens(parent.text)
             if n <= left:
                 out.append(_excerpt(p, parent.text, parent.parent_id, False, valid_at))
                 delivered_parents.add(parent.parent_id)
                 left -= n
                 continue
-        n = _count_tokens(p.text)
+        n = count_tokens(p.text)
         if n <= left:
             out.append(_excerpt(p, p.text, None, False, valid_at))
             left -= n
@@ -301,7 +296,7 @@ def no_first_stage(tenant: str, generation: int = 0) -> FirstStage:
 
 # An in-process second stage: given the query and the fused candidates (with their
 # passages), return the kept candidates reordered, each carrying rerank_score/rerank_rank.
-# quarry.core.learned and quarry.core.gate provide implementations; None keeps the fused order.
+# quarry.core.ranker_model and quarry.core.gate provide implementations; None keeps the fused order.
 SecondStage = Callable[[str, Sequence[Candidate], Sequence[Passage], int], list[Candidate]]
 
 

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 from functools import lru_cache
 
-from quarry.core.chunking import sentence_spans
 from quarry.core.citations import number_spans
+from quarry.core.text import line_sentences
 from quarry.core.tokenizer import tokenize
 
 WINDOW = 3
@@ -54,31 +54,6 @@ class Statement:
     value: str  # canonical (citations.number_spans)
     subject: frozenset[str]  # stemmed words around the value
     words: tuple[str, ...]  # the same words as written, for a follow-up query
-
-
-_BLOCK_START = re.compile(r"^\s*(?:[|#>]|[-*+]\s|\d+[.)]\s|```)")
-
-
-def logical_lines(text: str) -> list[str]:
-    """Wrapped paragraph lines joined into one; table rows, list items, headings and code
-    fences stay lines of their own. Markdown emphasis (** __) is removed."""
-    out: list[str] = []
-    prev_blank = True
-    for line in re.sub(r"\*\*|__", "", text).split("\n"):
-        if not line.strip():
-            prev_blank = True
-            continue
-        if out and not prev_blank and not _BLOCK_START.match(line) and not out[-1].startswith(("|", "#", "```")):
-            out[-1] = f"{out[-1]} {line.strip()}"
-        else:
-            out.append(line.strip())
-        prev_blank = False
-    return out
-
-
-def sentences(text: str) -> list[str]:
-    """Sentences of wrapped paragraphs, and each table row or list item on its own."""
-    return [line[a:b] for line in logical_lines(text) for a, b in sentence_spans(line)]
 
 
 def _skip(text: str, seg_start: int, start: int, end: int, kind: str, value: str) -> bool:
@@ -161,7 +136,7 @@ def _subject_words(text: str, seg_start: int, seg_end: int, start: int, end: int
 def statements(text: str) -> tuple[Statement, ...]:
     """The value statements of ``text`` in order."""
     out: list[Statement] = []
-    for seg in sentences(text):
+    for seg in line_sentences(text):
         n = len(seg)
         for s, e, value, kind in number_spans(seg):
             if _skip(seg, 0, s, e, kind, value):
@@ -183,7 +158,7 @@ def predicates(text: str) -> tuple[Statement, ...]:
     """Owner, status and date statements (kind "owner", "status", "date"): the other
     facts a contradiction search follows up, with their subject words."""
     out: list[Statement] = []
-    for seg in sentences(text):
+    for seg in line_sentences(text):
         n = len(seg)
         spans = [(m.start(), m.end(), m.group(0).split()[0].lower()) for m in _PREDICATE.finditer(seg)]
         spans += [(s, e, "date") for s, e, _, kind in number_spans(seg) if kind == "date"]

@@ -1,10 +1,12 @@
 """Identifier-aware tokenizer for the lexical leg.
 
 Plain words are lower-cased, stop-word filtered and Snowball-stemmed (as bm25s does).
-Identifiers — tokens joined by ``-``, ``_``, ``.`` or ``/`` such as ``E-4471``, ``acme-9``,
-``reconcile_settlement``, ``ord_4821`` or ``v2.3.1`` — are kept whole (lower-cased,
-unstemmed) *and* emitted as their parts, so an exact identifier query matches the
-literal string first while a query for one part still finds it.
+Joined identifiers — runs joined by ``-``, ``_``, ``.`` or ``/`` such as ``E-4471``,
+``acme-9``, ``reconcile_settlement``, ``ord_4821`` or ``v2.3.1`` — are kept whole
+(lower-cased, unstemmed) *and* emitted as their parts, so an exact identifier query matches
+the literal string first while a query for one part still finds it. A single run mixing
+letters and digits (``INC2291``) is one token already. What counts as an identifier is
+:func:`quarry.core.text.is_identifier`, for both kinds.
 """
 
 from __future__ import annotations
@@ -15,9 +17,11 @@ from functools import lru_cache
 import Stemmer
 from bm25s.stopwords import STOPWORDS_EN
 
+from quarry.core.text import JOINED_IDENTIFIER, is_identifier
+
 STOPWORDS = frozenset(STOPWORDS_EN)
-# An identifier is two or more alphanumeric runs joined by separators; a plain word is one run.
-_TOKEN = re.compile(r"[^\W_]+(?:[-_./][^\W_]+)+|[^\W_]+", re.UNICODE)
+# A joined identifier, else one alphanumeric run (a word, a number or a mixed code).
+_TOKEN = re.compile(rf"{JOINED_IDENTIFIER}|[^\W_]+", re.UNICODE)
 _PART = re.compile(r"[^\W_]+", re.UNICODE)
 _stemmer = Stemmer.Stemmer("english")
 
@@ -57,8 +61,9 @@ def tokenize_many(texts: list[str]) -> list[list[str]]:
 
 
 def identifiers(tokens: list[str]) -> list[str]:
-    """The whole-identifier tokens among ``tokens`` (those joined by - _ . /)."""
-    return [t for t in tokens if not _PART.fullmatch(t)]
+    """The identifier tokens among ``tokens`` (:func:`quarry.core.text.is_identifier`):
+    joined ones (``e-4471``) and mixed letter-digit runs (``inc2291``)."""
+    return [t for t in tokens if is_identifier(t)]
 
 
 def is_lookup(tokens: list[str]) -> bool:

@@ -20,8 +20,19 @@ from typing import Any
 
 
 from quarry.core import layout
+from quarry.core.chunking import ChunkSettings
+from quarry.core.contextualize import make_contextualizer
+from quarry.core.embedder_factory import build_embedder, check_embedder
+from quarry.core.errors import UsageError
+from quarry.core.index import TenantIndex, lexical_text
+from quarry.core.metrics import doc_ranking, mean, ndcg_at_k, recall_at_k
+from quarry.core.pipeline import build_corpus
+from quarry.core.ranker_train import train_and_gate
 from quarry.core.records import Principal, SearchRequest
-from quarry.eval.metrics import doc_ranking, mean, ndcg_at_k, recall_at_k
+from quarry.core.search import SearchSettings, first_stage, lexical_leg
+from quarry.core.sources import load_beir_corpus, load_beir_queries, load_qrels
+from quarry.eval.expected import check as check_expected
+from quarry.eval.expected import load_expected
 
 WIDTH = 100  # each leg's width and the candidate width, so recall@100 is measurable
 # The second stage reorders the serving default candidate width (50); the fused tail
@@ -38,8 +49,6 @@ class Dataset:
 
 
 def load_dataset(dataset_dir: str | Path, split: str = "test") -> Dataset:
-    from quarry.core.sources import load_beir_queries, load_qrels
-
     d = Path(dataset_dir)
     queries = load_beir_queries(d)
     qrels = {q: r for q, r in load_qrels(d, split).items() if q in queries}
@@ -70,8 +79,6 @@ def ensure_index(dataset_dir: Path, index_root: str, tenant: str, contextualizer
         if saved.get("generation") == gen and saved.get("recipe") == recipe:
             log(f"reusing {tenant} gen-{gen} under {index_root}")
             return gen
-    from quarry.core.sources import load_beir_corpus
-
     t0 = time.perf_counter()
     docs = load_beir_corpus(dataset_dir, tenant)
     if build == "spark":
@@ -79,7 +86,7 @@ def ensure_index(dataset_dir: Path, index_root: str, tenant: str, contextualizer
 
         from pyspark.sql import SparkSession
 
-        from quarry.jobs.build import BuildSettings, run_build, write_source_jsonl
+        from quarry.jobs.build import BuildSettings, run_build, write_source_jsonl  # needs pyspark: deferred
 
         with tempfile.TemporaryDirectory(prefix="quarry-beir-") as tmp:
             src = write_source_jsonl(docs, Path(tmp) / f"{tenant}.jsonl")
@@ -89,10 +96,6 @@ def ensure_index(dataset_dir: Path, index_root: str, tenant: str, contextualizer
                                spark=SparkSession.getActiveSession())  # reuse a live session; else own one
         gen = report.tenants[tenant].generation
     else:
-        from quarry.core.chunking import ChunkSettings
-        from quarry.core.contextualize import make_contextualizer
-        from quarry.core.pipeline import build_corpus
-
         gen = build_corpus(docs, index_root, embedder, make_contextualizer(contextualizer),
                            ChunkSettings(max_tokens=CHUNK_TOKENS), progress=log)[tenant]
     layout.write_json(_recipe_path(index_root, tenant), {"generation": gen, "recipe": recipe})
@@ -110,8 +113,6 @@ def run_stages(index, ds: Dataset, embedder, second_stage=None) -> dict[str, dic
     """Lexical, dense and hybrid (and rerank when a second stage is given) over the queries,
     all from one :func:`quarry.core.search.first_stage` call per query (each leg's own
     ranking rides in its record)."""
-    from quarry.core.search import SearchSettings, first_stage
-
     settings = SearchSettings(lexical_width=WIDTH, dense_width=WIDTH, candidate_width=WIDTH)
     principal = Principal(tenant=index.tenant, subject="eval")
     qids = list(ds.qrels)
@@ -152,9 +153,6 @@ def throughput(index, dataset_dir: Path, ds: Dataset) -> dict[str, float]:
     fair one-at-a-time comparison (the Retriever answers one query per request)."""
     import bm25s
     import Stemmer
-
-    from quarry.core.index import lexical_text
-    from quarry.core.search import lexical_leg
 
     texts = []
     for sh in index.shards:
@@ -200,8 +198,6 @@ def throughput(index, dataset_dir: Path, ds: Dataset) -> dict[str, float]:
 def evaluate(dataset_dir: str | Path, index_root: str, contextualizer: str | None = None,
              train_split: str | None = None, embedder=None, split: str = "test",
              build: str = "spark") -> dict[str, Any]:
-    from quarry.core.embedder_factory import build_embedder, check_embedder
-    from quarry.core.index import TenantIndex
 
     dataset_dir = Path(dataset_dir)
     embedder = embedder or build_embedder("default")
@@ -233,12 +229,8 @@ def train_second_stage(index, dataset_dir: Path, split: str, embedder):
     """Train the learned ranker on ``split`` qrels only (never the test split) and gate it."""
     if split == "test":
         raise ValueError("--train-split must not be the test split")
-    from quarry.core.learned import train_and_gate  # lands with the learned-ranker work
-
     ds = load_dataset(dataset_dir, split)
     principal = Principal(tenant=index.tenant, subject="eval")
-    from quarry.core.search import SearchSettings
-
     settings = SearchSettings(lexical_width=WIDTH, dense_width=WIDTH, candidate_width=RERANK_WIDTH)
     ranker, decision, report = train_and_gate(index, principal, embedder,
                                               {q: ds.queries[q] for q in ds.qrels}, ds.qrels, settings)
@@ -279,14 +271,10 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from quarry.core.embedder_factory import build_embedder
-
     d = Path(args.dataset_dir)
     if not (d / "corpus.jsonl").exists():
         print(f"error: {d} is not a BEIR dataset folder (no corpus.jsonl)", file=sys.stderr)
         return 2
-    from quarry.core.errors import UsageError
-
     splits = sorted(q.stem for q in (d / "qrels").glob("*.tsv"))
     for flag, split in (("--split", args.split), ("--train-split", args.train_split)):
         if split is not None and split not in splits:
@@ -300,8 +288,6 @@ def run(args) -> int:
         raise UsageError(str(e)) from None
     expected = None
     if args.check is not None:
-        from quarry.eval.expected import load_expected
-
         expected = load_expected(d.name, args.check or None)
         if expected is None:
             raise UsageError(f"--check: no pinned expectations for {d.name} "
@@ -309,9 +295,7 @@ def run(args) -> int:
     result = evaluate(d, args.index_root, args.contextualizer, args.train_split, emb, args.split, args.build)
     drifts = None
     if expected is not None:
-        from quarry.eval.expected import check
-
-        drifts = check(result, expected)
+        drifts = check_expected(result, expected)
         result["check"] = {"passed": not drifts, "drifts": drifts, "tolerance": expected.get("tolerance")}
     print(json.dumps(result) if args.json else format_table(result))
     if drifts:

@@ -29,14 +29,23 @@ import tempfile
 import time
 from pathlib import Path
 
+from quarry.core import layout
+from quarry.core.changes import Change
+from quarry.core.compact import compact
+from quarry.core.delta import apply_local
+from quarry.core.embedding import HashingEmbedder
+from quarry.core.index import TenantIndex
+from quarry.core.metrics import doc_ranking, mean, ndcg_at_k
+from quarry.core.pipeline import build_corpus
+from quarry.core.records import Principal, SearchRequest
+from quarry.core.search import SearchSettings, hybrid_search
+from quarry.core.sources import load_beir_corpus, load_beir_queries, load_qrels
+from quarry.core.text import split_sentences
+
 TENANT = "scifact"
 
 
 def _rankings(index, queries, emb, settings):
-    from quarry.core.records import Principal, SearchRequest
-    from quarry.core.search import hybrid_search
-    from quarry.eval.metrics import doc_ranking
-
     p = Principal(tenant=TENANT, subject="bench", groups=frozenset({"readers"}))
     out, secs = {}, []
     for qid, q in queries.items():
@@ -48,8 +57,6 @@ def _rankings(index, queries, emb, settings):
 
 
 def _compare(a, b, qrels):
-    from quarry.eval.metrics import mean, ndcg_at_k
-
     same_list = sum(a[q] == b[q] for q in a) / len(a)
     same_set = sum(set(a[q]) == set(b[q]) for q in a) / len(a)
     qs = [q for q in a if q in qrels]
@@ -61,23 +68,16 @@ def _compare(a, b, qrels):
 def _edited(text: str) -> str:
     """A realistic edit: the abstract loses its last sentence (or, when it has one
     sentence, gains a short correction note)."""
-    from quarry.core.chunking import split_sentences
-
     sents = split_sentences(text)
     return " ".join(sents[:-1]) if len(sents) > 1 else text + " (corrected)"
 
 
 def _change(op, doc_id, at, **kw):
-    from quarry.core.changes import Change
-
     return Change(op=op, tenant=TENANT, doc_id=doc_id, at=at, **kw)
 
 
 def _visible_after(root, index, emb, probe_doc, revoked_groups) -> float:
     """Seconds for a replica holding ``index`` to reload (watermark check) and answer a query."""
-    from quarry.core import layout
-    from quarry.core.records import Principal
-
     t = time.perf_counter()
     fresh = index.with_watermark(layout.read_watermark(root, TENANT))
     p = Principal(tenant=TENANT, subject="bench", groups=frozenset(revoked_groups))
@@ -87,15 +87,6 @@ def _visible_after(root, index, emb, probe_doc, revoked_groups) -> float:
 
 
 def run(dataset: str, work: str, limit: int | None, seed: int = 13) -> dict:
-    from quarry.core.compact import compact
-    from quarry.core.delta import apply_local
-    from quarry.core.embedding import HashingEmbedder
-    from quarry.core.index import TenantIndex
-    from quarry.core.pipeline import build_corpus
-    from quarry.core.search import SearchSettings
-    from quarry.core.sources import load_beir_corpus, load_beir_queries, load_qrels
-    from quarry.core import layout
-
     emb = HashingEmbedder(256)
     settings = SearchSettings()
     docs = load_beir_corpus(dataset, TENANT, acl=("readers",), limit=limit)

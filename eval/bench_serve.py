@@ -83,7 +83,8 @@ def promote_learned(root: str, embedder) -> dict[str, str]:
     from quarry.core.gate import evaluate_gate, record_decision
     from quarry.core.index import TenantIndex
     from quarry.core.layout import current_generation
-    from quarry.core.learned import LearnedRanker, label_candidates, mine_candidates
+    from quarry.core.ranker_model import LearnedRanker
+    from quarry.core.ranker_train import label_candidates, mine_candidates
     from quarry.core.records import Principal
     from quarry.core.search import SearchSettings
 

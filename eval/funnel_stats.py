@@ -8,19 +8,19 @@ from __future__ import annotations
 import argparse
 import json
 
+from quarry.core.capacity import Dist
+from quarry.core.contextualize import ExtractiveContextualizer
+from quarry.core.pipeline import prepare
+from quarry.core.sources import SAMPLE_CORPUS, load_documents
+from quarry.core.text import count_tokens, heading_text
+
 
 def funnel_token_stats(source: str | None = None) -> dict[str, object]:
-    from quarry.core.capacity import Dist
-    from quarry.core.chunking import count_tokens
-    from quarry.core.contextualize import ExtractiveContextualizer
-    from quarry.core.pipeline import prepare
-    from quarry.core.sources import SAMPLE_CORPUS, load_documents
-
     docs, _bad = load_documents(source or SAMPLE_CORPUS)
     cand, sect = [], []
     for tenant in sorted({d.tenant for d in docs}):
         passages, parents = prepare([d for d in docs if d.tenant == tenant], ExtractiveContextualizer())
-        cand += [p.token_count + count_tokens(" ".join([p.envelope.title, *p.heading_path])) for p in passages]
+        cand += [p.token_count + count_tokens(heading_text(p.envelope.title, p.heading_path)) for p in passages]
         sect += [s.token_count for s in parents]
     return {"documents": len(docs), "passages": len(cand), "sections": len(sect),
             "tokens_per_candidate": Dist.from_samples(cand).model_dump(),

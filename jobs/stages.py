@@ -265,7 +265,7 @@ def get_embedder(spec: str, batch_size: int, torch_threads: int | None = None):
 def embed_passages(batches: Iterator[pd.DataFrame], spec: str, batch_size: int,
                    torch_threads: int | None = None) -> Iterator[pd.DataFrame]:
     """(tenant, shard, doc_id, passage_json) -> + float32 embedding bytes, in batches."""
-    from quarry.core.chunking import count_tokens
+    from quarry.core.text import count_tokens
     from quarry.core.embedding import passage_text_for_embedding
 
     emb, loads = get_embedder(spec, batch_size, torch_threads)

@@ -17,7 +17,8 @@ with Quarry's own first stage (mask, lexical and dense legs with floors, RRF; wi
 **every group named in the generation's filter columns**, so the principal sees every
 passage of the tenant (``--groups '*'`` mines only whole-tenant passages). Mining never
 crosses tenants: the index is the tenant's own. Features use only each query's candidates
-and their passages (:mod:`quarry.core.learned`).
+and their passages (:mod:`quarry.core.ranker_features`); training is
+:func:`quarry.core.ranker_train.train_and_gate`, the same path ``quarry eval beir`` uses.
 
 Labelled queries are split into train and held-out by ``--split-seed``; the ranker trains
 on the train part; fused and learned nDCG@10 are compared on the held-out part; the gate
@@ -34,6 +35,16 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from quarry.core.embedder_factory import build_embedder, embedder_for_index
+from quarry.core.embedding import SentenceTransformerEmbedder
+from quarry.core.gate import DEFAULT_MARGIN, record_decision
+from quarry.core.index import TenantIndex
+from quarry.core.ranker_train import TrainSettings, train_and_gate
+from quarry.core.records import PUBLIC_GROUP, Principal
+from quarry.core.search import SearchSettings
+from quarry.core.sentence_vectors import SentenceVectors
+from quarry.core.sources import read_qrels, read_queries
 
 
 def add_arguments(p) -> None:
@@ -73,8 +84,6 @@ def read_labels(labels: str | Path, queries: str | Path | None = None) -> tuple[
         return _read_cases(path)
     if queries is None:
         raise ValueError(f"{path} looks like a qrels TSV: pass --queries (a BEIR queries.jsonl)")
-    from quarry.core.sources import read_qrels, read_queries
-
     qrels = read_qrels(path)
     texts = read_queries(queries)
     missing = [q for q in qrels if q not in texts]
@@ -109,8 +118,6 @@ def _read_cases(path: Path) -> tuple[dict[str, str], dict[str, dict[str, int]]]:
 def mining_principal(index, groups: str | None):
     """The principal candidates are mined as: the tenant with ``groups`` (comma list), by
     default every group in the generation's filter columns (so every passage is visible)."""
-    from quarry.core.records import PUBLIC_GROUP, Principal
-
     if groups is None:
         gs = frozenset(g for sh in index.shards for g in sh.filters.groups)
     else:
@@ -119,34 +126,22 @@ def mining_principal(index, groups: str | None):
 
 
 def train(args) -> dict[str, Any]:
-    from quarry.core.gate import DEFAULT_MARGIN, record_decision
-    from quarry.core.index import TenantIndex
-    from quarry.core.learned import SentenceVectors, mine_candidates, train_and_evaluate
-    from quarry.core.search import SearchSettings
-    from quarry.core.embedder_factory import embedder_for_index
-
     t0 = time.perf_counter()
-    margin = DEFAULT_MARGIN if args.margin is None else args.margin
+    ref = dt.date.fromisoformat(args.reference_date) if args.reference_date else dt.date.today()
+    train_settings = TrainSettings(holdout=args.holdout, seed=args.split_seed, reference_date=ref,
+                                   margin=DEFAULT_MARGIN if args.margin is None else args.margin)
     queries, qrels = read_labels(args.labels, args.queries)
     index = TenantIndex.load(args.index_root, args.tenant, args.generation)
     embedder = embedder_for_index(index.manifest, args.embedder)
     principal = mining_principal(index, args.groups)
     w = int(args.width)
     settings = SearchSettings(lexical_width=w, dense_width=w, candidate_width=w)
-    ref = dt.date.fromisoformat(args.reference_date) if args.reference_date else dt.date.today()
-    mined = mine_candidates(index, principal, embedder, queries, settings)
-    t_mine = time.perf_counter() - t0
     sentence = None
     if args.sentence_features:
-        from quarry.core.embedder_factory import build_embedder
-        from quarry.core.embedding import SentenceTransformerEmbedder
-
         st = embedder if isinstance(embedder, SentenceTransformerEmbedder) else build_embedder("default")
         sentence = SentenceVectors(st)
-    ranker, decision, report = train_and_evaluate(
-        mined, qrels, holdout=args.holdout, seed=args.split_seed, margin=margin, sentence=sentence,
-        reference_date=ref,
-    )
+    ranker, decision, report = train_and_gate(index, principal, embedder, queries, qrels, settings, train_settings,
+                                              sentence)
     report = {
         "tenant": args.tenant,
         "generation": index.generation,
@@ -156,8 +151,6 @@ def train(args) -> dict[str, Any]:
         "sentence_features": sentence is not None,
         "reference_date": ref.isoformat(),
         **report,
-        "gate": decision.to_json(),
-        "mine_seconds": round(t_mine, 2),
     }
     if not args.no_store:
         rec = record_decision(args.index_root, args.tenant, index.generation, decision, ranker,

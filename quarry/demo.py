@@ -28,6 +28,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from quarry.core.citations import ABSTENTION_MESSAGE, CHECK_NAMES
+from quarry.core.contextualize import ExtractiveContextualizer
+from quarry.core.embedder_factory import build_embedder
+from quarry.core.pipeline import build_corpus
+from quarry.core.sources import SAMPLE_CORPUS, load_documents
+from quarry.core.text import split_sentences
+
 DEFAULT_ROOT = "var/demo-index"
 TENANT, GROUPS = "globex", ("all-staff",)
 QUESTION = "Does the Pro plan include SSO?"
@@ -79,21 +86,19 @@ def _show_search(body: dict[str, Any], width: int = 220) -> None:
 
 def build(index_root: str, embedder: str | None, mode: str) -> str:
     """Build and publish the sample corpus; returns which build ran."""
-    from quarry.core.sources import SAMPLE_CORPUS
-
     use_spark = mode == "spark"
     if mode == "auto":
         try:
             import pyspark  # noqa: F401
 
-            from quarry.jobs.build import run_build  # noqa: F401
+            from quarry.jobs.build import run_build  # noqa: F401  (needs pyspark: deferred)
 
             use_spark = True
         except ImportError as e:
             _say(f"Spark build unavailable ({e}); using the in-process build")
     t = time.perf_counter()
     if use_spark:
-        from quarry.jobs.build import BuildSettings, run_build
+        from quarry.jobs.build import BuildSettings, run_build  # needs pyspark: deferred
 
         spec = "hashing" if embedder == "hashing" else (embedder or "default")
         _say(f"building {SAMPLE_CORPUS} with the PySpark build job (local[2], embedder {spec}) ...")
@@ -103,11 +108,6 @@ def build(index_root: str, embedder: str | None, mode: str) -> str:
         _say(f"Spark build: {report.documents} documents, {report.quarantined} quarantined, {report.passages} passages")
         which = "spark"
     else:
-        from quarry.core.contextualize import ExtractiveContextualizer
-        from quarry.core.embedder_factory import build_embedder
-        from quarry.core.pipeline import build_corpus
-        from quarry.core.sources import load_documents
-
         emb = build_embedder(embedder)
         docs, bad = load_documents(SAMPLE_CORPUS)
         _say(f"building {len(docs)} documents ({len(bad)} quarantined) with the in-process build ...")
@@ -120,9 +120,15 @@ def build(index_root: str, embedder: str | None, mode: str) -> str:
 
 # ----------------------------------------------------------------------------- the agent
 
+def _pieces(text: str) -> list[str]:
+    """The sentences of each line of ``text`` (a table row is a line): exact slices, so a
+    quote taken from one passes the citation check."""
+    return [s for line in text.split("\n") for s in split_sentences(line)]
+
+
 def _sentence_with(text: str, phrase: str) -> str | None:
     """The sentence (or table row) of ``text`` holding ``phrase``, footnote markers removed."""
-    for piece in re.split(r"(?<=[.!?])\s+|\n+", text):
+    for piece in _pieces(text):
         if phrase.lower() in piece.lower():
             return re.sub(r"^\s*(\[\d+\]\s*)+", "", piece).strip().rstrip(".")
     return None
@@ -185,7 +191,7 @@ def show_decision(decision: dict[str, Any]) -> None:
 
 def _value(text: str, *phrases: str) -> str | None:
     """The time stated in the sentence of ``text`` that holds one of ``phrases``."""
-    pieces = re.split(r"(?<=[.!?])\s+|\n+", text)
+    pieces = _pieces(text)
     for ph in phrases:
         for piece in pieces:
             m = _TIME.search(piece) if ph.lower() in piece.lower() else None
@@ -269,8 +275,7 @@ def scripted_agent(base_url: str, secret: str) -> dict[str, Any]:
     """Run the scripted agent; returns what happened (for tests)."""
     import httpx
 
-    from quarry.core.citations import ABSTENTION_MESSAGE, CHECK_NAMES
-    from quarry.serve.auth import mint_token
+    from quarry.serve.auth import mint_token  # the serve extra (jwt): deferred
 
     out: dict[str, Any] = {}
     token = mint_token(TENANT, "demo-agent", GROUPS, secret=secret, ttl_s=900)
@@ -359,7 +364,7 @@ def scripted_agent(base_url: str, secret: str) -> dict[str, Any]:
 # ----------------------------------------------------------------------------- main
 
 def run(args) -> int:
-    from quarry.serve import launch
+    from quarry.serve import launch  # the serve extra (ray): deferred
     from quarry.serve.settings import AuthSettings, ServeSettings
 
     root = launch.absolute_root(args.index_root)

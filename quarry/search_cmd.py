@@ -5,6 +5,14 @@ from __future__ import annotations
 import datetime as dt
 import sys
 
+from pydantic import ValidationError
+
+from quarry.core.embedder_factory import embedder_for_index
+from quarry.core.errors import UsageError
+from quarry.core.index import TenantIndex
+from quarry.core.records import Principal, SearchRequest
+from quarry.core.search import SearchSettings, search
+from quarry.core.text import heading_text
 
 def add_arguments(p) -> None:
     p.add_argument("query", help="the search text (words or exact identifiers)")
@@ -38,14 +46,12 @@ def format_decision(decision) -> list[str]:
 
 
 def format_result(result) -> str:
-    from quarry.core.embedding import heading_trail
-
     if not result.excerpts:
         return "\n".join([result.message, *format_decision(result.decision)])
     out = []
     for i, e in enumerate(result.excerpts, 1):
         dates = f"{e.effective_from or '?'}..{e.effective_to or ''}"
-        head = " > ".join(heading_trail(e.title, e.heading_path))
+        head = heading_text(e.title, e.heading_path)
         flags = (" [truncated]" if e.truncated else "") + (f" [{e.validity}]" if e.validity else "") + (
             f" [{e.verdict}]" if e.verdict else "")
         out.append(f"[{i}] {e.passage_id}  ({e.doc_type}, authority {e.authority}, effective {dates}){flags}\n"
@@ -57,14 +63,6 @@ def format_result(result) -> str:
 
 
 def run(args) -> int:
-    from pydantic import ValidationError
-
-    from quarry.core.embedder_factory import embedder_for_index
-    from quarry.core.index import TenantIndex
-    from quarry.core.records import Principal, SearchRequest
-    from quarry.core.errors import UsageError
-    from quarry.core.search import SearchSettings, search
-
     ceiling = SearchSettings().top_k_ceiling
     if not 1 <= args.top_k <= ceiling:
         raise UsageError(f"--top-k {args.top_k} is out of range; use 1 to {ceiling}")

@@ -7,11 +7,10 @@ from quarry.core.chunking import (
     CHUNKER_VERSION,
     ChunkSettings,
     chunk_document,
-    count_tokens,
     plan_chunks,
-    split_sentences,
 )
 from quarry.core.records import DEFAULT_AUTHORITY, SourceDocument
+from quarry.core.text import count_tokens, split_sentences
 
 pytestmark = pytest.mark.unit
 
@@ -43,11 +42,6 @@ A second section with the same heading.
 
 # Appendix
 """
-
-
-def test_count_tokens_words_and_punctuation():
-    assert count_tokens("EUR-4471 at 16:00.") == 8
-    assert count_tokens("   ") == 0
 
 
 @pytest.mark.parametrize("kw", [dict(max_tokens=0), dict(overlap_sentences=-1), dict(min_tokens=-1),
@@ -224,19 +218,6 @@ def test_single_oversized_sentence_is_token_split():
     text = " ".join(f"w{i}" for i in range(35))
     passages, _ = chunk_document(doc(text, fmt="text"), s)
     assert [p.token_count for p in passages] == [10, 10, 10, 5]
-
-
-@pytest.mark.parametrize(
-    "text,expected",
-    [
-        ("See e.g. the v2.3.1 note at 16:00. Then 3.5 units! Next J. Smith went. 42 is it.",
-         ["See e.g. the v2.3.1 note at 16:00.", "Then 3.5 units!", "Next J. Smith went.", "42 is it."]),
-        ("Is it done? Yes.", ["Is it done?", "Yes."]),
-        ("lowercase. after period stays", ["lowercase. after period stays"]),
-    ],
-)
-def test_split_sentences(text, expected):
-    assert split_sentences(text) == expected
 
 
 def test_stable_ids_and_version_changes_ids():

@@ -18,7 +18,8 @@ from quarry.core.gate import (
     read_decision,
     record_decision,
 )
-from quarry.core.learned import LearnedRanker, doc_ndcg, label_candidates, split_queries, train_and_evaluate
+from quarry.core.ranker_model import LearnedRanker
+from quarry.core.ranker_train import TrainSettings, doc_ndcg, label_candidates, split_queries, train_and_evaluate
 
 pytestmark = pytest.mark.unit
 
@@ -80,19 +81,19 @@ def test_a_losing_ranker_is_never_enabled():
     assert s < f and not d.enabled
     # 3. Shuffled labels: no signal; whatever it scores, the gate only passes a real win.
     shuffled = {q: {f"{q}-d{rng.randrange(15)}": 1} for q in qrels}
-    r, d, rep = train_and_evaluate(mined, shuffled, holdout=0.3, seed=0, params={"n_estimators": 40})
+    r, d, rep = train_and_evaluate(mined, shuffled, TrainSettings(holdout=0.3, params={"n_estimators": 40}))
     h = rep["heldout"]
     assert d.enabled == (h["learned_ndcg@10"] - h["fused_ndcg@10"] >= DEFAULT_MARGIN and h["delta"] > 0)
     # 4. A ranker with real signal passes.
-    r, d, rep = train_and_evaluate(mined, qrels, holdout=0.3, seed=0, params={"n_estimators": 40})
+    r, d, rep = train_and_evaluate(mined, qrels, TrainSettings(holdout=0.3, params={"n_estimators": 40}))
     assert d.enabled and d.model_id == r.model_id and rep["heldout"]["delta"] > 0.1
 
 
 def test_no_labels_means_no_stage():
     mined, _ = _synthetic()
-    r, d, rep = train_and_evaluate(mined, {}, holdout=0.2)
+    r, d, rep = train_and_evaluate(mined, {})
     assert r is None and not d.enabled and "no training labels" in d.reason
-    r, d, rep = train_and_evaluate(dict(list(mined.items())[:1]), {"q0": {"q0-d0": 1}}, holdout=0.2)
+    r, d, rep = train_and_evaluate(dict(list(mined.items())[:1]), {"q0": {"q0-d0": 1}})
     assert r is None and not d.enabled
 
 
@@ -121,7 +122,7 @@ def jobs_tests_on_path():
 def _train_on_sample(root):
     from quarry.core.embedding import HashingEmbedder
     from quarry.core.index import TenantIndex
-    from quarry.core.learned import mine_candidates
+    from quarry.core.ranker_train import mine_candidates
     from quarry.core.records import Principal
     from quarry.core.search import SearchSettings
     from test_train_ranker import CASES
@@ -132,7 +133,7 @@ def _train_on_sample(root):
     queries = {f"c{i}": q for i, (q, _) in enumerate(CASES)}
     qrels = {f"c{i}": {d: 1 for d in r} for i, (_, r) in enumerate(CASES)}
     mined = mine_candidates(index, principal, HashingEmbedder(dim=64), queries, SearchSettings())
-    r, d, rep = train_and_evaluate(mined, qrels, holdout=0.3, seed=0)
+    r, d, rep = train_and_evaluate(mined, qrels, TrainSettings(holdout=0.3))
     return index, principal, r, d
 
 
@@ -215,19 +216,19 @@ def test_second_stage_sees_only_the_principals_candidates(jobs_tests_on_path, sa
 def test_train_and_gate_without_labels_keeps_fused_order(jobs_tests_on_path, sample_root):
     from quarry.core.embedding import HashingEmbedder
     from quarry.core.index import TenantIndex
-    from quarry.core.learned import train_and_gate
+    from quarry.core.ranker_train import train_and_gate
     from quarry.core.records import Principal
 
     index = TenantIndex.load(str(sample_root), "acme")
     p = Principal(tenant="acme", subject="t", groups=frozenset({"all-staff"}))
-    r, d, rep = train_and_gate(index, p, HashingEmbedder(dim=64), {"q1": "refund window"}, {},
-                               sentence_features=False)
+    r, d, rep = train_and_gate(index, p, HashingEmbedder(dim=64), {"q1": "refund window"}, {})
     assert r is None and not d.enabled and rep["queries"]["labelled"] == 0
-    # Labels present but an impossible margin: trained, evaluated, not enabled, not returned.
+    # Labels present but an impossible margin: trained and evaluated, returned (so a job can
+    # record it) but not enabled.
     from test_train_ranker import CASES
 
     queries = {f"c{i}": q for i, (q, _) in enumerate(CASES)}
     qrels = {f"c{i}": {x: 1 for x in rel} for i, (_, rel) in enumerate(CASES)}
-    r, d, rep = train_and_gate(index, p, HashingEmbedder(dim=64), queries, qrels, margin=0.9,
-                               sentence_features=False)
-    assert r is None and not d.enabled and d.model_id and rep["gate"]["enabled"] is False
+    r, d, rep = train_and_gate(index, p, HashingEmbedder(dim=64), queries, qrels,
+                               train_settings=TrainSettings(margin=0.9))
+    assert r is not None and not d.enabled and d.model_id == r.model_id and rep["gate"]["enabled"] is False

@@ -10,19 +10,10 @@ import numpy as np
 import pytest
 
 from quarry.core.embedding import HashingEmbedder
-from quarry.core.learned import (
-    BASE_FEATURES,
-    FEATURES,
-    MISSING_RANK,
-    SENTENCE_FEATURES,
-    LearnedRanker,
-    Mined,
-    SentenceVectors,
-    candidate_features,
-    doc_ndcg,
-    label_candidates,
-    split_queries,
-)
+from quarry.core.ranker_features import BASE_FEATURES, FEATURES, MISSING_RANK, SENTENCE_FEATURES, candidate_features
+from quarry.core.ranker_model import LearnedRanker
+from quarry.core.ranker_train import Mined, doc_ndcg, label_candidates, split_queries
+from quarry.core.sentence_vectors import SentenceVectors
 from quarry.core.records import Candidate, Envelope, Passage
 
 pytestmark = pytest.mark.unit

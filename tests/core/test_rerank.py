@@ -35,9 +35,12 @@ def cand(pid: str, text: str, title: str = "Doc", heading: tuple[str, ...] = ("S
 
 
 @pytest.mark.unit
-def test_rerank_text_joins_title_heading_path_and_text():
+def test_rerank_text_is_heading_trail_then_text():
     c = RerankInput("d@1#a", "Refund policy", ("Policy", "Exceptions"), "Refunds above $500 need approval.")
-    assert rerank_text(c) == "Refund policy\nPolicy > Exceptions\nRefunds above $500 need approval."
+    assert rerank_text(c) == "Refund policy > Policy > Exceptions\nRefunds above $500 need approval."
+    # A top heading restating the title is not repeated (the same trail the legs index).
+    h1 = RerankInput("d@1#b", "Refund policy", ("Refund Policy", "Exceptions"), "Text.")
+    assert rerank_text(h1) == "Refund policy > Exceptions\nText."
     assert rerank_text(RerankInput("x", "", (), "only text")) == "only text"
 
 
@@ -105,8 +108,8 @@ def test_token_units_caps_each_candidate():
     long = cand("l", " ".join(["w"] * 100), title="", heading=())  # 100 units
     assert token_units([short, long], max_length=10) == 3 + 10
     assert token_units([short, long], max_length=1000) == 103
-    # punctuation counts; title and heading path count
-    assert token_units([cand("p", "E-4471 failed.", title="T", heading=("H",))], 100) == 1 + 1 + 5
+    # punctuation counts; the heading trail "T > H" counts (3) as does the text (5)
+    assert token_units([cand("p", "E-4471 failed.", title="T", heading=("H",))], 100) == 3 + 5
     assert token_units([], 256) == 0
     assert token_units(["a b c"], 2) == 2
     with pytest.raises(ValueError):

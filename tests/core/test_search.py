@@ -7,7 +7,7 @@ import datetime as dt
 
 import pytest
 
-from quarry.core.chunking import count_tokens
+from quarry.core.text import count_tokens
 from quarry.core.index import TenantIndex
 from quarry.core.records import Principal, SearchRequest
 from quarry.core.search import SearchSettings, hybrid_search, lexical_leg

@@ -50,7 +50,7 @@ def _reranker(root, **kw):
 def _candidates(root):
     from quarry.core.embedding import HashingEmbedder
     from quarry.core.index import TenantIndex
-    from quarry.core.learned import mine_candidates
+    from quarry.core.ranker_train import mine_candidates
     from quarry.core.records import Principal
     from quarry.core.search import SearchSettings
 

@@ -19,7 +19,8 @@ SMALL = {"n_estimators": 20, "num_leaves": 4, "min_child_samples": 1}
 def _train(root: str, tenant: str):
     from quarry.core.embedding import HashingEmbedder
     from quarry.core.index import TenantIndex
-    from quarry.core.learned import LearnedRanker, label_candidates, mine_candidates
+    from quarry.core.ranker_model import LearnedRanker
+    from quarry.core.ranker_train import label_candidates, mine_candidates
     from quarry.core.records import Principal
     from quarry.core.search import SearchSettings
 

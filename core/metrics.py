@@ -1,4 +1,5 @@
-"""Ranking metrics over doc ids, as BEIR/pytrec_eval compute them."""
+"""Ranking metrics over doc ids, as BEIR/pytrec_eval compute them: the promotion gate's
+held-out comparison and the eval suite's reports both use these."""
 
 from __future__ import annotations
 

@@ -1,0 +1,33 @@
+"""Markdown line syntax (CommonMark's block starts), defined once for the chunker, the
+extractive contextualizer and the statement finder."""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["HEADING", "FENCE", "LIST_ITEM", "TABLE_ROW", "TABLE_DELIM", "QUOTE", "SETEXT_UNDERLINE",
+           "THEMATIC_BREAK", "HTML_ONLY", "opens_block", "stands_alone"]
+
+# ATX heading; group 1 the #'s, group 2 the raw title (may keep a closing "##").
+HEADING = re.compile(r"^ {0,3}(#{1,6})(?:[ \t]+(.*?))?[ \t]*$")
+# Code fence opener; group 1 the marker (``` or ~~~, 3 or more), group 2 the info string's language.
+FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})\s*([^`\s]*)")
+# List item marker; group 1 the indent.
+LIST_ITEM = re.compile(r"^([ \t]*)(?:[-*+]|\d{1,9}[.)])(?:[ \t]+|$)")
+TABLE_ROW = re.compile(r"^\s*\|")
+TABLE_DELIM = re.compile(r"^\s*\|?\s*:?-{1,}:?\s*(?:\|\s*:?-{1,}:?\s*)*\|?\s*$")
+QUOTE = re.compile(r"^\s*>+\s?")
+SETEXT_UNDERLINE = re.compile(r"^\s{0,3}(=+|-+)\s*$")
+THEMATIC_BREAK = re.compile(r"^\s{0,3}([-*_])(\s*\1){2,}\s*$")
+HTML_ONLY = re.compile(r"^\s*<[^>]+>\s*$")
+
+
+def opens_block(line: str) -> bool:
+    """A line that starts a block of its own: heading, fence, list item, table row or quote."""
+    return any(p.match(line) for p in (HEADING, FENCE, LIST_ITEM, TABLE_ROW, QUOTE))
+
+
+def stands_alone(line: str) -> bool:
+    """A line that never absorbs the next one as a wrapped continuation: heading, fence,
+    table row (a list item or quote does: lazy continuation)."""
+    return any(p.match(line) for p in (HEADING, FENCE, TABLE_ROW))

@@ -15,17 +15,15 @@ differ only in where upserts are chunked, contextualized and embedded.
 from __future__ import annotations
 
 import hashlib
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
 from quarry.core import layout
 from quarry.core.changes import Change, FoldResult, TenantState, dump_state, fold, with_lags
-from quarry.core.index import TenantIndex, TermStats, build_shard, lexical_text
+from quarry.core.index import TenantIndex, TermStats, build_and_upload_shard, lexical_text
 from quarry.core.records import ParentSection, Passage
 from quarry.core.tokenizer import tokenize
 
@@ -109,10 +107,7 @@ def publish_delta(index: TenantIndex, result: FoldResult, fresh: DeltaRows, chan
         if {(p.doc_id, p.envelope.version) for p in passages} - set(live):
             raise RuntimeError(f"{tenant}: delta passages outside the live delta versions")
         stats = _delta_stats(index, result.state, passages)
-        with tempfile.TemporaryDirectory(prefix="quarry-delta-") as tmp:
-            local = Path(tmp) / "shard"
-            info = build_shard(tenant, 0, passages, parents, emb, stats, local)
-            layout.upload_dir(local, layout.join(d, "shard"))
+        info = build_and_upload_shard(tenant, 0, passages, parents, emb, stats, layout.join(d, "shard"))
         shard_ref = f"delta-{seq}/shard"
         shard_sums = {f"shard/{k}": v for k, v in info.checksums.items()}
     else:

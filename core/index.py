@@ -243,6 +243,25 @@ def build_shard(
     )
 
 
+def build_and_upload_shard(
+    tenant: str,
+    shard: int,
+    passages: Sequence[Passage],
+    parents: Sequence[ParentSection],
+    embeddings: np.ndarray,
+    stats: TermStats,
+    uri: str,
+    approx_threshold: int = APPROX_THRESHOLD,
+) -> ShardInfo:
+    """:func:`build_shard` into a temporary local folder, then upload it to ``uri`` (a
+    shard folder of a generation or a delta). The one way every job writes a shard."""
+    with tempfile.TemporaryDirectory(prefix="quarry-shard-") as tmp:
+        local = Path(tmp) / "shard"
+        info = build_shard(tenant, shard, passages, parents, embeddings, stats, local, approx_threshold)
+        layout.upload_dir(local, uri)
+    return info
+
+
 class Shard:
     """A loaded shard: memory-mapped where the formats allow it."""
 
@@ -566,17 +585,13 @@ def build_tenant_index(
         by_shard[shard_of(p.doc_id, n_shards)].append(i)
     emb = np.asarray(embeddings, dtype=np.float32)
     infos = []
-    with tempfile.TemporaryDirectory(prefix="quarry-shard-") as tmp:
-        for s, rows in by_shard.items():
-            docs = {passages[i].doc_id for i in rows}
-            local = Path(tmp) / f"shard-{s}"
-            info = build_shard(
-                tenant, s, [passages[i] for i in rows], [x for x in parents if x.envelope.doc_id in docs],
-                emb[rows] if rows else np.zeros((0, emb.shape[1] if emb.ndim == 2 else 0), np.float32),
-                stats, local, approx_threshold,
-            )
-            layout.upload_dir(local, layout.shard_dir(root, tenant, gen, s))
-            infos.append(info)
+    for s, rows in by_shard.items():
+        docs = {passages[i].doc_id for i in rows}
+        infos.append(build_and_upload_shard(
+            tenant, s, [passages[i] for i in rows], [x for x in parents if x.envelope.doc_id in docs],
+            emb[rows] if rows else np.zeros((0, emb.shape[1] if emb.ndim == 2 else 0), np.float32),
+            stats, layout.shard_dir(root, tenant, gen, s), approx_threshold,
+        ))
     manifest = make_manifest(tenant, gen, infos, stats, embedder_name, int(emb.shape[1]) if emb.ndim == 2 else 0,
                              chunker_version, source_watermark, extra, encoder=embedder_encoder)
     layout.write_json(layout.manifest_path(root, tenant, gen), manifest)

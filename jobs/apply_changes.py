@@ -30,12 +30,9 @@ on a cluster the source is Kafka (``--kafka-bootstrap``/``--kafka-topic``, docum
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import functools
 import json
-import os
 import pickle
-import secrets
 import sys
 import time
 from collections.abc import Iterator
@@ -44,7 +41,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from quarry.jobs.build import BuildError, _pause, list_source_files
+from quarry.jobs.build import BuildError, list_source_files
+from quarry.jobs.report import Progress, new_run_id
 
 CHANGE_SCHEMA = ("kind string, tenant string, change_id string, op string, doc_id string, source string, "
                  "record_id string, reason string, change_json string")
@@ -182,21 +180,15 @@ def apply_raw(s: ApplySettings, spark, raw, changes_uri: str) -> ApplyReport:
 
     t0 = time.monotonic()
     root = s.index_root.rstrip("/")
-    run_id = s.run_id or dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
+    run_id = s.run_id or new_run_id()
     report = ApplyReport(run_id=run_id, changes_uri=changes_uri, index_root=root)
     sc = spark.sparkContext
     par = s.partitions or max(2, sc.defaultParallelism * 2)
-    clock = [time.monotonic()]
-
-    def stage(name: str) -> None:
-        _pause(name)
-        if not s.quiet:
-            print(f"[quarry apply-changes {run_id}] {name} ...", file=sys.stderr, flush=True)
+    prog = Progress(run_id, spark, quiet=s.quiet, job="apply-changes")
+    stage = prog.start
 
     def done(name: str) -> None:
-        now = time.monotonic()
-        report.stages[name] = round(now - clock[0], 3)
-        clock[0] = now
+        report.stages[name] = round(prog.done(name, {}).seconds, 3)
 
     stage("validate")
     val = raw.repartition(par).mapInPandas(validate_changes, CHANGE_SCHEMA).persist()
@@ -285,6 +277,7 @@ def apply_raw(s: ApplySettings, spark, raw, changes_uri: str) -> ApplyReport:
             tr.lag = lag_summary(TenantIndex.load(root, t).delta.state)
         done("publish")
     finally:
+        prog.close()
         val.unpersist()
     report.seconds = round(time.monotonic() - t0, 3)
     layout.write_json(layout.join(root, "_runs", f"apply-{run_id}.json"), report.model_dump(mode="json"))

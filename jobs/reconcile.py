@@ -10,9 +10,10 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import secrets
 import sys
 from pathlib import Path
+
+from quarry.jobs.report import new_run_id
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -40,7 +41,7 @@ def reconcile(source: str, root: str, tenants=None, dry_run: bool = False, apply
     published = layout.list_tenants(root)
     wanted = sorted(tenants or published)
     at = dt.datetime.now(dt.timezone.utc)
-    run_id = at.strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
+    run_id = new_run_id(at)
     report: dict = {"run_id": run_id, "source_invalid": len(bad), "tenants": {}}
     repairs = []
     for t in wanted:

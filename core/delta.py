@@ -22,8 +22,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from quarry.core import layout
-from quarry.core.changes import Change, FoldResult, TenantState, dump_state, fold, with_lags
-from quarry.core.index import TenantIndex, TermStats, build_and_upload_shard, lexical_text
+from quarry.core.changes import Change, FoldResult, TenantState, dump_state, fold, parse_state, with_lags
+from quarry.core.chunking import ChunkSettings
+from quarry.core.embedder_factory import check_embedder
+from quarry.core.embedding import passage_text_for_embedding
+from quarry.core.index import Delta, TenantIndex, TermStats, build_and_upload_shard, lexical_text
+from quarry.core.pipeline import prepare
 from quarry.core.records import ParentSection, Passage
 from quarry.core.tokenizer import tokenize
 
@@ -35,8 +39,6 @@ def current_state(index: TenantIndex) -> TenantState:
         return index.delta.state
     parsed = layout.parse_watermark(layout.read_watermark(index.root, index.tenant))
     if parsed is not None:
-        from quarry.core.changes import parse_state
-
         fs, path = layout.fs_and_path(layout.join(layout.delta_dir(index.root, index.tenant, parsed[0]), "state.json"))
         with fs.open(path, "r") as f:
             return parse_state(f.read()).rebased(index.generation)
@@ -53,14 +55,6 @@ def base_versions(index: TenantIndex):
         return out
 
     return lookup
-
-
-def check_embedder(index: TenantIndex, name: str) -> None:
-    """The manifest is the contract: upserts are embedded with the base's embedder."""
-    want = (index.manifest.get("embedder") or {}).get("name")
-    if want and want != name:
-        raise ValueError(f"{index.tenant}: the base generation was embedded with {want!r}, not {name!r}; "
-                         f"apply changes with the same embedder")
 
 
 def fold_for(index: TenantIndex, changes: Sequence[Change]) -> FoldResult:
@@ -169,8 +163,6 @@ def _delta_stats(index: TenantIndex, state: TenantState, delta_passages: Sequenc
 
 
 def _state_only(state: TenantState):
-    from quarry.core.index import Delta
-
     return Delta(seq=state.seq, watermark="", state=state, shard=None)
 
 
@@ -179,12 +171,8 @@ def apply_local(root: str, tenant: str, changes: Sequence[Change], embedder, con
     """Apply one tenant's changes in-process (tests, small tenants): the same fold and
     publish as the Spark job, upserts prepared by ``core.pipeline.prepare``.
     Returns (delta seq or None when nothing was applied, fold result)."""
-    from quarry.core.chunking import ChunkSettings
-    from quarry.core.embedding import passage_text_for_embedding
-    from quarry.core.pipeline import prepare
-
     index = TenantIndex.load(root, tenant)
-    check_embedder(index, embedder.name)
+    check_embedder(index.manifest, embedder)  # the manifest is the contract: upserts use the base's model
     result = fold_for(index, changes)
     if not any(o == "applied" for o in result.outcomes.values()):
         return None, result

@@ -12,7 +12,6 @@ import hashlib
 import json
 import math
 import tempfile
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +22,7 @@ import numpy as np
 from quarry.core import layout
 from quarry.core.embedding import passage_text_for_embedding
 from quarry.core.filters import FilterColumns
+from quarry.core.lru import LRU
 from quarry.core.records import ParentSection, Passage, Principal
 from quarry.core.tokenizer import tokenize
 
@@ -423,7 +423,7 @@ class TenantIndex:
                 self._doc_rows.setdefault(did, []).append((si, r))
         self._docs_state = dict(delta.state.docs) if delta is not None else {}
         self.overlays = self._overlays()
-        self._masks: OrderedDict[tuple, list[np.ndarray]] = OrderedDict()
+        self._masks: LRU[tuple, list[np.ndarray]] = LRU(256)
 
     @classmethod
     def load(cls, root: str, tenant: str, generation: int | None = None, cache_dir: str | None = None,
@@ -500,12 +500,9 @@ class TenantIndex:
                tuple(sorted(doc_type)) if doc_type else None, valid_at)
         hit = self._masks.get(key)
         if hit is not None:
-            self._masks.move_to_end(key)
             return hit
         ms = [o.mask(sh.filters, principal, doc_type, valid_at) for sh, o in zip(self.shards, self.overlays)]
-        self._masks[key] = ms
-        if len(self._masks) > 256:
-            self._masks.popitem(last=False)
+        self._masks.put(key, ms)
         return ms
 
     def _visible(self, loc: tuple[int, int], principal: Principal) -> bool:

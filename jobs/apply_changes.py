@@ -172,8 +172,8 @@ def apply_raw(s: ApplySettings, spark, raw, changes_uri: str) -> ApplyReport:
 
     from quarry.core import layout
     from quarry.core.changes import Change, lag_summary
-    from quarry.core.delta import DeltaRows, check_embedder, fold_for, publish_delta
-    from quarry.core.embedder_factory import build_embedder
+    from quarry.core.delta import DeltaRows, fold_for, publish_delta
+    from quarry.core.embedder_factory import build_embedder, check_embedder
     from quarry.core.index import TenantIndex
     from quarry.core.records import ParentSection, Passage
     from quarry.jobs import stages as st
@@ -221,7 +221,7 @@ def apply_raw(s: ApplySettings, spark, raw, changes_uri: str) -> ApplyReport:
         for t in sorted(set(changes) & published):
             index = TenantIndex.load(root, t)
             spec = embedder_spec(index.manifest, s.embedder)
-            check_embedder(index, build_embedder(spec).name)
+            check_embedder(index.manifest, build_embedder(spec), spec)
             result = fold_for(index, changes[t])
             plans[t] = (index, result, spec)
             tr = report.tenants.setdefault(t, TenantApplyReport(tenant=t))

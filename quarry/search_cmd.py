@@ -5,6 +5,8 @@ from __future__ import annotations
 import datetime as dt
 import sys
 
+from quarry.core.records import TOP_K_CEILING, TOP_K_DEFAULT
+
 
 def add_arguments(p) -> None:
     p.add_argument("query", help="the search text (words or exact identifiers)")
@@ -14,7 +16,8 @@ def add_arguments(p) -> None:
     p.add_argument("--subject", default="operator", help="subject recorded for the search")
     p.add_argument("--doc-type", default=None, help="comma-separated doc types to keep (e.g. policy,runbook)")
     p.add_argument("--valid-at", default=None, help="only evidence in force on this date (YYYY-MM-DD)")
-    p.add_argument("--top-k", type=int, default=4, help="excerpts to return (default 4)")
+    p.add_argument("--top-k", type=int, default=TOP_K_DEFAULT,
+                   help=f"excerpts to return (default {TOP_K_DEFAULT}, at most {TOP_K_CEILING})")
     p.add_argument("--embedder", default=None,
                    help="local sentence-transformers dir or 'hashing:<dim>'; must be the index's model (default: it)")
     p.add_argument("--encoder", default=None, choices=("torch", "onnx", "onnx-int8"),

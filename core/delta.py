@@ -57,6 +57,15 @@ def base_versions(index: TenantIndex):
     return lookup
 
 
+def upsert_contextualizer(manifest: dict, requested: str = "auto") -> str:
+    """The contextualizer for upserts: ``requested``, or for 'auto' what the base was built
+    with (the Spark build records it) when that needs no endpoint, else none."""
+    if requested != "auto":
+        return requested
+    kind = manifest.get("contextualizer")
+    return kind if kind in ("extractive", "none") else "none"
+
+
 def fold_for(index: TenantIndex, changes: Sequence[Change]) -> FoldResult:
     return fold(current_state(index), changes, base_versions(index))
 

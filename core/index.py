@@ -21,7 +21,9 @@ import numpy as np
 
 from quarry.core import layout
 from quarry.core.embedding import passage_text_for_embedding
-from quarry.core.filters import FilterColumns
+from quarry.core.changes import parse_state
+from quarry.core.dense_gpu import GpuDense
+from quarry.core.filters import FilterColumns, RowOverlay
 from quarry.core.lru import LRU
 from quarry.core.records import ParentSection, Passage, Principal
 from quarry.core.tokenizer import tokenize
@@ -310,8 +312,6 @@ class Shard:
     def attach_gpu(self, faiss_module=None, **kw) -> None:
         """Serve this shard's dense leg from the GPU. Callers first prove the build honours
         selectors (``quarry.core.dense_gpu.choose_backend``); the post-filter below stays."""
-        from quarry.core.dense_gpu import GpuDense
-
         self.gpu = GpuDense(self.embeddings(), faiss_module, **kw)
 
     def parent_ids(self) -> list[str]:
@@ -382,8 +382,6 @@ class Delta:
 def load_delta(root: str, tenant: str, generation: int, watermark: str | None,
                cache_dir: str | None = None) -> Delta | None:
     """The delta a watermark names, if it applies to ``generation`` (else None)."""
-    from quarry.core.changes import parse_state
-
     parsed = layout.parse_watermark(watermark)
     if parsed is None or parsed[1] != generation:
         return None
@@ -474,8 +472,6 @@ class TenantIndex:
         return True, vs.acl
 
     def _overlays(self):
-        from quarry.core.filters import RowOverlay
-
         hidden: list[list[int]] = [[] for _ in self.shards]
         acl: list[dict[tuple[str, ...], list[int]]] = [{} for _ in self.shards]
         for doc_id in self._docs_state:

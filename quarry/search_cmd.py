@@ -5,7 +5,12 @@ from __future__ import annotations
 import datetime as dt
 import sys
 
-from quarry.core.records import TOP_K_CEILING, TOP_K_DEFAULT
+from quarry.core.embedder_factory import embedder_for_index
+from quarry.core.embedding import heading_trail
+from quarry.core.errors import UsageError
+from quarry.core.index import TenantIndex
+from quarry.core.records import TOP_K_CEILING, TOP_K_DEFAULT, Principal, SearchRequest
+from quarry.core.search import SearchSettings, search
 
 
 def add_arguments(p) -> None:
@@ -41,8 +46,6 @@ def format_decision(decision) -> list[str]:
 
 
 def format_result(result) -> str:
-    from quarry.core.embedding import heading_trail
-
     if not result.excerpts:
         return "\n".join([result.message, *format_decision(result.decision)])
     out = []
@@ -61,12 +64,6 @@ def format_result(result) -> str:
 
 def run(args) -> int:
     from pydantic import ValidationError
-
-    from quarry.core.embedder_factory import embedder_for_index
-    from quarry.core.index import TenantIndex
-    from quarry.core.records import Principal, SearchRequest
-    from quarry.core.errors import UsageError
-    from quarry.core.search import SearchSettings, search
 
     ceiling = SearchSettings().top_k_ceiling
     if not 1 <= args.top_k <= ceiling:

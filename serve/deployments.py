@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import logging
+import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -20,6 +21,7 @@ from typing import Any
 from ray import serve
 
 from quarry.core import layout
+from quarry.core.changes import lag_summary
 from quarry.core.dense_gpu import choose_backend
 from quarry.core.embedder_factory import EmbedderSpec, embedder_for_index
 from quarry.core.embedding import embedder_id, encode_many
@@ -298,8 +300,6 @@ class Retriever:
     def check_health(self) -> None:
         """Serve's health check: a replica that cannot see a local index root is restarted
         (a URI root is checked when a tenant loads)."""
-        import os
-
         if "://" not in self.s.index_root and not os.path.isdir(self.s.index_root):
             raise RuntimeError("index root not reachable")
 
@@ -378,8 +378,6 @@ class Retriever:
         return fresh
 
     def _record_staleness(self, tenant: str, index: TenantIndex) -> None:
-        from quarry.core.changes import lag_summary
-
         if index.delta is None or self._staleness_gauge is None:
             return
         for k, v in lag_summary(index.delta.state).items():
@@ -512,8 +510,6 @@ class Retriever:
         return out
 
     def _freshness(self, tenant: str) -> dict[str, Any]:
-        from quarry.core.changes import lag_summary
-
         entry = self._cache.peek(tenant)
         index = entry.index if entry is not None else None
         if index is None or index.delta is None:

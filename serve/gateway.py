@@ -139,7 +139,7 @@ class Gateway:
         self._known: LRU[str, tuple[str, int]] = LRU(_KNOWN_RUNS)
         self.mcp = None
         if settings.mcp_enabled:
-            from .mcp import MCPEndpoint
+            from .mcp import MCPEndpoint  # defers the MCP SDK until the endpoint is switched on
 
             self.mcp = MCPEndpoint(self)
 

@@ -200,51 +200,6 @@ class ShardInfo:
         return dict(self.__dict__)
 
 
-def build_shard(
-    tenant: str,
-    shard: int,
-    passages: Sequence[Passage],
-    parents: Sequence[ParentSection],
-    embeddings: np.ndarray,
-    stats: TermStats,
-    out_dir: str | Path,
-    approx_threshold: int = APPROX_THRESHOLD,
-) -> ShardInfo:
-    """Write one shard's files into a local folder. Pure function of its inputs: the same
-    passages, embeddings and stats give byte-identical files."""
-    import faiss
-    import pyarrow.parquet as pq
-
-    if len(passages) != len(embeddings):
-        raise ValueError(f"{len(passages)} passages but {len(embeddings)} embeddings")
-    order = sorted(range(len(passages)), key=lambda i: passages[i].passage_id)  # stable row ids
-    passages = [passages[i] for i in order]
-    embeddings = np.asarray(embeddings, dtype=np.float32)[order] if len(order) else np.asarray(embeddings, np.float32)
-    parents = sorted(parents, key=lambda s: s.parent_id)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-
-    token_lists = [tokenize(lexical_text(p)) for p in passages]
-    _bm25_with_stats(token_lists, stats).save(str(out / "bm25"), show_progress=False)
-    index, kind = _dense_index(embeddings, approx_threshold)
-    faiss.write_index(index, str(out / "dense.faiss"))
-    np.save(out / "embeddings.npy", embeddings)
-    pq.write_table(_passages_table(passages), out / "passages.parquet")
-    pq.write_table(_parents_table(parents), out / "parents.parquet")
-    cols = FilterColumns.from_envelopes(tenant, [p.envelope for p in passages])
-    np.savez(out / "filters.npz", **cols.to_arrays())
-    (out / "shard.json").write_text(json.dumps({
-        "tenant": tenant, "shard": shard, "groups": list(cols.groups), "doc_types": list(cols.doc_types),
-        "passages": len(passages), "parents": len(parents), "dense_kind": kind,
-        "dim": int(embeddings.shape[1]) if embeddings.ndim == 2 else 0,
-    }, sort_keys=True))
-    return ShardInfo(
-        shard=shard, passages=len(passages), parents=len(parents),
-        documents=len({p.doc_id for p in passages}), dense_kind=kind,
-        checksums=layout.file_checksums(out),
-    )
-
-
 def build_and_upload_shard(
     tenant: str,
     shard: int,
@@ -255,12 +210,41 @@ def build_and_upload_shard(
     uri: str,
     approx_threshold: int = APPROX_THRESHOLD,
 ) -> ShardInfo:
-    """:func:`build_shard` into a temporary local folder, then upload it to ``uri`` (a
-    shard folder of a generation or a delta). The one way every job writes a shard."""
+    """Build one shard in a temporary local folder and upload it to ``uri`` (a shard folder
+    of a generation or a delta): the one way every job writes a shard. The files are a pure
+    function of the inputs: the same passages, embeddings and stats give identical bytes."""
+    import faiss
+    import pyarrow.parquet as pq
+
+    if len(passages) != len(embeddings):
+        raise ValueError(f"{len(passages)} passages but {len(embeddings)} embeddings")
+    order = sorted(range(len(passages)), key=lambda i: passages[i].passage_id)  # stable row ids
+    passages = [passages[i] for i in order]
+    embeddings = np.asarray(embeddings, dtype=np.float32)[order] if len(order) else np.asarray(embeddings, np.float32)
+    parents = sorted(parents, key=lambda s: s.parent_id)
     with tempfile.TemporaryDirectory(prefix="quarry-shard-") as tmp:
-        local = Path(tmp) / "shard"
-        info = build_shard(tenant, shard, passages, parents, embeddings, stats, local, approx_threshold)
-        layout.upload_dir(local, uri)
+        out = Path(tmp) / "shard"
+        out.mkdir()
+        token_lists = [tokenize(lexical_text(p)) for p in passages]
+        _bm25_with_stats(token_lists, stats).save(str(out / "bm25"), show_progress=False)
+        index, kind = _dense_index(embeddings, approx_threshold)
+        faiss.write_index(index, str(out / "dense.faiss"))
+        np.save(out / "embeddings.npy", embeddings)
+        pq.write_table(_passages_table(passages), out / "passages.parquet")
+        pq.write_table(_parents_table(parents), out / "parents.parquet")
+        cols = FilterColumns.from_envelopes(tenant, [p.envelope for p in passages])
+        np.savez(out / "filters.npz", **cols.to_arrays())
+        (out / "shard.json").write_text(json.dumps({
+            "tenant": tenant, "shard": shard, "groups": list(cols.groups), "doc_types": list(cols.doc_types),
+            "passages": len(passages), "parents": len(parents), "dense_kind": kind,
+            "dim": int(embeddings.shape[1]) if embeddings.ndim == 2 else 0,
+        }, sort_keys=True))
+        info = ShardInfo(
+            shard=shard, passages=len(passages), parents=len(parents),
+            documents=len({p.doc_id for p in passages}), dense_kind=kind,
+            checksums=layout.file_checksums(out),
+        )
+        layout.upload_dir(out, uri)
     return info
 
 

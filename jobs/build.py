@@ -11,7 +11,7 @@ Stages (each a Spark transformation delegating to ``quarry.core`` via
     contextualize mapInPandas(contextualizer.contextualize_many)         per document
     embed       explode + mapInPandas(embedder.encode), model cached per worker
     stats       per-partition TermStats, treeReduce -> only stats reach the driver
-    build       groupBy(tenant, shard).cogroup(parents).applyInPandas(core.index.build_shard)
+    build       groupBy(tenant, shard).cogroup(parents).applyInPandas(core.index.build_and_upload_shard)
                 -> upload into <root>/<tenant>/gen-<n>/shard-<k>/; ShardInfo rows back
     manifest    driver: counts checked, core.index.make_manifest + report.json
     publish     core.layout.publish: checksums re-verified, CURRENT switched atomically

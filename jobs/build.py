@@ -55,10 +55,6 @@ from quarry.jobs.case_gate import gate_generation
 from quarry.jobs.report import BuildReport, Progress, TenantReport, new_run_id, peak_rss_mb
 from quarry.jobs.spark import get_spark
 
-STAGES = ("read", "validate", "quarantine", "chunk", "contextualize", "embed", "stats", "build",
-          "manifest", "publish")
-
-
 class BuildError(Exception):
     """A usage or input problem (bad path, unknown tenant): exit code 2, no traceback."""
 

@@ -100,6 +100,18 @@ def decision_changed(index_root: str, tenant: str, gen: int, info: StageInfo) ->
     return any(now.get(k) != was.get(k) for k in _CHANGE_KEYS)
 
 
+def stage_trace(info: StageInfo) -> dict[str, Any]:
+    """Stage info as recorded in traces and /healthz: kind, enabled, why, gate metrics, model id."""
+    gate = info.gate or {}
+    return {
+        "kind": info.kind, "enabled": info.enabled, "name": info.name,
+        "reason": info.reason, "model_id": info.model_id or gate.get("model_id"),
+        "metrics": info.metrics or gate.get("metrics"), "generation": info.generation,
+        "gate": {k: gate.get(k) for k in ("kind", "enabled", "reason", "model_id", "decided_at") if k in gate} or None,
+    }
+
+
+
 def candidate_passages(index: TenantIndex, candidates: Sequence[Candidate]) -> list[Passage]:
     """The passages of first-stage candidates, read by row from the generation they came
     from; a row that holds another passage (another generation) is an error, never text

@@ -530,14 +530,3 @@ def _cache_metrics():
 
     return {"lookups": Counter("quarry_query_vector_cache", "Query-vector cache lookups (hit rate = hit / all)",
                                tag_keys=("result",))}
-
-
-def info_for_trace(info: StageInfo) -> dict[str, Any]:
-    """Stage info as recorded in traces and /healthz: kind, enabled, why, gate metrics, model id."""
-    gate = info.gate or {}
-    return {
-        "kind": info.kind, "enabled": info.enabled, "name": info.name,
-        "reason": info.reason, "model_id": info.model_id or gate.get("model_id"),
-        "metrics": info.metrics or gate.get("metrics"), "generation": info.generation,
-        "gate": {k: gate.get(k) for k in ("kind", "enabled", "reason", "model_id", "decided_at") if k in gate} or None,
-    }

@@ -21,6 +21,7 @@ from quarry.core.citations import ABSTENTION_MESSAGE, check_claims
 from quarry.core.lru import LRU
 from quarry.core.records import Principal, SearchResult
 from quarry.core.runs import groups_hash, principal_key
+from quarry.core.second_stage import stage_trace
 from quarry.core.search import apply_second_stage, assemble, candidate_width, nothing_expanded, nothing_resolved
 from quarry.core.stage_records import (
     ExpandRequest,
@@ -34,7 +35,7 @@ from quarry.core.stage_records import (
 
 from . import edge
 from .auth import AuthError, Identity, bearer_token, verify_platform_token, verify_token
-from .deployments import call_retrying, info_for_trace, search_settings
+from .deployments import call_retrying, search_settings
 from .errors import error_details
 from .runstore import QuotaExceeded, RunNotFound, StoreUnavailable, make_run_store
 from .settings import ServeSettings
@@ -310,7 +311,7 @@ class Gateway:
                 return {"status": "ok"}
             tenants = [ident.principal.tenant]
         loaded = await self.retriever.status.remote(tenants)
-        return {"status": "ok", "tenants": {t: {**v, "second_stage": info_for_trace(
+        return {"status": "ok", "tenants": {t: {**v, "second_stage": stage_trace(
             await self._stage_info(t, v["generation"]))} for t, v in loaded.items()}}
 
     @api.get("/v1/tools", tags=["agent"])
@@ -431,7 +432,7 @@ class Gateway:
                         "candidates": request.candidates},
             "generation": res.generation,
             # which second stage ran (or why none did): kind, gate decision, metrics, model id
-            "second_stage": {**info_for_trace(outcome.info), "status": outcome.status, "candidate_width": width,
+            "second_stage": {**stage_trace(outcome.info), "status": outcome.status, "candidate_width": width,
                              **({"error": outcome.error} if outcome.error else {})},
             "candidates": [{**c.model_dump(mode="json"), "expanded": c.passage_id in expanded,
                             "final_position": final_pos.get(c.passage_id), "verdict": decision.verdict(c.passage_id)}

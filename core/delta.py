@@ -15,17 +15,19 @@ differ only in where upserts are chunked, contextualized and embedded.
 from __future__ import annotations
 
 import hashlib
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
 from quarry.core import layout
-from quarry.core.changes import Change, FoldResult, TenantState, dump_state, fold, with_lags
-from quarry.core.index import TenantIndex, TermStats, build_shard, lexical_text
+from quarry.core.changes import Change, FoldResult, TenantState, dump_state, fold, parse_state, with_lags
+from quarry.core.chunking import ChunkSettings
+from quarry.core.embedder_factory import check_embedder
+from quarry.core.embedding import passage_text_for_embedding
+from quarry.core.index import Delta, TenantIndex, TermStats, build_and_upload_shard, lexical_text
+from quarry.core.pipeline import prepare
 from quarry.core.records import ParentSection, Passage
 from quarry.core.tokenizer import tokenize
 
@@ -37,8 +39,6 @@ def current_state(index: TenantIndex) -> TenantState:
         return index.delta.state
     parsed = layout.parse_watermark(layout.read_watermark(index.root, index.tenant))
     if parsed is not None:
-        from quarry.core.changes import parse_state
-
         fs, path = layout.fs_and_path(layout.join(layout.delta_dir(index.root, index.tenant, parsed[0]), "state.json"))
         with fs.open(path, "r") as f:
             return parse_state(f.read()).rebased(index.generation)
@@ -57,12 +57,13 @@ def base_versions(index: TenantIndex):
     return lookup
 
 
-def check_embedder(index: TenantIndex, name: str) -> None:
-    """The manifest is the contract: upserts are embedded with the base's embedder."""
-    want = (index.manifest.get("embedder") or {}).get("name")
-    if want and want != name:
-        raise ValueError(f"{index.tenant}: the base generation was embedded with {want!r}, not {name!r}; "
-                         f"apply changes with the same embedder")
+def upsert_contextualizer(manifest: dict, requested: str = "auto") -> str:
+    """The contextualizer for upserts: ``requested``, or for 'auto' what the base was built
+    with (the Spark build records it) when that needs no endpoint, else none."""
+    if requested != "auto":
+        return requested
+    kind = manifest.get("contextualizer")
+    return kind if kind in ("extractive", "none") else "none"
 
 
 def fold_for(index: TenantIndex, changes: Sequence[Change]) -> FoldResult:
@@ -109,10 +110,7 @@ def publish_delta(index: TenantIndex, result: FoldResult, fresh: DeltaRows, chan
         if {(p.doc_id, p.envelope.version) for p in passages} - set(live):
             raise RuntimeError(f"{tenant}: delta passages outside the live delta versions")
         stats = _delta_stats(index, result.state, passages)
-        with tempfile.TemporaryDirectory(prefix="quarry-delta-") as tmp:
-            local = Path(tmp) / "shard"
-            info = build_shard(tenant, 0, passages, parents, emb, stats, local)
-            layout.upload_dir(local, layout.join(d, "shard"))
+        info = build_and_upload_shard(tenant, 0, passages, parents, emb, stats, layout.join(d, "shard"))
         shard_ref = f"delta-{seq}/shard"
         shard_sums = {f"shard/{k}": v for k, v in info.checksums.items()}
     else:
@@ -174,8 +172,6 @@ def _delta_stats(index: TenantIndex, state: TenantState, delta_passages: Sequenc
 
 
 def _state_only(state: TenantState):
-    from quarry.core.index import Delta
-
     return Delta(seq=state.seq, watermark="", state=state, shard=None)
 
 
@@ -184,12 +180,8 @@ def apply_local(root: str, tenant: str, changes: Sequence[Change], embedder, con
     """Apply one tenant's changes in-process (tests, small tenants): the same fold and
     publish as the Spark job, upserts prepared by ``core.pipeline.prepare``.
     Returns (delta seq or None when nothing was applied, fold result)."""
-    from quarry.core.chunking import ChunkSettings
-    from quarry.core.embedding import passage_text_for_embedding
-    from quarry.core.pipeline import prepare
-
     index = TenantIndex.load(root, tenant)
-    check_embedder(index, embedder.name)
+    check_embedder(index.manifest, embedder)  # the manifest is the contract: upserts use the base's model
     result = fold_for(index, changes)
     if not any(o == "applied" for o in result.outcomes.values()):
         return None, result

@@ -65,6 +65,13 @@ def build_embedder(spec: str | None = "default", *, encoder: str = "torch", batc
     raise ValueError(f"unknown encoder {encoder!r}; choose one of {', '.join(ENCODERS)}")
 
 
+def manifest_spec(manifest: dict[str, Any]) -> str:
+    """The :func:`build_embedder` spec that reproduces the model an index records: its
+    hashing dimension, else the packaged MiniLM (a model directory is not recorded)."""
+    built = EmbedderSpec.from_manifest(manifest)
+    return f"hashing:{built.dim}" if built.hashing else "default"
+
+
 def embedder_for_index(manifest: dict[str, Any], spec: str | None = None, *, encoder: str | None = None,
                        batch_size: int = 64, device: str | None = None,
                        cache_dir: str | os.PathLike | None = None) -> Embedder:
@@ -77,7 +84,7 @@ def embedder_for_index(manifest: dict[str, Any], spec: str | None = None, *, enc
     if spec is None and built.name == "unknown":
         raise EmbedderMismatch(f"index {tenant!r} does not record its embedder; pass the embedder it was built with")
     if spec is None:
-        spec = f"hashing:{built.dim}" if built.hashing else "default"
+        spec = manifest_spec(manifest)
     if encoder is None or built.hashing:
         encoder = "torch" if built.encoder == "hashing" else built.encoder
     emb = build_embedder(spec, encoder=encoder, batch_size=batch_size, device=device, cache_dir=cache_dir)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol, runtime_checkable
@@ -112,8 +111,6 @@ class SentenceTransformerEmbedder:
 
     def load(self) -> "SentenceTransformerEmbedder":
         if self._model is None:
-            os.environ.setdefault("HF_HUB_OFFLINE", "1")  # belt and braces: no hub traffic, ever
-            os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
             import torch
             from sentence_transformers import SentenceTransformer
 

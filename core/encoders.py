@@ -1,7 +1,7 @@
 """ONNX Runtime query encoders for a sentence-transformers model, and the agreement check
 that decides whether one may stand in for the torch encoder an index was built with.
 
-The model is exported once (``quarry.core.rerank.export_onnx``, head ``token_embeddings``)
+The model is exported once (``quarry.core.onnx_export.export_onnx``, head ``token_embeddings``)
 into the model cache, optionally quantized to int8 (dynamic, per channel), and pooled and
 normalised here exactly as sentence-transformers' Pooling + Normalize modules do. At load
 the encoder embeds a fixed probe set and compares it with the torch encoder of the same
@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from quarry.core.embedding import Embedder, local_model_dir, model_dim, model_name
+from quarry.core.onnx_export import export_onnx, onnx_cache_path
 
 MIN_COSINE = 0.99
 ONNX_ENCODERS = ("onnx", "onnx-int8")
@@ -123,7 +124,7 @@ class OnnxEmbedder:
     opens the session and runs the agreement check against the torch encoder, raising
     :class:`EncoderDisagreement` when the vectors differ. ``agreement`` holds the measured
     minimum cosine afterwards. ``cache_dir``: where exports go (default: the model cache
-    of ``quarry.core.rerank``); never beside a model in site-packages.
+    of ``quarry.core.onnx_export``); never beside a model in site-packages.
     """
 
     def __init__(self, path: str | Path | None = None, quantized: bool = False, batch_size: int = 64,
@@ -155,9 +156,6 @@ class OnnxEmbedder:
         with self._lock:
             if self._sess is not None:
                 return self
-            from quarry.core.rerank import _set_offline, export_onnx, onnx_cache_path
-
-            _set_offline()
             import onnxruntime as ort
             from transformers import AutoTokenizer
 

@@ -12,7 +12,6 @@ import hashlib
 import json
 import math
 import tempfile
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +21,10 @@ import numpy as np
 
 from quarry.core import layout
 from quarry.core.embedding import passage_text_for_embedding
-from quarry.core.filters import FilterColumns
+from quarry.core.changes import parse_state
+from quarry.core.dense_gpu import GpuDense
+from quarry.core.filters import FilterColumns, RowOverlay
+from quarry.core.lru import LRU
 from quarry.core.records import ParentSection, Passage, Principal
 from quarry.core.tokenizer import tokenize
 
@@ -198,18 +200,19 @@ class ShardInfo:
         return dict(self.__dict__)
 
 
-def build_shard(
+def build_and_upload_shard(
     tenant: str,
     shard: int,
     passages: Sequence[Passage],
     parents: Sequence[ParentSection],
     embeddings: np.ndarray,
     stats: TermStats,
-    out_dir: str | Path,
+    uri: str,
     approx_threshold: int = APPROX_THRESHOLD,
 ) -> ShardInfo:
-    """Write one shard's files into a local folder. Pure function of its inputs: the same
-    passages, embeddings and stats give byte-identical files."""
+    """Build one shard in a temporary local folder and upload it to ``uri`` (a shard folder
+    of a generation or a delta): the one way every job writes a shard. The files are a pure
+    function of the inputs: the same passages, embeddings and stats give identical bytes."""
     import faiss
     import pyarrow.parquet as pq
 
@@ -219,28 +222,30 @@ def build_shard(
     passages = [passages[i] for i in order]
     embeddings = np.asarray(embeddings, dtype=np.float32)[order] if len(order) else np.asarray(embeddings, np.float32)
     parents = sorted(parents, key=lambda s: s.parent_id)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-
-    token_lists = [tokenize(lexical_text(p)) for p in passages]
-    _bm25_with_stats(token_lists, stats).save(str(out / "bm25"), show_progress=False)
-    index, kind = _dense_index(embeddings, approx_threshold)
-    faiss.write_index(index, str(out / "dense.faiss"))
-    np.save(out / "embeddings.npy", embeddings)
-    pq.write_table(_passages_table(passages), out / "passages.parquet")
-    pq.write_table(_parents_table(parents), out / "parents.parquet")
-    cols = FilterColumns.from_envelopes(tenant, [p.envelope for p in passages])
-    np.savez(out / "filters.npz", **cols.to_arrays())
-    (out / "shard.json").write_text(json.dumps({
-        "tenant": tenant, "shard": shard, "groups": list(cols.groups), "doc_types": list(cols.doc_types),
-        "passages": len(passages), "parents": len(parents), "dense_kind": kind,
-        "dim": int(embeddings.shape[1]) if embeddings.ndim == 2 else 0,
-    }, sort_keys=True))
-    return ShardInfo(
-        shard=shard, passages=len(passages), parents=len(parents),
-        documents=len({p.doc_id for p in passages}), dense_kind=kind,
-        checksums=layout.file_checksums(out),
-    )
+    with tempfile.TemporaryDirectory(prefix="quarry-shard-") as tmp:
+        out = Path(tmp) / "shard"
+        out.mkdir()
+        token_lists = [tokenize(lexical_text(p)) for p in passages]
+        _bm25_with_stats(token_lists, stats).save(str(out / "bm25"), show_progress=False)
+        index, kind = _dense_index(embeddings, approx_threshold)
+        faiss.write_index(index, str(out / "dense.faiss"))
+        np.save(out / "embeddings.npy", embeddings)
+        pq.write_table(_passages_table(passages), out / "passages.parquet")
+        pq.write_table(_parents_table(parents), out / "parents.parquet")
+        cols = FilterColumns.from_envelopes(tenant, [p.envelope for p in passages])
+        np.savez(out / "filters.npz", **cols.to_arrays())
+        (out / "shard.json").write_text(json.dumps({
+            "tenant": tenant, "shard": shard, "groups": list(cols.groups), "doc_types": list(cols.doc_types),
+            "passages": len(passages), "parents": len(parents), "dense_kind": kind,
+            "dim": int(embeddings.shape[1]) if embeddings.ndim == 2 else 0,
+        }, sort_keys=True))
+        info = ShardInfo(
+            shard=shard, passages=len(passages), parents=len(parents),
+            documents=len({p.doc_id for p in passages}), dense_kind=kind,
+            checksums=layout.file_checksums(out),
+        )
+        layout.upload_dir(out, uri)
+    return info
 
 
 class Shard:
@@ -291,8 +296,6 @@ class Shard:
     def attach_gpu(self, faiss_module=None, **kw) -> None:
         """Serve this shard's dense leg from the GPU. Callers first prove the build honours
         selectors (``quarry.core.dense_gpu.choose_backend``); the post-filter below stays."""
-        from quarry.core.dense_gpu import GpuDense
-
         self.gpu = GpuDense(self.embeddings(), faiss_module, **kw)
 
     def parent_ids(self) -> list[str]:
@@ -363,8 +366,6 @@ class Delta:
 def load_delta(root: str, tenant: str, generation: int, watermark: str | None,
                cache_dir: str | None = None) -> Delta | None:
     """The delta a watermark names, if it applies to ``generation`` (else None)."""
-    from quarry.core.changes import parse_state
-
     parsed = layout.parse_watermark(watermark)
     if parsed is None or parsed[1] != generation:
         return None
@@ -404,7 +405,7 @@ class TenantIndex:
                 self._doc_rows.setdefault(did, []).append((si, r))
         self._docs_state = dict(delta.state.docs) if delta is not None else {}
         self.overlays = self._overlays()
-        self._masks: OrderedDict[tuple, list[np.ndarray]] = OrderedDict()
+        self._masks: LRU[tuple, list[np.ndarray]] = LRU(256)
 
     @classmethod
     def load(cls, root: str, tenant: str, generation: int | None = None, cache_dir: str | None = None,
@@ -455,8 +456,6 @@ class TenantIndex:
         return True, vs.acl
 
     def _overlays(self):
-        from quarry.core.filters import RowOverlay
-
         hidden: list[list[int]] = [[] for _ in self.shards]
         acl: list[dict[tuple[str, ...], list[int]]] = [{} for _ in self.shards]
         for doc_id in self._docs_state:
@@ -481,12 +480,9 @@ class TenantIndex:
                tuple(sorted(doc_type)) if doc_type else None, valid_at)
         hit = self._masks.get(key)
         if hit is not None:
-            self._masks.move_to_end(key)
             return hit
         ms = [o.mask(sh.filters, principal, doc_type, valid_at) for sh, o in zip(self.shards, self.overlays)]
-        self._masks[key] = ms
-        if len(self._masks) > 256:
-            self._masks.popitem(last=False)
+        self._masks.put(key, ms)
         return ms
 
     def _visible(self, loc: tuple[int, int], principal: Principal) -> bool:
@@ -566,17 +562,13 @@ def build_tenant_index(
         by_shard[shard_of(p.doc_id, n_shards)].append(i)
     emb = np.asarray(embeddings, dtype=np.float32)
     infos = []
-    with tempfile.TemporaryDirectory(prefix="quarry-shard-") as tmp:
-        for s, rows in by_shard.items():
-            docs = {passages[i].doc_id for i in rows}
-            local = Path(tmp) / f"shard-{s}"
-            info = build_shard(
-                tenant, s, [passages[i] for i in rows], [x for x in parents if x.envelope.doc_id in docs],
-                emb[rows] if rows else np.zeros((0, emb.shape[1] if emb.ndim == 2 else 0), np.float32),
-                stats, local, approx_threshold,
-            )
-            layout.upload_dir(local, layout.shard_dir(root, tenant, gen, s))
-            infos.append(info)
+    for s, rows in by_shard.items():
+        docs = {passages[i].doc_id for i in rows}
+        infos.append(build_and_upload_shard(
+            tenant, s, [passages[i] for i in rows], [x for x in parents if x.envelope.doc_id in docs],
+            emb[rows] if rows else np.zeros((0, emb.shape[1] if emb.ndim == 2 else 0), np.float32),
+            stats, layout.shard_dir(root, tenant, gen, s), approx_threshold,
+        ))
     manifest = make_manifest(tenant, gen, infos, stats, embedder_name, int(emb.shape[1]) if emb.ndim == 2 else 0,
                              chunker_version, source_watermark, extra, encoder=embedder_encoder)
     layout.write_json(layout.manifest_path(root, tenant, gen), manifest)

@@ -24,6 +24,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -174,8 +175,6 @@ def upload_dir(local_dir: str | Path, uri: str) -> None:
     """Copy a locally built shard to its destination (a no-op move for local roots)."""
     fs, path = fs_and_path(uri)
     if is_local(uri):
-        import shutil
-
         if os.path.abspath(local_dir) != os.path.abspath(path):
             if os.path.exists(path):
                 shutil.rmtree(path)
@@ -186,14 +185,38 @@ def upload_dir(local_dir: str | Path, uri: str) -> None:
 
 
 def fetch_dir(uri: str, cache_root: str | Path) -> Path:
-    """A local path for a shard: itself when local, else a cached download (immutable per gen)."""
+    """A local path for a directory (a shard, a model): itself when local, else a copy
+    under ``cache_root`` keyed by the URI (what a URI names is immutable). The copy is made
+    under a temporary name and renamed once complete, so a crashed download is never used.
+    Raises ``FileNotFoundError`` when a remote ``uri`` is not a directory."""
     fs, path = fs_and_path(uri)
     if is_local(uri):
         return Path(path)
-    local = Path(cache_root) / hashlib.sha256(uri.encode()).hexdigest()[:24]
-    if not (local / ".complete").exists():
-        fs.get(path, str(local), recursive=True)
-        (local / ".complete").write_text("ok")
+    cache = Path(cache_root)
+    local = cache / hashlib.sha256(str(uri).rstrip("/").encode()).hexdigest()[:24]
+    if (local / ".complete").exists():
+        return local
+    if not fs.isdir(path):
+        raise FileNotFoundError(f"{uri}: no such directory")
+    cache.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{local.name}.tmp-", dir=cache))
+    try:
+        for src in fs.find(path):  # every file below the prefix, keeping its relative path
+            dst = tmp / src[len(path):].lstrip("/")
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            fs.get_file(src, str(dst))
+        (tmp / ".complete").write_text(str(uri))
+        if local.exists():  # debris of a crashed copy, or a concurrent winner
+            if (local / ".complete").exists():
+                return local
+            shutil.rmtree(local, ignore_errors=True)
+        try:
+            os.replace(tmp, local)
+        except OSError:
+            if not (local / ".complete").exists():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return local
 
 

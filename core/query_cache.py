@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import threading
 import unicodedata
-from collections import OrderedDict
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
+
+from quarry.core.lru import LRU
 
 
 def normalize_query(text: str) -> str:
@@ -43,33 +44,26 @@ class QueryVectorCache:
         if capacity < 0:
             raise ValueError(f"capacity must be >= 0, got {capacity}")
         self.capacity = capacity
-        self._items: OrderedDict[tuple[str, str], np.ndarray] = OrderedDict()
-        self._lock = threading.Lock()
+        self._items: LRU[tuple[str, str], np.ndarray] = LRU(capacity)
+        self._lock = threading.Lock()  # the hit/miss counters
         self._hits = 0
         self._misses = 0
 
     def get(self, model_id: str, query: str) -> np.ndarray | None:
-        key = (model_id, normalize_query(query))
+        vec = self._items.get((model_id, normalize_query(query)))
         with self._lock:
-            vec = self._items.get(key)
             if vec is None:
                 self._misses += 1
-                return None
-            self._items.move_to_end(key)
-            self._hits += 1
-            return vec
+            else:
+                self._hits += 1
+        return vec
 
     def put(self, model_id: str, query: str, vector: np.ndarray) -> None:
         if self.capacity == 0:
             return
         vec = np.array(vector, dtype=np.float32, copy=True)
         vec.setflags(write=False)
-        key = (model_id, normalize_query(query))
-        with self._lock:
-            self._items[key] = vec
-            self._items.move_to_end(key)
-            while len(self._items) > self.capacity:
-                self._items.popitem(last=False)
+        self._items.put((model_id, normalize_query(query)), vec)
 
     def stats(self) -> CacheStats:
         with self._lock:

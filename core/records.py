@@ -202,13 +202,18 @@ class Principal(Frozen):
         return tenant == self.tenant and (PUBLIC_GROUP in acl or not self.groups.isdisjoint(acl))
 
 
+TOP_K_DEFAULT = 4  # excerpts a search returns unless asked for more (DESIGN §4 step 5)
+TOP_K_CEILING = 10  # the server's ceiling on top_k unless configured (serve's top_k_ceiling)
+TOP_K_MAX = 50  # the most any request may ask for, and the highest ceiling a server may set
+
+
 class SearchRequest(BaseModel):
     """The agent-facing search tool input. It never carries tenant, user or groups."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     query: str = Field(min_length=1, max_length=2000, description="What to look for, in words or exact identifiers.")
-    top_k: int = Field(default=4, ge=1, le=50, description="How many cited excerpts to return.")
+    top_k: int = Field(default=TOP_K_DEFAULT, ge=1, le=TOP_K_MAX, description="How many cited excerpts to return.")
     doc_type: tuple[str, ...] | None = Field(default=None, description="Only these document types, e.g. ['policy'].")
     valid_at: dt.date | None = Field(default=None, description="Only evidence in force on this date (YYYY-MM-DD).")
 
@@ -255,6 +260,7 @@ class Excerpt(Frozen):
     title: str
     doc_type: str
     text: str
+    parent_id: str | None = None  # the section fetch expands this passage to
     expanded_to: str | None = None  # parent_id when the excerpt is the parent section
     truncated: bool = False
     effective_from: dt.date | None = None

@@ -30,6 +30,8 @@ from quarry.core.filters import validity
 from quarry.core.fusion import rrf
 from quarry.core.index import TenantIndex, pack_row
 from quarry.core.records import (
+    TOP_K_CEILING,
+    TOP_K_MAX,
     Candidate,
     Decision,
     Excerpt,
@@ -67,7 +69,7 @@ class SearchSettings(BaseModel):
     dense_weight: float = Field(1.0, ge=0)
     lexical_floor: float = Field(0.0, ge=0, description="BM25 hits must score strictly above this")
     dense_floor: float = Field(0.15, ge=-1, le=1, description="cosine hits must score strictly above this")
-    top_k_ceiling: int = Field(20, ge=1)
+    top_k_ceiling: int = Field(TOP_K_CEILING, ge=1, le=TOP_K_MAX)
     delivered_token_ceiling: int = Field(1500, ge=16)
     expand: bool = True
     pin_identifiers: bool = Field(
@@ -174,10 +176,16 @@ def truncate_tokens(text: str, limit: int) -> str:
     return " ".join(words[:lo])
 
 
-def _excerpt(p: Passage, text: str, expanded_to: str | None, truncated: bool, valid_at: dt.date | None) -> Excerpt:
+def excerpt(p: Passage, text: str | None = None, expanded_to: str | None = None, truncated: bool = False,
+            valid_at: dt.date | None = None) -> Excerpt:
+    """The one envelope view of a passage, as search delivers it and fetch returns it:
+    ``text`` is what is shown (default the passage's own), ``expanded_to`` the parent
+    section it was expanded to."""
     e = p.envelope
+    text = p.text if text is None else text
     return Excerpt(
         passage_id=p.passage_id, doc_id=e.doc_id, version=e.version, anchor=p.anchor, heading_path=p.heading_path,
+        parent_id=p.parent_id,
         title=e.title, doc_type=e.doc_type, text=text, expanded_to=expanded_to, truncated=truncated,
         effective_from=e.effective_from, effective_to=e.effective_to, validity=validity(e, valid_at),
         authority=e.authority, authority_rank=e.authority_rank, entities=e.entities, supersedes=e.supersedes,
@@ -204,19 +212,19 @@ def expand(
         if parent is not None and parent.parent_id not in delivered_parents and parent.text != p.text:
             n = count_tokens(parent.text)
             if n <= left:
-                out.append(_excerpt(p, parent.text, parent.parent_id, False, valid_at))
+                out.append(excerpt(p, parent.text, parent.parent_id, False, valid_at))
                 delivered_parents.add(parent.parent_id)
                 left -= n
                 continue
         n = count_tokens(p.text)
         if n <= left:
-            out.append(_excerpt(p, p.text, None, False, valid_at))
+            out.append(excerpt(p, p.text, None, False, valid_at))
             left -= n
         else:
             cut = truncate_tokens(p.text, left)
             truncated = True
             if cut:
-                ex = _excerpt(p, cut, None, True, valid_at)
+                ex = excerpt(p, cut, None, True, valid_at)
                 out.append(ex)
                 left -= ex.token_count
             break

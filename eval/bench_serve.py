@@ -116,7 +116,8 @@ def in_process(root: str, embedder, requests: list[tuple[str, str]], width: int,
                ce_dir: str | None) -> dict[str, Any]:
     from quarry.core.index import TenantIndex
     from quarry.core.records import Principal, SearchRequest
-    from quarry.core.rerank import CrossEncoderReranker, RerankInput, apply_rerank
+    from quarry.core.cross_encoder import CrossEncoderReranker
+    from quarry.core.rerank import RerankInput, apply_rerank
     from quarry.core.search import SearchSettings, hybrid_search
 
     import torch
@@ -334,7 +335,7 @@ def main(argv: list[str] | None = None) -> int:
         ce_dir = str(build_random_cross_encoder(Path(tmp.name) / "ce"))
         results.append(run_config(
             "cross-encoder (MiniLM-L6-size, random weights, CPU)", root, secret, args,
-            {"reranker_enabled": True, "learned_ranker": False, "reranker_factory": "quarry.core.rerank:CrossEncoderReranker",
+            {"reranker_enabled": True, "learned_ranker": False, "reranker_factory": "quarry.core.cross_encoder:CrossEncoderReranker",
              "reranker_options": {"model": ce_dir, "max_length": 256}}, embedder, "cross-encoder", args.ce_candidates,
             ce_dir, n_requests=args.ce_requests))
     from quarry.core.index import TenantIndex

@@ -52,6 +52,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from quarry.core.records import (
+    TOP_K_CEILING,
+    TOP_K_DEFAULT,
     Decision,
     Passage,
     Principal,
@@ -117,7 +119,7 @@ class EvidenceCase(_Frozen):
     valid_at: dt.date = Field(description="evaluation date: the resolver decides as of this day")
     filter_valid_at: bool = Field(True, description="also pass valid_at to search (the agent's filter)")
     doc_type: tuple[str, ...] | None = None
-    top_k: int = Field(4, ge=1, le=20)
+    top_k: int = Field(TOP_K_DEFAULT, ge=1, le=TOP_K_CEILING, description="at most a default server's ceiling")
     answerable: bool
     minimum_evidence: tuple[str, ...] = ()
     selected: tuple[str, ...] | None = Field(None, description="ids the decision must select (default: minimum_evidence)")

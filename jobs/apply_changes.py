@@ -30,21 +30,32 @@ on a cluster the source is Kafka (``--kafka-bootstrap``/``--kafka-topic``, docum
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import functools
 import json
-import os
 import pickle
-import secrets
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+import numpy as np
+import pandas as pd
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pyspark.sql import functions as F
 
-from quarry.jobs.build import BuildError, _pause, list_source_files
+from quarry.core import layout
+from quarry.core.changes import Change, change_reason, change_record_id, lag_summary, validate_change
+from quarry.core.delta import DeltaRows, fold_for, publish_delta, upsert_contextualizer
+from quarry.core.embedder_factory import build_embedder, check_embedder, manifest_spec
+from quarry.core.index import TenantIndex
+from quarry.core.records import ParentSection, Passage
+from quarry.core.sources import ERROR_KEY, SOURCE_KEY
+from quarry.jobs import stages as st
+from quarry.jobs.build import BuildError, list_source_files
+from quarry.jobs.report import Progress, new_run_id
+from quarry.jobs.spark import get_spark
+from quarry.jobs.stages import UNKNOWN_TENANT, tenant_of_raw
 
 CHANGE_SCHEMA = ("kind string, tenant string, change_id string, op string, doc_id string, source string, "
                  "record_id string, reason string, change_json string")
@@ -93,12 +104,6 @@ class ApplyReport(BaseModel):
 
 def validate_changes(batches: Iterator, ) -> Iterator:
     """Raw record -> a validated change (its JSON) or a quarantine row with the reason."""
-    import pandas as pd
-    from pydantic import ValidationError
-
-    from quarry.core.changes import change_reason, change_record_id, validate_change
-    from quarry.jobs.stages import UNKNOWN_TENANT, tenant_of_raw
-
     for pdf in batches:
         rows = []
         for src, blob in zip(pdf["source"], pdf["raw"]):
@@ -115,10 +120,6 @@ def validate_changes(batches: Iterator, ) -> Iterator:
 
 def upsert_docs(batches: Iterator) -> Iterator:
     """A live upsert's change JSON -> the build's (tenant, doc_id, doc_json) input row."""
-    import pandas as pd
-
-    from quarry.core.changes import Change
-
     for pdf in batches:
         docs = [Change.model_validate_json(j).document for j in pdf["change_json"]]
         yield pd.DataFrame({"tenant": pdf["tenant"], "doc_id": pdf["doc_id"],
@@ -130,16 +131,10 @@ def upsert_docs(batches: Iterator) -> Iterator:
 
 def embedder_spec(manifest: dict[str, Any], requested: str) -> str:
     """The embedder spec that reproduces the base's embeddings ('auto': from its manifest)."""
-    if requested != "auto":
-        return requested
-    name = str((manifest.get("embedder") or {}).get("name", ""))
-    if name.startswith("hashing-"):
-        return "hashing:" + name.split("-", 1)[1]
-    return "default"
+    return manifest_spec(manifest) if requested == "auto" else requested
 
 
 def run_apply(settings: ApplySettings, spark=None) -> ApplyReport:
-    from quarry.core import layout
 
     src = Path(settings.changes.removeprefix("file://"))
     if not src.exists():
@@ -151,12 +146,8 @@ def run_apply(settings: ApplySettings, spark=None) -> ApplyReport:
         raise BuildError(f"--changes {src}: no .jsonl, .ndjson or .parquet files found")
     own = spark is None
     if own:
-        from quarry.jobs.spark import get_spark
-
         spark = get_spark(settings.master, app_name="quarry-apply-changes")
     try:
-        from quarry.jobs import stages as st
-
         files_df = spark.createDataFrame(list(enumerate(files)), st.FILES_SCHEMA)
         par = settings.partitions or max(2, spark.sparkContext.defaultParallelism * 2)
         raw = files_df.repartition(min(len(files), par)).mapInPandas(
@@ -169,34 +160,17 @@ def run_apply(settings: ApplySettings, spark=None) -> ApplyReport:
 
 def apply_raw(s: ApplySettings, spark, raw, changes_uri: str) -> ApplyReport:
     """Apply one batch of raw change records (a DataFrame of ``stages.RAW_SCHEMA``)."""
-    import numpy as np
-    from pyspark.sql import functions as F
-
-    from quarry.core import layout
-    from quarry.core.changes import Change, lag_summary
-    from quarry.core.delta import DeltaRows, check_embedder, fold_for, publish_delta
-    from quarry.core.embedder_factory import build_embedder
-    from quarry.core.index import TenantIndex
-    from quarry.core.records import ParentSection, Passage
-    from quarry.jobs import stages as st
-
     t0 = time.monotonic()
     root = s.index_root.rstrip("/")
-    run_id = s.run_id or dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
+    run_id = s.run_id or new_run_id()
     report = ApplyReport(run_id=run_id, changes_uri=changes_uri, index_root=root)
     sc = spark.sparkContext
     par = s.partitions or max(2, sc.defaultParallelism * 2)
-    clock = [time.monotonic()]
-
-    def stage(name: str) -> None:
-        _pause(name)
-        if not s.quiet:
-            print(f"[quarry apply-changes {run_id}] {name} ...", file=sys.stderr, flush=True)
+    prog = Progress(run_id, spark, quiet=s.quiet, job="apply-changes")
+    stage = prog.start
 
     def done(name: str) -> None:
-        now = time.monotonic()
-        report.stages[name] = round(now - clock[0], 3)
-        clock[0] = now
+        report.stages[name] = round(prog.done(name, {}).seconds, 3)
 
     stage("validate")
     val = raw.repartition(par).mapInPandas(validate_changes, CHANGE_SCHEMA).persist()
@@ -229,7 +203,7 @@ def apply_raw(s: ApplySettings, spark, raw, changes_uri: str) -> ApplyReport:
         for t in sorted(set(changes) & published):
             index = TenantIndex.load(root, t)
             spec = embedder_spec(index.manifest, s.embedder)
-            check_embedder(index, build_embedder(spec).name)
+            check_embedder(index.manifest, build_embedder(spec), spec)
             result = fold_for(index, changes[t])
             plans[t] = (index, result, spec)
             tr = report.tenants.setdefault(t, TenantApplyReport(tenant=t))
@@ -242,7 +216,7 @@ def apply_raw(s: ApplySettings, spark, raw, changes_uri: str) -> ApplyReport:
         fresh: dict[str, tuple[list[Passage], list[ParentSection], list[np.ndarray]]] = {t: ([], [], []) for t in plans}
         if wanted:
             specs = {spec for _, _, spec in plans.values()}
-            ctx_kinds = {_contextualizer(ix, s.contextualizer) for ix, _, _ in plans.values()}
+            ctx_kinds = {upsert_contextualizer(ix.manifest, s.contextualizer) for ix, _, _ in plans.values()}
             if len(specs) > 1 or len(ctx_kinds) > 1:  # one embedder/contextualizer per run keeps the stages shared
                 raise BuildError("tenants in this change log were built with different embedders or "
                                  "contextualizers; apply their changes in separate runs")
@@ -285,18 +259,11 @@ def apply_raw(s: ApplySettings, spark, raw, changes_uri: str) -> ApplyReport:
             tr.lag = lag_summary(TenantIndex.load(root, t).delta.state)
         done("publish")
     finally:
+        prog.close()
         val.unpersist()
     report.seconds = round(time.monotonic() - t0, 3)
     layout.write_json(layout.join(root, "_runs", f"apply-{run_id}.json"), report.model_dump(mode="json"))
     return report
-
-
-def _contextualizer(index, requested: str) -> str:
-    """'auto': what the base was built with (the Spark build records it), else none."""
-    if requested != "auto":
-        return requested
-    kind = index.manifest.get("contextualizer")
-    return kind if kind in ("extractive", "none") else "none"
 
 
 def run_stream(settings: ApplySettings, spark, checkpoint: str, once: bool = True,
@@ -306,10 +273,6 @@ def run_stream(settings: ApplySettings, spark, checkpoint: str, once: bool = Tru
     is (bootstrap servers, topic): one JSON change per message value (needs the
     ``spark-sql-kafka`` package on the cluster; not exercised here). ``once``: process
     what is there now and stop (availableNow)."""
-    from pyspark.sql import functions as F
-
-    from quarry.jobs import stages as st
-
     reports: list[ApplyReport] = []
 
     def batch(df, batch_id: int) -> None:
@@ -335,10 +298,6 @@ def run_stream(settings: ApplySettings, spark, checkpoint: str, once: bool = Tru
 
 def _lines_to_raw(batches: Iterator) -> Iterator:
     """Streamed text lines -> the raw-record rows the batch path reads."""
-    import pandas as pd
-
-    from quarry.core.sources import ERROR_KEY, SOURCE_KEY
-
     for pdf in batches:
         rows = []
         for i, (line, src) in enumerate(zip(pdf["value"], pdf["source"])):
@@ -381,9 +340,6 @@ def run(args: argparse.Namespace) -> int:
                       quiet=args.quiet)
     try:
         if args.stream:
-            from quarry.core import layout
-            from quarry.jobs.spark import get_spark
-
             kafka = (args.kafka_bootstrap, args.kafka_topic) if args.kafka_bootstrap else None
             if kafka and not args.kafka_topic:
                 raise BuildError("--kafka-bootstrap needs --kafka-topic")

@@ -11,7 +11,7 @@ Stages (each a Spark transformation delegating to ``quarry.core`` via
     contextualize mapInPandas(contextualizer.contextualize_many)         per document
     embed       explode + mapInPandas(embedder.encode), model cached per worker
     stats       per-partition TermStats, treeReduce -> only stats reach the driver
-    build       groupBy(tenant, shard).cogroup(parents).applyInPandas(core.index.build_shard)
+    build       groupBy(tenant, shard).cogroup(parents).applyInPandas(core.index.build_and_upload_shard)
                 -> upload into <root>/<tenant>/gen-<n>/shard-<k>/; ShardInfo rows back
     manifest    driver: counts checked, core.index.make_manifest + report.json
     publish     core.layout.publish: checksums re-verified, CURRENT switched atomically
@@ -32,21 +32,28 @@ import hashlib
 import json
 import math
 import os
-import secrets
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pyspark import StorageLevel
+from pyspark.sql import Window
+from pyspark.sql import functions as F
 
-from quarry.jobs.report import BuildReport, Progress, StageTiming, TenantReport, peak_rss_mb
-
-PAUSE_ENV = "QUARRY_TEST_PAUSE_AT"  # tests: the driver sleeps forever at this stage ...
-PAUSE_FILE_ENV = "QUARRY_TEST_PAUSE_FILE"  # ... after writing this marker file
-STAGES = ("read", "validate", "quarantine", "chunk", "contextualize", "embed", "stats", "build",
-          "manifest", "publish")
-
+from quarry.core import layout
+from quarry.core.chunking import CHUNKER_VERSION
+from quarry.core.contextualize import CostAccount, LLMSettings
+from quarry.core.embedder_factory import build_embedder
+from quarry.core.index import APPROX_THRESHOLD, ShardInfo, TermStats, build_and_upload_shard, make_manifest
+from quarry.core.sources import iter_source_files
+from quarry.jobs import stages as st
+from quarry.jobs.case_gate import gate_generation
+from quarry.jobs.report import BuildReport, Progress, TenantReport, new_run_id, peak_rss_mb
+from quarry.jobs.spark import get_spark
 
 class BuildError(Exception):
     """A usage or input problem (bad path, unknown tenant): exit code 2, no traceback."""
@@ -63,7 +70,7 @@ class BuildSettings(BaseModel):
     tenants: tuple[str, ...] | None = None
     shard_docs: int = Field(default=50_000, ge=1, description="documents per shard (n_shards = ceil(docs/this))")
     contextualizer: str = Field(default="extractive", pattern="^(extractive|llm|none)$")
-    llm: Any = None  # quarry.core.contextualize.LLMSettings when contextualizer == "llm"
+    llm: LLMSettings | None = None  # when contextualizer == "llm"
     llm_api_key: SecretStr | None = None
     embedder: str = Field(default="default", description="'default' (packaged MiniLM), 'hashing[:dim]' or a model dir")
     batch_size: int = Field(default=64, ge=1)
@@ -88,20 +95,8 @@ class BuildSettings(BaseModel):
 # --------------------------------------------------------------------------- helpers
 
 
-def _pause(stage: str) -> None:
-    if os.environ.get(PAUSE_ENV) == stage:
-        marker = os.environ.get(PAUSE_FILE_ENV)
-        if marker:
-            Path(marker).write_text(f"{stage} {os.getpid()}\n")
-        print(f"[quarry build] paused at stage {stage!r} ({PAUSE_ENV})", file=sys.stderr, flush=True)
-        while True:
-            time.sleep(1)
-
-
 def list_source_files(source: str | Path) -> list[str]:
     """The files ``core.sources.read_records`` would read, in its (sorted) order."""
-    from quarry.core.sources import iter_source_files
-
     root = Path(source)
     if root.is_file():
         if not any(root.name.lower().endswith(x) for x in (".jsonl", ".ndjson", ".parquet", ".md", ".markdown")):
@@ -123,8 +118,6 @@ def source_watermark(files: list[str]) -> str:
 
 
 def _check_paths(s: BuildSettings) -> None:
-    from quarry.core import layout
-
     if "://" in s.source and not s.source.startswith("file://"):
         raise BuildError(f"--source {s.source}: the source must be a path every executor can read "
                          "(local disk, NFS, or a mounted bucket); object-store sources are not read directly")
@@ -148,8 +141,6 @@ def _check_paths(s: BuildSettings) -> None:
 
 
 def _sum_by_tenant(df, cols: list[str]) -> dict[str, dict[str, int]]:
-    from pyspark.sql import functions as F
-
     rows = df.groupBy("tenant").agg(*[F.sum(c).alias(c) for c in cols]).collect()
     return {r["tenant"]: {c: int(r[c] or 0) for c in cols} for r in rows}
 
@@ -181,8 +172,6 @@ def run_build(settings: BuildSettings, spark=None) -> BuildReport:
         raise BuildError(f"--source {settings.source}: no .jsonl, .ndjson, .parquet or .md files found")
     own = spark is None
     if own:
-        from quarry.jobs.spark import get_spark
-
         spark = get_spark(settings.master, app_name="quarry-build")
     try:
         return _run(settings, spark, files)
@@ -191,275 +180,346 @@ def run_build(settings: BuildSettings, spark=None) -> BuildReport:
             spark.stop()
 
 
-def _run(s: BuildSettings, spark, files: list[str]) -> BuildReport:
-    from pyspark import StorageLevel
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
+@dataclass
+class _Job:
+    """What the stages of one run share: settings, Spark, and the report they fill in."""
 
-    from quarry.core import layout
-    from quarry.core.chunking import CHUNKER_VERSION
-    from quarry.core.contextualize import CostAccount
-    from quarry.core.embedder_factory import build_embedder
-    from quarry.core.index import APPROX_THRESHOLD, ShardInfo, TermStats, build_shard, make_manifest
-    from quarry.jobs import stages as st
+    s: BuildSettings
+    spark: Any
+    files: list[str]
+    run_id: str
+    par: int  # partitions for the wide stages
+    embedder: Any  # name and dim only: the model is never loaded on the driver
+    report: BuildReport
+    prog: Progress
+    t_start: float = field(default_factory=time.monotonic)
+    persisted: list = field(default_factory=list)
 
-    t_start = time.monotonic()
-    run_id = s.run_id or dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
-    root = s.index_root.rstrip("/")
-    sc = spark.sparkContext
-    par = s.partitions or max(2, sc.defaultParallelism * 2)
-    embedder = build_embedder(s.embedder, batch_size=s.batch_size)  # not loaded on the driver: name and dim only
-    approx = s.approx_threshold or APPROX_THRESHOLD
-    llm_json = s.llm.model_dump_json() if s.llm is not None else None
-    if s.contextualizer == "llm" and s.llm is None:
-        raise BuildError("--contextualizer llm needs --llm-url and --llm-model")
-    report = BuildReport(
-        run_id=run_id, source=s.source, index_root=root, master=sc.master, contextualizer=s.contextualizer,
-        embedder={"spec": s.embedder, "name": embedder.name, "dim": int(embedder.dim), "batch_size": s.batch_size},
-        shard_docs=s.shard_docs,
-    )
-    prog = Progress(run_id, spark, quiet=s.quiet)
-    persisted: list = []
-    mem = StorageLevel.MEMORY_AND_DISK
+    @property
+    def root(self) -> str:
+        return self.report.index_root
 
-    def keep(df):
-        df = df.persist(mem)
-        persisted.append(df)
+    @property
+    def sc(self):
+        return self.spark.sparkContext
+
+    def keep(self, df):
+        df = df.persist(StorageLevel.MEMORY_AND_DISK)
+        self.persisted.append(df)
         return df
 
-    def stage(name: str):
-        _pause(name)
-        prog.start(name)
-        sc.setJobGroup(f"quarry-{run_id}", f"quarry build: {name}")
+    def start(self, name: str) -> None:
+        self.prog.start(name)
+        self.sc.setJobGroup(f"quarry-{self.run_id}", f"quarry build: {name}")
 
-    def done(name: str, **counts) -> None:
-        report.stages.append(prog.done(name, counts))
+    def done(self, name: str, **counts) -> None:
+        self.report.stages.append(self.prog.done(name, counts))
 
-    try:
-        # ---- read
-        stage("read")
-        files_df = spark.createDataFrame(list(enumerate(files)), st.FILES_SCHEMA)
-        files_df = files_df.repartition(min(len(files), par))
-        read_root = s.source.removeprefix("file://")
-        raw = keep(files_df.mapInPandas(functools.partial(st.read_files, root=read_root), st.RAW_SCHEMA))
-        n_raw = raw.count()
-        done("read", files=len(files), records=n_raw)
-
-        # ---- validate (+ tenant filter, duplicates)
-        stage("validate")
-        val = keep(raw.repartition(par).mapInPandas(st.validate_records, st.VALIDATED_SCHEMA))
-        by_tenant_kind = {(r["tenant"], r["kind"]): r["count"] for r in val.groupBy("tenant", "kind").count().collect()}
-        seen = sorted({t for t, _ in by_tenant_kind} - {st.UNKNOWN_TENANT})
-        if s.tenants:
-            unknown = [t for t in s.tenants if t not in seen]
-            if unknown:
-                raise BuildError(f"--tenants names tenant(s) not in the source: {', '.join(unknown)}; "
-                                 f"tenants found: {', '.join(seen) or '(none)'}")
-            wanted = list(s.tenants) + [st.UNKNOWN_TENANT]
-            val_f = val.filter(F.col("tenant").isin(wanted))
-        else:
-            val_f = val
-        n_in = sum(c for (t, _), c in by_tenant_kind.items() if not s.tenants or t in s.tenants or t == st.UNKNOWN_TENANT)
-        report.input_records = n_in
-        report.filtered_out = n_raw - n_in
-        docs = val_f.filter(F.col("kind") == "doc")
-        w = Window.partitionBy("tenant", "doc_id", "version").orderBy("file_idx", "rec_idx")
-        ranked = docs.withColumn("_rn", F.row_number().over(w))
-        good = keep(ranked.filter(F.col("_rn") == 1).select("tenant", "doc_id", "doc_json"))
-        dups = ranked.filter(F.col("_rn") > 1).select(
-            "tenant", "record_id", "source", F.lit("duplicate").alias("reason"))
-        bad = val_f.filter(F.col("kind") == "bad").select("tenant", "record_id", "source", "reason")
-        doc_counts = {r["tenant"]: int(r["count"]) for r in good.groupBy("tenant").count().collect()}
-        n_docs = sum(doc_counts.values())
-        done("validate", input=n_in, documents=n_docs, filtered_out=report.filtered_out)
-
-        # ---- quarantine
-        stage("quarantine")
-        q_uri = layout.join(root, "_quarantine", run_id)
-        q_counts = {r["tenant"]: int(r["n"]) for r in bad.unionByName(dups).coalesce(max(1, min(par, 4))).mapInPandas(
-            functools.partial(st.write_quarantine, out_uri=q_uri), st.QUARANTINE_OUT).groupBy("tenant")
-            .agg(F.sum("n").alias("n")).collect()}
-        report.quarantined = sum(q_counts.values())
-        report.quarantine_uri = q_uri if report.quarantined else None
-        done("quarantine", quarantined=report.quarantined, uri=q_uri if report.quarantined else "-")
-
-        n_shards = {t: max(1, math.ceil(n / s.shard_docs)) for t, n in doc_counts.items()}
-        all_tenants = sorted(set(doc_counts) | set(q_counts))
-        for t in all_tenants:
-            inp = sum(c for (tt, _), c in by_tenant_kind.items() if tt == t)
-            report.tenants[t] = TenantReport(tenant=t, input_records=inp, documents=doc_counts.get(t, 0),
-                                             quarantined=q_counts.get(t, 0), shards=n_shards.get(t, 0))
-        bad_acct = [t for t, r in report.tenants.items() if not r.accounted]
-        if bad_acct:
-            raise RuntimeError(f"accounting failed for {bad_acct}: input != documents + quarantined")
-
-        # ---- chunk
-        stage("chunk")
-        chunked = keep(good.repartition(par, "doc_id").mapInPandas(
-            functools.partial(st.chunk_docs, n_shards=n_shards, max_tokens=s.chunk_tokens), st.CHUNKED_SCHEMA))
-        chunk_sums = _sum_by_tenant(chunked.withColumn("_empty", (F.col("n_passages") == 0).cast("long")),
-                                    ["n_passages", "n_parents", "_empty"])
-        for t, c in chunk_sums.items():
-            report.tenants[t].passages, report.tenants[t].parents = c["n_passages"], c["n_parents"]
-            report.tenants[t].documents_without_passages = c["_empty"]
-        report.documents, report.passages = n_docs, sum(c["n_passages"] for c in chunk_sums.values())
-        done("chunk", documents=n_docs, passages=report.passages,
-             parents=sum(c["n_parents"] for c in chunk_sums.values()))
-
-        # ---- contextualize
-        stage("contextualize")
-        api_key = s.llm_api_key
-        ctxd = keep(chunked.mapInPandas(functools.partial(
-            st.contextualize_docs, kind=s.contextualizer, llm_json=llm_json, api_key=api_key), st.CONTEXT_SCHEMA))
-        cost_cols = [f"ctx_{c}" for c in st.COST_COLUMNS]
-        costs = _sum_by_tenant(ctxd, cost_cols)
-        price_in = s.llm.price_in_per_1k if s.llm is not None else 0.0
-        price_out = s.llm.price_out_per_1k if s.llm is not None else 0.0
-        total = CostAccount(price_in, price_out)
-        for t, c in costs.items():
-            acct = CostAccount(price_in, price_out)
-            acct.merge({k.removeprefix("ctx_"): v for k, v in c.items()})
-            report.tenants[t].contextualizer_cost = {"kind": s.contextualizer, **acct.snapshot()}
-            total.merge(acct)
-        report.contextualizer_cost = {"kind": s.contextualizer, **total.snapshot()}
-        done("contextualize", kind=s.contextualizer, documents=n_docs, requests=total.requests,
-             cost=round(total.cost, 6))
-        chunked.unpersist()
-
-        # ---- embed
-        stage("embed")
-        exploded = ctxd.select("tenant", "shard", "doc_id", F.explode("passages").alias("passage_json"))
-        embedded = keep(exploded.repartition(par).mapInPandas(
-            functools.partial(st.embed_passages, spec=s.embedder, batch_size=s.batch_size,
-                              torch_threads=int(sc.getConf().get("spark.task.cpus", "1"))), st.EMBEDDED_SCHEMA))
-        t_embed = time.monotonic()
-        emb_rows = embedded.groupBy("tenant").agg(F.count("*").alias("n"), F.sum("embed_tokens").alias("tok")).collect()
-        embed_s = time.monotonic() - t_embed
-        workers = embedded.select("worker_pid", "model_loads").groupBy("worker_pid").agg(
-            F.max("model_loads").alias("loads")).collect()
-        n_emb = 0
-        for r in emb_rows:
-            report.tenants[r["tenant"]].tokens_embedded = int(r["tok"] or 0)
-            n_emb += int(r["n"])
-        if n_emb != report.passages:
-            raise RuntimeError(f"embedded {n_emb} passages but chunked {report.passages}")
-        report.embed = {
-            "passages": n_emb, "seconds": round(embed_s, 3),
-            "passages_per_s": round(n_emb / embed_s, 1) if embed_s > 0 else None,
-            "workers": len(workers), "max_model_loads_per_worker": max((int(w_["loads"]) for w_ in workers), default=0),
-            "tokens": sum(t.tokens_embedded for t in report.tenants.values()),
-        }
-        done("embed", passages=n_emb, tokens=report.embed["tokens"], workers=len(workers),
-             passages_per_s=report.embed["passages_per_s"])
-
-        # ---- tenant-wide term statistics (only the stats reach the driver)
-        stage("stats")
-        stats: dict[str, TermStats] = (
-            embedded.select("tenant", "passage_json").rdd.map(tuple)
-            .mapPartitions(st.partial_term_stats).treeReduce(st.merge_term_stats, depth=2)
-        ) if n_emb else {}
-        done("stats", tenants=len(stats), terms=sum(len(v.df) for v in stats.values()))
-
-        # ---- build shards
-        stage("build")
-        tenants_to_build = sorted(t for t in stats)
-        generations = {t: layout.next_generation(root, t) for t in tenants_to_build}
-        infos: dict[str, list[ShardInfo]] = {t: [] for t in tenants_to_build}
-        dims: dict[str, int] = {}
-        if tenants_to_build:
-            stats_bc = sc.broadcast(stats)
-            parents = ctxd.select("tenant", "shard", F.explode("parents").alias("parent_json"))
-            built = (embedded.select("tenant", "shard", "passage_json", "embedding").groupBy("tenant", "shard")
-                     .cogroup(parents.groupBy("tenant", "shard"))
-                     .applyInPandas(functools.partial(st.build_one_shard, root=root, generations=generations,
-                                                      stats_bc=stats_bc, dim=int(embedder.dim),
-                                                      approx_threshold=approx), st.SHARD_INFO_SCHEMA)
-                     .collect())
-            for r in built:
-                infos[r["tenant"]].append(ShardInfo(
-                    shard=int(r["shard"]), passages=int(r["passages"]), parents=int(r["parents"]),
-                    documents=int(r["documents"]), dense_kind=r["dense_kind"], checksums=json.loads(r["checksums"])))
-                dims[r["tenant"]] = int(r["dim"])
-            stats_bc.unpersist()
-        # Hash sharding can leave a shard empty: build it here (no passages touch the driver).
-        import tempfile
-
-        import numpy as np
-
-        for t in tenants_to_build:
-            have = {i.shard for i in infos[t]}
-            for k in range(n_shards[t]):
-                if k in have:
-                    continue
-                with tempfile.TemporaryDirectory(prefix="quarry-shard-") as tmp:
-                    local = Path(tmp) / f"shard-{k}"
-                    info = build_shard(t, k, [], [], np.zeros((0, int(embedder.dim)), np.float32), stats[t],
-                                       local, approx)
-                    layout.upload_dir(local, layout.shard_dir(root, t, generations[t], k))
-                infos[t].append(info)
-        done("build", tenants=len(tenants_to_build), shards=sum(len(v) for v in infos.values()))
-
-        # ---- manifest (counts verified before anything is written)
-        stage("manifest")
-        watermark = source_watermark(files)
-        for t in tenants_to_build:
-            tr = report.tenants[t]
-            got = sorted(i.shard for i in infos[t])
-            if got != list(range(n_shards[t])):
-                raise RuntimeError(f"{t}: built shards {got}, expected 0..{n_shards[t] - 1}")
-            if sum(i.passages for i in infos[t]) != tr.passages or sum(i.parents for i in infos[t]) != tr.parents:
-                raise RuntimeError(f"{t}: shard counts do not match the chunk stage's counts")
-            tr.generation = generations[t]
-            tr.generation_uri = layout.generation_dir(root, t, generations[t])
-        report.peak_driver_rss_mb = round(peak_rss_mb(), 1)
-        report.jvm_driver_heap_peak_mb = _jvm_heap_peak_mb(spark)
-        report.seconds = time.monotonic() - t_start
-        for t in tenants_to_build:
-            tr = report.tenants[t]
-            tenant_report = _tenant_report_json(report, t)
-            layout.write_json(layout.join(tr.generation_uri, "report.json"), tenant_report)
-            manifest = make_manifest(t, generations[t], infos[t], stats[t], embedder.name,
-                                     dims.get(t, int(embedder.dim)), CHUNKER_VERSION, watermark,
-                                     {"run_id": run_id, "contextualizer": s.contextualizer, "report": tenant_report},
-                                     encoder=embedder.encoder)
-            layout.write_json(layout.manifest_path(root, t, generations[t]), manifest)
-        done("manifest", tenants=len(tenants_to_build))
-
-        # ---- publish (layout.publish re-verifies every shard's checksums first)
-        stage("publish")
-        if s.publish:
-            for t in tenants_to_build:
-                if s.gate_cases:  # eval-gated promotion: unpublished unless no worse than live
-                    from quarry.jobs.case_gate import gate_generation
-
-                    gate = gate_generation(root, t, generations[t], s.gate_cases)
-                    prog.line(f"{t}: case gate {'passed' if gate['publish'] else 'REFUSED'}: {gate['reason']}"
-                              + (f"; regressed: {', '.join(gate.get('regressed') or [])}" if gate.get("regressed") else ""))
-                    if not gate["publish"]:
-                        continue
-                layout.publish(root, t, generations[t])
-                report.tenants[t].published = True
-            report.published = all(report.tenants[t].published for t in tenants_to_build)
-        done("publish", published=sum(report.tenants[t].published for t in tenants_to_build) if s.publish else 0)
-    finally:
-        prog.close()
-        for df in persisted:
+    def close(self) -> None:
+        self.prog.close()
+        for df in self.persisted:
             try:
                 df.unpersist()
-            except Exception:
+            except Exception:  # noqa: BLE001 - a dead session has nothing left to free
                 pass
 
-    report.seconds = time.monotonic() - t_start
+
+@dataclass(frozen=True)
+class _Validated:
+    good: Any  # DataFrame (tenant, doc_id, doc_json): one row per (tenant, doc_id, version)
+    rejected: Any  # DataFrame (tenant, record_id, source, reason): bad records and duplicates
+    by_tenant_kind: dict[tuple[str, str], int]  # validated rows per (tenant, "doc" | "bad")
+    doc_counts: dict[str, int]  # documents per tenant after de-duplication
+
+
+@dataclass(frozen=True)
+class _Built:
+    tenants: list[str]
+    generations: dict[str, int]
+    infos: dict[str, list[ShardInfo]]
+    dims: dict[str, int]
+
+
+def _run(s: BuildSettings, spark, files: list[str]) -> BuildReport:
+    job = _new_job(s, spark, files)
+    try:
+        raw, n_raw = _read(job)
+        v = _validate(job, raw, n_raw)
+        q_counts = _quarantine(job, v)
+        n_shards = _account(job, v, q_counts)
+        chunked = _chunk(job, v.good, n_shards)
+        ctxd = _contextualize(job, chunked)
+        embedded, n_emb = _embed(job, ctxd)
+        stats = _stats(job, embedded, n_emb)
+        built = _build(job, ctxd, embedded, stats, n_shards)
+        _manifest(job, built, stats, n_shards)
+        _publish(job, built)
+    finally:
+        job.close()
+    return _finish(job)
+
+
+def _new_job(s: BuildSettings, spark, files: list[str]) -> _Job:
+    if s.contextualizer == "llm" and s.llm is None:
+        raise BuildError("--contextualizer llm needs --llm-url and --llm-model")
+    run_id = s.run_id or new_run_id()
+    sc = spark.sparkContext
+    embedder = build_embedder(s.embedder, batch_size=s.batch_size)
+    report = BuildReport(
+        run_id=run_id, source=s.source, index_root=s.index_root.rstrip("/"), master=sc.master,
+        contextualizer=s.contextualizer, shard_docs=s.shard_docs,
+        embedder={"spec": s.embedder, "name": embedder.name, "dim": int(embedder.dim), "batch_size": s.batch_size},
+    )
+    return _Job(s=s, spark=spark, files=files, run_id=run_id, par=s.partitions or max(2, sc.defaultParallelism * 2),
+                embedder=embedder, report=report, prog=Progress(run_id, spark, quiet=s.quiet))
+
+
+def _read(job: _Job):
+    """Source files -> raw records (core's per-format readers, on the executors)."""
+    job.start("read")
+    files_df = job.spark.createDataFrame(list(enumerate(job.files)), st.FILES_SCHEMA)
+    files_df = files_df.repartition(min(len(job.files), job.par))
+    read_root = job.s.source.removeprefix("file://")
+    raw = job.keep(files_df.mapInPandas(functools.partial(st.read_files, root=read_root), st.RAW_SCHEMA))
+    n_raw = raw.count()
+    job.done("read", files=len(job.files), records=n_raw)
+    return raw, n_raw
+
+
+def _validate(job: _Job, raw, n_raw: int) -> _Validated:
+    """Validate, keep the requested tenants, and set later copies of a (doc_id, version) aside."""
+    s, report = job.s, job.report
+    job.start("validate")
+    val = job.keep(raw.repartition(job.par).mapInPandas(st.validate_records, st.VALIDATED_SCHEMA))
+    by_tenant_kind = {(r["tenant"], r["kind"]): r["count"] for r in val.groupBy("tenant", "kind").count().collect()}
+    seen = sorted({t for t, _ in by_tenant_kind} - {st.UNKNOWN_TENANT})
+    if s.tenants:
+        unknown = [t for t in s.tenants if t not in seen]
+        if unknown:
+            raise BuildError(f"--tenants names tenant(s) not in the source: {', '.join(unknown)}; "
+                             f"tenants found: {', '.join(seen) or '(none)'}")
+        val = val.filter(F.col("tenant").isin([*s.tenants, st.UNKNOWN_TENANT]))
+    n_in = sum(c for (t, _), c in by_tenant_kind.items() if not s.tenants or t in s.tenants or t == st.UNKNOWN_TENANT)
+    report.input_records = n_in
+    report.filtered_out = n_raw - n_in
+    w = Window.partitionBy("tenant", "doc_id", "version").orderBy("file_idx", "rec_idx")
+    ranked = val.filter(F.col("kind") == "doc").withColumn("_rn", F.row_number().over(w))
+    good = job.keep(ranked.filter(F.col("_rn") == 1).select("tenant", "doc_id", "doc_json"))
+    dups = ranked.filter(F.col("_rn") > 1).select("tenant", "record_id", "source", F.lit("duplicate").alias("reason"))
+    bad = val.filter(F.col("kind") == "bad").select("tenant", "record_id", "source", "reason")
+    doc_counts = {r["tenant"]: int(r["count"]) for r in good.groupBy("tenant").count().collect()}
+    job.done("validate", input=n_in, documents=sum(doc_counts.values()), filtered_out=report.filtered_out)
+    return _Validated(good, bad.unionByName(dups), by_tenant_kind, doc_counts)
+
+
+def _quarantine(job: _Job, v: _Validated) -> dict[str, int]:
+    """Rejected records -> <root>/_quarantine/<run-id>/; quarantined records per tenant."""
+    report = job.report
+    job.start("quarantine")
+    q_uri = layout.join(job.root, "_quarantine", job.run_id)
+    q_counts = {r["tenant"]: int(r["n"]) for r in v.rejected.coalesce(max(1, min(job.par, 4))).mapInPandas(
+        functools.partial(st.write_quarantine, out_uri=q_uri), st.QUARANTINE_OUT).groupBy("tenant")
+        .agg(F.sum("n").alias("n")).collect()}
+    report.quarantined = sum(q_counts.values())
+    report.quarantine_uri = q_uri if report.quarantined else None
+    job.done("quarantine", quarantined=report.quarantined, uri=q_uri if report.quarantined else "-")
+    return q_counts
+
+
+def _account(job: _Job, v: _Validated, q_counts: dict[str, int]) -> dict[str, int]:
+    """Per-tenant reports; every input record is a document or quarantined. Returns shards per tenant."""
+    n_shards = {t: max(1, math.ceil(n / job.s.shard_docs)) for t, n in v.doc_counts.items()}
+    for t in sorted(set(v.doc_counts) | set(q_counts)):
+        inp = sum(c for (tt, _), c in v.by_tenant_kind.items() if tt == t)
+        job.report.tenants[t] = TenantReport(tenant=t, input_records=inp, documents=v.doc_counts.get(t, 0),
+                                             quarantined=q_counts.get(t, 0), shards=n_shards.get(t, 0))
+    bad_acct = [t for t, r in job.report.tenants.items() if not r.accounted]
+    if bad_acct:
+        raise RuntimeError(f"accounting failed for {bad_acct}: input != documents + quarantined")
+    job.report.documents = sum(v.doc_counts.values())
+    return n_shards
+
+
+def _chunk(job: _Job, good, n_shards: dict[str, int]):
+    """Documents -> passages and parent sections (one row per document, with its shard)."""
+    report = job.report
+    job.start("chunk")
+    chunked = job.keep(good.repartition(job.par, "doc_id").mapInPandas(
+        functools.partial(st.chunk_docs, n_shards=n_shards, max_tokens=job.s.chunk_tokens), st.CHUNKED_SCHEMA))
+    sums = _sum_by_tenant(chunked.withColumn("_empty", (F.col("n_passages") == 0).cast("long")),
+                          ["n_passages", "n_parents", "_empty"])
+    for t, c in sums.items():
+        report.tenants[t].passages, report.tenants[t].parents = c["n_passages"], c["n_parents"]
+        report.tenants[t].documents_without_passages = c["_empty"]
+    report.passages = sum(c["n_passages"] for c in sums.values())
+    job.done("chunk", documents=report.documents, passages=report.passages,
+             parents=sum(c["n_parents"] for c in sums.values()))
+    return chunked
+
+
+def _contextualize(job: _Job, chunked):
+    """Derived context per passage; the contextualizer's cost summed per tenant."""
+    s, report = job.s, job.report
+    job.start("contextualize")
+    llm_json = s.llm.model_dump_json() if s.llm is not None else None
+    ctxd = job.keep(chunked.mapInPandas(functools.partial(
+        st.contextualize_docs, kind=s.contextualizer, llm_json=llm_json, api_key=s.llm_api_key), st.CONTEXT_SCHEMA))
+    costs = _sum_by_tenant(ctxd, [f"ctx_{c}" for c in st.COST_COLUMNS])
+    price_in = s.llm.price_in_per_1k if s.llm is not None else 0.0
+    price_out = s.llm.price_out_per_1k if s.llm is not None else 0.0
+    total = CostAccount(price_in, price_out)
+    for t, c in costs.items():
+        acct = CostAccount(price_in, price_out)
+        acct.merge({k.removeprefix("ctx_"): v for k, v in c.items()})
+        report.tenants[t].contextualizer_cost = {"kind": s.contextualizer, **acct.snapshot()}
+        total.merge(acct)
+    report.contextualizer_cost = {"kind": s.contextualizer, **total.snapshot()}
+    job.done("contextualize", kind=s.contextualizer, documents=report.documents, requests=total.requests,
+             cost=round(total.cost, 6))
+    chunked.unpersist()
+    return ctxd
+
+
+def _embed(job: _Job, ctxd):
+    """One row per passage with its embedding (the model loaded once per Python worker)."""
+    report = job.report
+    job.start("embed")
+    exploded = ctxd.select("tenant", "shard", "doc_id", F.explode("passages").alias("passage_json"))
+    embedded = job.keep(exploded.repartition(job.par).mapInPandas(
+        functools.partial(st.embed_passages, spec=job.s.embedder, batch_size=job.s.batch_size,
+                          torch_threads=int(job.sc.getConf().get("spark.task.cpus", "1"))), st.EMBEDDED_SCHEMA))
+    t_embed = time.monotonic()
+    rows = embedded.groupBy("tenant").agg(F.count("*").alias("n"), F.sum("embed_tokens").alias("tok")).collect()
+    embed_s = time.monotonic() - t_embed
+    workers = embedded.select("worker_pid", "model_loads").groupBy("worker_pid").agg(
+        F.max("model_loads").alias("loads")).collect()
+    n_emb = 0
+    for r in rows:
+        report.tenants[r["tenant"]].tokens_embedded = int(r["tok"] or 0)
+        n_emb += int(r["n"])
+    if n_emb != report.passages:
+        raise RuntimeError(f"embedded {n_emb} passages but chunked {report.passages}")
+    report.embed = {
+        "passages": n_emb, "seconds": round(embed_s, 3),
+        "passages_per_s": round(n_emb / embed_s, 1) if embed_s > 0 else None,
+        "workers": len(workers), "max_model_loads_per_worker": max((int(w["loads"]) for w in workers), default=0),
+        "tokens": sum(t.tokens_embedded for t in report.tenants.values()),
+    }
+    job.done("embed", passages=n_emb, tokens=report.embed["tokens"], workers=len(workers),
+             passages_per_s=report.embed["passages_per_s"])
+    return embedded, n_emb
+
+
+def _stats(job: _Job, embedded, n_emb: int) -> dict[str, TermStats]:
+    """Tenant-wide term statistics; only the statistics reach the driver."""
+    job.start("stats")
+    stats: dict[str, TermStats] = (
+        embedded.select("tenant", "passage_json").rdd.map(tuple)
+        .mapPartitions(st.partial_term_stats).treeReduce(st.merge_term_stats, depth=2)
+    ) if n_emb else {}
+    job.done("stats", tenants=len(stats), terms=sum(len(v.df) for v in stats.values()))
+    return stats
+
+
+def _build(job: _Job, ctxd, embedded, stats: dict[str, TermStats], n_shards: dict[str, int]) -> _Built:
+    """Every (tenant, shard) built and uploaded into the tenant's next generation folder."""
+    job.start("build")
+    tenants = sorted(stats)
+    generations = {t: layout.next_generation(job.root, t) for t in tenants}
+    infos: dict[str, list[ShardInfo]] = {t: [] for t in tenants}
+    dims: dict[str, int] = {}
+    dim = int(job.embedder.dim)
+    approx = job.s.approx_threshold or APPROX_THRESHOLD
+    if tenants:
+        stats_bc = job.sc.broadcast(stats)
+        parents = ctxd.select("tenant", "shard", F.explode("parents").alias("parent_json"))
+        built = (embedded.select("tenant", "shard", "passage_json", "embedding").groupBy("tenant", "shard")
+                 .cogroup(parents.groupBy("tenant", "shard"))
+                 .applyInPandas(functools.partial(st.build_one_shard, root=job.root, generations=generations,
+                                                  stats_bc=stats_bc, dim=dim, approx_threshold=approx),
+                                st.SHARD_INFO_SCHEMA)
+                 .collect())
+        for r in built:
+            infos[r["tenant"]].append(ShardInfo(
+                shard=int(r["shard"]), passages=int(r["passages"]), parents=int(r["parents"]),
+                documents=int(r["documents"]), dense_kind=r["dense_kind"], checksums=json.loads(r["checksums"])))
+            dims[r["tenant"]] = int(r["dim"])
+        stats_bc.unpersist()
+    for t in tenants:  # hash sharding can leave a shard empty: no passage touches the driver
+        have = {i.shard for i in infos[t]}
+        for k in (k for k in range(n_shards[t]) if k not in have):
+            infos[t].append(build_and_upload_shard(t, k, [], [], np.zeros((0, dim), np.float32), stats[t],
+                                                   layout.shard_dir(job.root, t, generations[t], k), approx))
+    job.done("build", tenants=len(tenants), shards=sum(len(v) for v in infos.values()))
+    return _Built(tenants, generations, infos, dims)
+
+
+def _manifest(job: _Job, b: _Built, stats: dict[str, TermStats], n_shards: dict[str, int]) -> None:
+    """Counts verified against the chunk stage, then each tenant's report and manifest written."""
+    report = job.report
+    job.start("manifest")
+    watermark = source_watermark(job.files)
+    for t in b.tenants:
+        tr = report.tenants[t]
+        got = sorted(i.shard for i in b.infos[t])
+        if got != list(range(n_shards[t])):
+            raise RuntimeError(f"{t}: built shards {got}, expected 0..{n_shards[t] - 1}")
+        if sum(i.passages for i in b.infos[t]) != tr.passages or sum(i.parents for i in b.infos[t]) != tr.parents:
+            raise RuntimeError(f"{t}: shard counts do not match the chunk stage's counts")
+        tr.generation = b.generations[t]
+        tr.generation_uri = layout.generation_dir(job.root, t, b.generations[t])
+    _measure(job)
+    for t in b.tenants:
+        tenant_report = _tenant_report_json(report, t)
+        layout.write_json(layout.join(report.tenants[t].generation_uri, "report.json"), tenant_report)
+        manifest = make_manifest(t, b.generations[t], b.infos[t], stats[t], job.embedder.name,
+                                 b.dims.get(t, int(job.embedder.dim)), CHUNKER_VERSION, watermark,
+                                 {"run_id": job.run_id, "contextualizer": job.s.contextualizer,
+                                  "report": tenant_report},
+                                 encoder=job.embedder.encoder)
+        layout.write_json(layout.manifest_path(job.root, t, b.generations[t]), manifest)
+    job.done("manifest", tenants=len(b.tenants))
+
+
+def _publish(job: _Job, b: _Built) -> None:
+    """CURRENT switched per tenant (``layout.publish`` re-verifies every shard's checksums
+    first); with ``gate_cases``, only where the evidence cases are no worse than live."""
+    s, report = job.s, job.report
+    job.start("publish")
+    if s.publish:
+        for t in b.tenants:
+            if s.gate_cases:
+                gate = gate_generation(job.root, t, b.generations[t], s.gate_cases)
+                job.prog.line(f"{t}: case gate {'passed' if gate['publish'] else 'REFUSED'}: {gate['reason']}"
+                              + (f"; regressed: {', '.join(gate['regressed'])}" if gate.get("regressed") else ""))
+                if not gate["publish"]:
+                    continue
+            layout.publish(job.root, t, b.generations[t])
+            report.tenants[t].published = True
+        report.published = all(report.tenants[t].published for t in b.tenants)
+    job.done("publish", published=sum(report.tenants[t].published for t in b.tenants) if s.publish else 0)
+
+
+def _measure(job: _Job) -> None:
+    r = job.report
+    r.seconds = time.monotonic() - job.t_start
+    r.peak_driver_rss_mb = round(peak_rss_mb(), 1)
+    r.jvm_driver_heap_peak_mb = _jvm_heap_peak_mb(job.spark)
+
+
+def _finish(job: _Job) -> BuildReport:
+    """The run's report: under <root>/_runs/ and, when asked, at ``report_path``."""
+    report, root = job.report, job.root
+    _measure(job)
     report.docs_per_s = round(report.documents / report.seconds, 2) if report.seconds else 0.0
-    report.peak_driver_rss_mb = round(peak_rss_mb(), 1)
-    report.jvm_driver_heap_peak_mb = _jvm_heap_peak_mb(spark)
     run_json = report.model_dump(mode="json")
-    layout.write_json(layout.join(root, "_runs", f"{run_id}.json"), run_json)
-    if s.report_path:
-        Path(s.report_path).parent.mkdir(parents=True, exist_ok=True)
-        Path(s.report_path).write_text(json.dumps(run_json, indent=2, sort_keys=True))
-    prog.line(f"finished: {report.documents} documents, {report.quarantined} quarantined, {report.passages} "
-              f"passages in {report.seconds:.1f}s ({report.docs_per_s} docs/s); report {root}/_runs/{run_id}.json")
+    layout.write_json(layout.join(root, "_runs", f"{job.run_id}.json"), run_json)
+    if job.s.report_path:
+        Path(job.s.report_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(job.s.report_path).write_text(json.dumps(run_json, indent=2, sort_keys=True))
+    job.prog.line(f"finished: {report.documents} documents, {report.quarantined} quarantined, {report.passages} "
+                  f"passages in {report.seconds:.1f}s ({report.docs_per_s} docs/s); "
+                  f"report {root}/_runs/{job.run_id}.json")
     return report
 
 
@@ -527,8 +587,6 @@ def settings_from_args(args: argparse.Namespace) -> BuildSettings:
     llm = None
     key = None
     if args.contextualizer == "llm":
-        from quarry.core.contextualize import LLMSettings
-
         if not args.llm_url or not args.llm_model:
             raise BuildError("--contextualizer llm needs --llm-url and --llm-model")
         llm = LLMSettings(base_url=args.llm_url, model=args.llm_model, api_key_env=args.llm_api_key_env,
@@ -542,7 +600,7 @@ def settings_from_args(args: argparse.Namespace) -> BuildSettings:
     if args.shard_docs < 1 or args.batch_size < 1:
         raise BuildError("--shard-docs and --batch-size must be >= 1")
     if args.gate_cases:
-        from quarry.eval.cases import CaseError, load_cases
+        from quarry.eval.cases import CaseError, load_cases  # eval is not a dependency of jobs
 
         try:
             load_cases(args.gate_cases)

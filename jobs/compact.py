@@ -15,45 +15,50 @@ import json
 import sys
 import time
 
-from quarry.jobs.build import _pause
+from quarry.core import layout
+from quarry.core.compact import compaction_input, publish_compacted, write_compacted
+from quarry.core.index import TenantIndex
+from quarry.jobs.report import Progress, new_run_id
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tenant", required=True, help="the tenant to compact")
     p.add_argument("--index-root", required=True, help="the published index root")
     p.add_argument("--json", action="store_true", help="print the outcome as JSON")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
 
 
-def compact_tenant(root: str, tenant: str) -> dict:
-    from quarry.core import layout
-    from quarry.core.compact import compaction_input, publish_compacted, write_compacted
-    from quarry.core.index import TenantIndex
-
+def compact_tenant(root: str, tenant: str, quiet: bool = True) -> dict:
     t0 = time.monotonic()
-    _pause("read")
-    index = TenantIndex.load(root, tenant)
-    if index.delta is None:
-        return {"tenant": tenant, "compacted": False, "generation": index.generation,
-                "reason": "no changes applied since this generation was built"}
-    ci = compaction_input(index)
-    _pause("build")
-    gen = write_compacted(ci)
-    _pause("publish")
-    publish_compacted(index, gen)
+    prog = Progress(new_run_id(), quiet=quiet, job="compact")
+    try:
+        prog.start("read")
+        index = TenantIndex.load(root, tenant)
+        if index.delta is None:
+            return {"tenant": tenant, "compacted": False, "generation": index.generation,
+                    "reason": "no changes applied since this generation was built"}
+        ci = compaction_input(index)
+        prog.done("read", {"passages": len(ci.passages)})
+        prog.start("build")
+        gen = write_compacted(ci)
+        prog.done("build", {"generation": gen})
+        prog.start("publish")
+        publish_compacted(index, gen)
+        prog.done("publish", {})
+    finally:
+        prog.close()
     return {"tenant": tenant, "compacted": True, "from_generation": index.generation, "delta": index.delta_seq,
             "generation": gen, "passages": len(ci.passages), "parents": len(ci.parents),
             "current": layout.current_generation(root, tenant), "seconds": round(time.monotonic() - t0, 3)}
 
 
 def run(args: argparse.Namespace) -> int:
-    from quarry.core import layout
-
     if layout.current_generation(args.index_root, args.tenant) is None:
         print(f"quarry compact: error: no published index for tenant {args.tenant!r} under {args.index_root} "
               f"(check --tenant and --index-root)", file=sys.stderr)
         return 2
     try:
-        out = compact_tenant(args.index_root, args.tenant)
+        out = compact_tenant(args.index_root, args.tenant, quiet=args.quiet)
     except (ValueError, RuntimeError) as e:
         print(f"quarry compact: error: {e}", file=sys.stderr)
         return 2

@@ -10,9 +10,17 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import secrets
 import sys
 from pathlib import Path
+
+from quarry.core import layout
+from quarry.core.contextualize import make_contextualizer
+from quarry.core.delta import apply_local, upsert_contextualizer
+from quarry.core.embedder_factory import embedder_for_index
+from quarry.core.index import TenantIndex
+from quarry.core.reconcile import diff
+from quarry.core.sources import load_documents
+from quarry.jobs.report import new_run_id
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -28,10 +36,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def reconcile(source: str, root: str, tenants=None, dry_run: bool = False, apply: str = "spark", master=None,
               spark=None) -> dict:
-    from quarry.core import layout
-    from quarry.core.index import TenantIndex
-    from quarry.core.reconcile import diff
-    from quarry.core.sources import load_documents
 
     docs, bad = load_documents(source)
     by_tenant: dict[str, list] = {}
@@ -40,7 +44,7 @@ def reconcile(source: str, root: str, tenants=None, dry_run: bool = False, apply
     published = layout.list_tenants(root)
     wanted = sorted(tenants or published)
     at = dt.datetime.now(dt.timezone.utc)
-    run_id = at.strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
+    run_id = new_run_id(at)
     report: dict = {"run_id": run_id, "source_invalid": len(bad), "tenants": {}}
     repairs = []
     for t in wanted:
@@ -61,7 +65,7 @@ def reconcile(source: str, root: str, tenants=None, dry_run: bool = False, apply
                         "".join(c.model_dump_json(exclude_none=True) + "\n" for c in repairs).encode())
     report["repair_log"] = log_dir
     if apply == "spark":
-        from quarry.jobs.apply_changes import ApplySettings, run_apply
+        from quarry.jobs.apply_changes import ApplySettings, run_apply  # defers pyspark: the local path needs none
 
         rep = run_apply(ApplySettings(changes=log_dir, index_root=root, master=master, quiet=True), spark=spark)
         applied = {t: tr.applied for t, tr in rep.tenants.items()}
@@ -75,17 +79,11 @@ def reconcile(source: str, root: str, tenants=None, dry_run: bool = False, apply
 
 
 def _apply_in_process(root: str, repairs) -> dict[str, int]:
-    from quarry.core.contextualize import make_contextualizer
-    from quarry.core.delta import apply_local
-    from quarry.core.index import TenantIndex
-    from quarry.jobs.apply_changes import _contextualizer, embedder_spec
-    from quarry.core.embedder_factory import build_embedder
-
     out = {}
     for t in sorted({c.tenant for c in repairs}):
         index = TenantIndex.load(root, t)
-        emb = build_embedder(embedder_spec(index.manifest, "auto"))
-        ctx = make_contextualizer(_contextualizer(index, "auto"))
+        emb = embedder_for_index(index.manifest)
+        ctx = make_contextualizer(upsert_contextualizer(index.manifest))
         _, res = apply_local(root, t, [c for c in repairs if c.tenant == t], emb, ctx)
         out[t] = sum(o == "applied" for o in res.outcomes.values())
     return out

@@ -1,8 +1,11 @@
-"""The build job's report (counts per tenant, cost, time per stage) and console progress."""
+"""The build job's report (counts per tenant, cost, time per stage), run ids, and the
+console progress every job prints (one ``Progress.start`` per stage)."""
 
 from __future__ import annotations
 
+import datetime as dt
 import resource
+import secrets
 import sys
 import threading
 import time
@@ -71,11 +74,18 @@ def peak_rss_mb() -> float:
     return kb / 1024 if sys.platform != "darwin" else kb / 1024 / 1024
 
 
-class Progress:
-    """Stage lines on stderr; a heartbeat with Spark task progress for long stages."""
+def new_run_id(at: dt.datetime | None = None) -> str:
+    """A sortable, collision-resistant run id: ``20260101T120000Z-1a2b3c``."""
+    at = at or dt.datetime.now(dt.timezone.utc)
+    return at.strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
 
-    def __init__(self, run_id: str, spark=None, quiet: bool = False, heartbeat_s: float = 15.0):
-        self.run_id, self.spark, self.quiet, self.heartbeat_s = run_id, spark, quiet, heartbeat_s
+
+class Progress:
+    """Stage lines on stderr; a heartbeat with Spark task progress for long stages.
+    ``job`` names the command in each line (``[quarry build <run id>] ...``)."""
+
+    def __init__(self, run_id: str, spark=None, quiet: bool = False, heartbeat_s: float = 15.0, job: str = "build"):
+        self.run_id, self.spark, self.quiet, self.heartbeat_s, self.job = run_id, spark, quiet, heartbeat_s, job
         self.t0 = time.monotonic()
         self._stage: str | None = None
         self._stage_t0 = 0.0
@@ -84,7 +94,7 @@ class Progress:
 
     def line(self, msg: str) -> None:
         if not self.quiet:
-            print(f"[quarry build {self.run_id}] {msg}", file=sys.stderr, flush=True)
+            print(f"[quarry {self.job} {self.run_id}] {msg}", file=sys.stderr, flush=True)
 
     def start(self, stage: str) -> None:
         self._stage, self._stage_t0 = stage, time.monotonic()

@@ -17,7 +17,6 @@ import json
 import os
 import pickle
 import re
-import tempfile
 import threading
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -28,7 +27,16 @@ import pandas as pd
 from pydantic import ValidationError
 
 from quarry.core import layout
+from quarry.core.chunking import ChunkSettings, chunk_document
+from quarry.core.contextualize import LLMSettings, make_contextualizer, with_context
+from quarry.core.embedder_factory import build_embedder
+from quarry.core.embedding import passage_text_for_embedding
+from quarry.core.enrich import enrich
+from quarry.core.index import TermStats, build_and_upload_shard, lexical_text, shard_of
 from quarry.core.records import ParentSection, Passage, SourceDocument, validation_reason
+from quarry.core.sources import read_file, record_id, validate
+from quarry.core.text import count_tokens
+from quarry.core.tokenizer import tokenize
 
 UNKNOWN_TENANT = "_unknown"
 _SLUG = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")  # the tenant rule of core.records
@@ -82,8 +90,6 @@ def read_files(batches: Iterator[pd.DataFrame], root: str) -> Iterator[pd.DataFr
     relative paths, ``_source`` strings and unparseable-record markers are exactly those of
     ``core.sources.read_records(root)``.
     """
-    from quarry.core.sources import read_file  # the per-file reader read_records uses
-
     base = Path(root)
     for pdf in batches:
         for file_idx, path in zip(pdf["file_idx"], pdf["path"]):
@@ -106,8 +112,6 @@ def read_files(batches: Iterator[pd.DataFrame], root: str) -> Iterator[pd.DataFr
 
 def validate_records(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
     """Raw record -> ('doc', tenant, doc_id, version, doc_json) or ('bad', ..., reason)."""
-    from quarry.core.sources import record_id, validate
-
     for pdf in batches:
         out: dict[str, list] = {k: [] for k in (
             "kind", "tenant", "doc_id", "version", "file_idx", "rec_idx", "source", "record_id", "reason", "doc_json")}
@@ -160,12 +164,7 @@ def chunk_docs(batches: Iterator[pd.DataFrame], n_shards: Mapping[str, int],
                max_tokens: int = 200) -> Iterator[pd.DataFrame]:
     """One row per document, enriched (``core.enrich``, as ``core.pipeline.prepare`` does):
     its passages and parent sections (JSON) and its shard."""
-    from quarry.core.chunking import ChunkSettings, chunk_document
-    from quarry.core.enrich import enrich
-
     settings = ChunkSettings(max_tokens=max_tokens)
-    from quarry.core.index import shard_of
-
     for pdf in batches:
         rows = []
         for tenant, doc_id, dj in zip(pdf["tenant"], pdf["doc_id"], pdf["doc_json"]):
@@ -186,8 +185,6 @@ _CTX_LOCK = threading.Lock()
 
 def get_contextualizer(kind: str, llm_json: str | None, api_key: Any):
     """One contextualizer per Python worker and configuration."""
-    from quarry.core.contextualize import LLMSettings, make_contextualizer
-
     key = f"{kind}|{llm_json}"
     with _CTX_LOCK:
         c = _CONTEXTUALIZERS.get(key)
@@ -205,8 +202,6 @@ def contextualize_docs(batches: Iterator[pd.DataFrame], kind: str, llm_json: str
     the driver sums exact per-tenant costs with one aggregate; a retried task recomputes
     its rows, so nothing is counted twice.
     """
-    from quarry.core.contextualize import with_context
-
     ctx = get_contextualizer(kind, llm_json, api_key)
     for pdf in batches:
         out = []
@@ -244,8 +239,6 @@ def get_embedder(spec: str, batch_size: int, torch_threads: int | None = None):
     ``torch_threads``: CPU threads per task (``spark.task.cpus``), so N concurrent tasks
     on N cores do not oversubscribe the CPU with N x N torch threads.
     """
-    from quarry.core.embedder_factory import build_embedder
-
     key = (spec, batch_size)
     with _EMB_LOCK:
         e = _EMBEDDERS.get(key)
@@ -265,9 +258,6 @@ def get_embedder(spec: str, batch_size: int, torch_threads: int | None = None):
 def embed_passages(batches: Iterator[pd.DataFrame], spec: str, batch_size: int,
                    torch_threads: int | None = None) -> Iterator[pd.DataFrame]:
     """(tenant, shard, doc_id, passage_json) -> + float32 embedding bytes, in batches."""
-    from quarry.core.text import count_tokens
-    from quarry.core.embedding import passage_text_for_embedding
-
     emb, loads = get_embedder(spec, batch_size, torch_threads)
     pid = os.getpid()
     for pdf in batches:
@@ -291,9 +281,6 @@ def embed_passages(batches: Iterator[pd.DataFrame], spec: str, batch_size: int,
 
 def partial_term_stats(rows: Iterator) -> Iterator[dict]:
     """One partition's per-tenant TermStats (RDD mapPartitions; merged by treeReduce)."""
-    from quarry.core.index import TermStats, lexical_text
-    from quarry.core.tokenizer import tokenize
-
     tokens: dict[str, list[list[str]]] = {}
     for tenant, pj in rows:
         tokens.setdefault(tenant, []).append(tokenize(lexical_text(Passage.model_validate_json(pj))))
@@ -312,10 +299,8 @@ def merge_term_stats(a: dict, b: dict) -> dict:
 
 def build_one_shard(key, passages_pdf: pd.DataFrame, parents_pdf: pd.DataFrame, *, root: str,
                     generations: Mapping[str, int], stats_bc, dim: int, approx_threshold: int) -> pd.DataFrame:
-    """cogroup(passages, parents) by (tenant, shard): build the shard locally with
-    ``core.index.build_shard`` and upload it into the tenant's new generation folder."""
-    from quarry.core.index import build_shard
-
+    """cogroup(passages, parents) by (tenant, shard): build and upload the shard with
+    ``core.index.build_and_upload_shard`` into the tenant's new generation folder."""
     tenant, shard = str(key[0]), int(key[1])
     passages = [Passage.model_validate_json(p) for p in passages_pdf["passage_json"]]
     parents = [ParentSection.model_validate_json(p) for p in parents_pdf["parent_json"]]
@@ -323,11 +308,8 @@ def build_one_shard(key, passages_pdf: pd.DataFrame, parents_pdf: pd.DataFrame, 
         emb = np.stack([np.frombuffer(b, dtype=np.float32) for b in passages_pdf["embedding"]])
     else:
         emb = np.zeros((0, dim), np.float32)
-    gen = generations[tenant]
-    with tempfile.TemporaryDirectory(prefix="quarry-shard-") as tmp:
-        local = Path(tmp) / f"shard-{shard}"
-        info = build_shard(tenant, shard, passages, parents, emb, stats_bc.value[tenant], local, approx_threshold)
-        layout.upload_dir(local, layout.shard_dir(root, tenant, gen, shard))
+    info = build_and_upload_shard(tenant, shard, passages, parents, emb, stats_bc.value[tenant],
+                                  layout.shard_dir(root, tenant, generations[tenant], shard), approx_threshold)
     return pd.DataFrame([{
         "tenant": tenant, "shard": shard, "passages": info.passages, "parents": info.parents,
         "documents": info.documents, "dense_kind": info.dense_kind, "dim": int(emb.shape[1]) if emb.ndim == 2 else dim,

@@ -10,9 +10,10 @@ from pydantic import ValidationError
 from quarry.core.embedder_factory import embedder_for_index
 from quarry.core.errors import UsageError
 from quarry.core.index import TenantIndex
-from quarry.core.records import Principal, SearchRequest
+from quarry.core.records import TOP_K_CEILING, TOP_K_DEFAULT, Principal, SearchRequest
 from quarry.core.search import SearchSettings, search
 from quarry.core.text import heading_text
+
 
 def add_arguments(p) -> None:
     p.add_argument("query", help="the search text (words or exact identifiers)")
@@ -22,7 +23,8 @@ def add_arguments(p) -> None:
     p.add_argument("--subject", default="operator", help="subject recorded for the search")
     p.add_argument("--doc-type", default=None, help="comma-separated doc types to keep (e.g. policy,runbook)")
     p.add_argument("--valid-at", default=None, help="only evidence in force on this date (YYYY-MM-DD)")
-    p.add_argument("--top-k", type=int, default=4, help="excerpts to return (default 4)")
+    p.add_argument("--top-k", type=int, default=TOP_K_DEFAULT,
+                   help=f"excerpts to return (default {TOP_K_DEFAULT}, at most {TOP_K_CEILING})")
     p.add_argument("--embedder", default=None,
                    help="local sentence-transformers dir or 'hashing:<dim>'; must be the index's model (default: it)")
     p.add_argument("--encoder", default=None, choices=("torch", "onnx", "onnx-int8"),

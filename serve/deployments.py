@@ -12,22 +12,32 @@ from __future__ import annotations
 import asyncio
 import importlib
 import logging
+import os
 import threading
 import time
-from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ray import serve
 
 from quarry.core import layout
+from quarry.core.changes import lag_summary
 from quarry.core.dense_gpu import choose_backend
 from quarry.core.embedder_factory import EmbedderSpec, embedder_for_index
 from quarry.core.embedding import embedder_id, encode_many
 from quarry.core.index import TenantIndex
+from quarry.core.fetch import FetchResult, citable_texts, fetch
+from quarry.core.lru import LRU
 from quarry.core.query_cache import QueryVectorCache, normalize_query
 from quarry.core.records import Candidate, Passage, Principal, SearchRequest
 from quarry.core.rerank import RerankInput, apply_rerank
+from quarry.core.second_stage import (
+    SecondStageChoice,
+    candidate_passages,
+    choose_second_stage,
+    decision_changed,
+    rerank_inputs,
+)
 from quarry.core.search import (
     SearchSettings,
     candidate_width,
@@ -64,14 +74,6 @@ def load_factory(path: str):
     return getattr(importlib.import_module(mod), attr)
 
 
-def _gate_summary(decision: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The JSON-safe part of a recorded gate decision (no file lists, no training report)."""
-    if not decision:
-        return None
-    keep = ("kind", "enabled", "reason", "metrics", "model_id", "decided_at", "generation")
-    return {k: decision[k] for k in keep if k in decision}
-
-
 def search_settings(s: ServeSettings) -> SearchSettings:
     return SearchSettings(**{"top_k_ceiling": s.top_k_ceiling, **s.search})
 
@@ -94,23 +96,14 @@ class GenerationIndexes:
     the Resolver read passages from (pages are shared with the Retriever's copy)."""
 
     def __init__(self, root: str, capacity: int):
-        self.root, self.capacity = root, capacity
-        self._lru: OrderedDict[tuple[str, int], TenantIndex] = OrderedDict()
-        self._lock = threading.Lock()
+        self.root = root
+        self._lru: LRU[tuple[str, int], TenantIndex] = LRU(capacity)
 
     def put(self, index: TenantIndex) -> None:
-        with self._lock:
-            self._lru[(index.tenant, index.generation)] = index
-            self._lru.move_to_end((index.tenant, index.generation))
-            while len(self._lru) > self.capacity:
-                self._lru.popitem(last=False)
+        self._lru.put((index.tenant, index.generation), index)
 
     def get(self, tenant: str, gen: int) -> TenantIndex:
-        key = (tenant, gen)
-        with self._lock:
-            idx = self._lru.get(key)
-            if idx is not None:
-                self._lru.move_to_end(key)
+        idx = self._lru.get((tenant, gen))
         if idx is not None:  # the delta's rows are candidates too: follow the change watermark
             fresh = idx.with_watermark(layout.read_watermark(self.root, tenant))
             if fresh is not idx:
@@ -122,26 +115,23 @@ class GenerationIndexes:
 
 
 class _Stage:
-    """What the Reranker serves for one (tenant, generation)."""
+    """What the Reranker serves for one (tenant, generation), and when it was last checked."""
 
     __slots__ = ("kind", "fn", "info", "checked_at", "lock")
 
-    def __init__(self, kind: str | None, fn: Any, info: dict[str, Any]):
-        self.kind, self.fn, self.info = kind, fn, StageInfo(**info)
+    def __init__(self, choice: SecondStageChoice):
+        self.kind, self.fn, self.info = choice.kind, choice.ranker, choice.info
         self.checked_at = time.monotonic()
         self.lock = threading.Lock()  # one LightGBM predict at a time per model
 
 
 @serve.deployment(name="Reranker")
 class Reranker:
-    """The second stage behind a handle, chosen per tenant and generation:
-
-    1. the learned ranker that tenant's promotion gate enabled
-       (``quarry.core.gate.load_second_stage``; the model's sha256 must match the decision);
-    2. otherwise the cross-encoder built by ``reranker_factory`` (``module:callable``
-       returning a ``quarry.core.rerank.Reranker``), batched across concurrent searches
-       with ``@serve.batch``; unless the gate recorded a cross-encoder decision that said no;
-    3. otherwise nothing: the fused order stands and the response says the stage was skipped.
+    """The second stage behind a handle, chosen per tenant and generation by
+    ``quarry.core.second_stage.choose_second_stage`` (the gate-promoted learned ranker, else
+    the cross-encoder built by ``reranker_factory``, ``module:callable`` returning a
+    ``quarry.core.rerank.Reranker``, else none). The cross-encoder is batched across
+    concurrent searches with ``@serve.batch``.
 
     Requests carry ids and small records only (tenant, generation, query, candidate ranks
     and scores); passages are read here from the same memory-mapped index generation.
@@ -152,7 +142,7 @@ class Reranker:
         self.cross = load_factory(settings.reranker_factory)(**settings.reranker_options) \
             if settings.reranker_factory else None
         self.cross_name = getattr(self.cross, "name", settings.reranker_factory) if self.cross else None
-        self._stages: OrderedDict[tuple[str, int], _Stage] = OrderedDict()
+        self._stages: LRU[tuple[str, int], _Stage] = LRU(2 * settings.lru_tenants)
         self._indexes = GenerationIndexes(settings.index_root, 2 * settings.lru_tenants)
         self._lock = threading.Lock()
         self._key_locks: dict[tuple[str, int], threading.Lock] = {}
@@ -161,81 +151,30 @@ class Reranker:
 
     # -- choosing the stage ------------------------------------------------------------
     def _choose(self, tenant: str, gen: int) -> _Stage:
-        from quarry.core.gate import load_second_stage, read_decision
-
-        try:
-            recorded = read_decision(self.s.index_root, tenant, gen)
-        except Exception as e:  # noqa: BLE001 - an unreadable manifest must not fail searches
-            log.exception("reading the gate decision of %s gen %s failed", tenant, gen)
-            recorded = {"enabled": False, "reason": f"gate decision unreadable ({type(e).__name__})"}
-        base = {"generation": gen, "gate": _gate_summary(recorded)}
-        kind = recorded.get("kind") if recorded.get("decided_at") else None
-        if kind == "cross-encoder":
-            if recorded.get("enabled") and self.cross is not None:
-                return _Stage("cross-encoder", None, {**base, "kind": "cross-encoder", "enabled": True,
-                                                      "name": self.cross_name, "reason": recorded.get("reason"),
-                                                      "model_id": recorded.get("model_id") or self.cross_name})
-            why = recorded.get("reason") if not recorded.get("enabled") else "no cross-encoder configured"
-            return _Stage(None, None, {**base, "kind": None, "enabled": False, "reason": why})
-        if self.s.learned_ranker and recorded.get("enabled"):
-            try:
-                fn, decision = load_second_stage(self.s.index_root, tenant, gen)
-            except Exception as e:  # noqa: BLE001
-                log.exception("loading the learned ranker of %s gen %s failed", tenant, gen)
-                fn, decision = None, {**recorded, "enabled": False,
-                                      "reason": f"loading the learned ranker failed ({type(e).__name__})"}
-            base["gate"] = _gate_summary(decision)
-            if fn is not None:
-                mid = decision.get("model_id") or ""
-                return _Stage("learned", fn, {**base, "kind": "learned", "enabled": True, "name": f"learned:{mid[:12]}",
-                                              "reason": decision.get("reason"), "metrics": decision.get("metrics"),
-                                              "model_id": mid})
-            recorded = decision
-        if self.cross is not None:
-            return _Stage("cross-encoder", None, {
-                **base, "kind": "cross-encoder", "enabled": True, "name": self.cross_name, "model_id": self.cross_name,
-                "reason": "configured cross-encoder (reranker_factory); no gate-promoted learned ranker"})
-        why = recorded.get("reason") or "no second stage configured"
-        if recorded.get("enabled") and not self.s.learned_ranker:
-            why = "learned rankers are switched off in this deployment (learned_ranker: false)"
-        return _Stage(None, None, {**base, "kind": None, "enabled": False, "reason": why})
-
-    def _decision_changed(self, st: _Stage, tenant: str, gen: int) -> bool:
-        from quarry.core.gate import read_decision
-
-        try:
-            now = _gate_summary(read_decision(self.s.index_root, tenant, gen)) or {}
-        except Exception:  # noqa: BLE001 - keep serving what we have
-            return False
-        was = st.info.gate or {}
-        return any(now.get(k) != was.get(k) for k in ("enabled", "model_id", "decided_at", "kind"))
+        return _Stage(choose_second_stage(self.s.index_root, tenant, gen, cross_encoder=self.cross_name,
+                                          learned_enabled=self.s.learned_ranker))
 
     def _stage(self, tenant: str, gen: int) -> _Stage:
         """Cached per (tenant, generation); the recorded decision is re-read every
         ``stage_check_s`` so a ranker promoted (or demoted) for the live generation is
         picked up without a restart."""
         key = (tenant, gen)
+        st = self._stages.get(key)
+        if st is not None and time.monotonic() - st.checked_at < self.s.stage_check_s:
+            return st
         with self._lock:
-            st = self._stages.get(key)
-            if st is not None:
-                self._stages.move_to_end(key)
-                if time.monotonic() - st.checked_at < self.s.stage_check_s:
-                    return st
             klock = self._key_locks.setdefault(key, threading.Lock())
         with klock:
-            with self._lock:
-                cur = self._stages.get(key)
+            cur = self._stages.peek(key)
             if cur is not None and cur is not st and time.monotonic() - cur.checked_at < self.s.stage_check_s:
                 return cur
-            if cur is not None and not self._decision_changed(cur, tenant, gen):
+            if cur is not None and not decision_changed(self.s.index_root, tenant, gen, cur.info):
                 cur.checked_at = time.monotonic()
                 return cur
             fresh = self._choose(tenant, gen)
+            evicted = self._stages.put(key, fresh)
             with self._lock:
-                self._stages[key] = fresh
-                self._stages.move_to_end(key)
-                while len(self._stages) > 2 * self.s.lru_tenants:
-                    old, _ = self._stages.popitem(last=False)
+                for old, _ in evicted:
                     self._key_locks.pop(old, None)
             return fresh
 
@@ -269,17 +208,12 @@ class Reranker:
             return RerankOutcome(status="skipped", info=st.info)
         cands = list(req.candidates)
         index = await asyncio.to_thread(self._indexes.get, req.tenant, req.generation)
-        passages = [index.passage_at(c.row) for c in cands]
-        for c, p in zip(cands, passages):
-            if c.passage_id != p.passage_id:  # a row from another generation: never rank the wrong text
-                raise ValueError(f"candidate {c.passage_id!r} does not match row {c.row} of {req.tenant} "
-                                 f"gen {req.generation}")
+        passages = candidate_passages(index, cands)
         if st.kind == "learned":
             ranked = await asyncio.to_thread(self._learned, st, req.query, cands, passages, req.top_k)
             out = [(c.passage_id, float(c.rerank_score), int(c.rerank_rank)) for c in ranked]
         else:
-            inputs = [RerankInput(p.passage_id, p.envelope.title, tuple(p.heading_path), p.text) for p in passages]
-            scores = await self.score_batch((req.query, inputs))
+            scores = await self.score_batch((req.query, rerank_inputs(passages)))
             out = apply_rerank(scores, [c.passage_id for c in cands], req.top_k)
         return RerankOutcome(status="applied", info=st.info, ranked=tuple(
             RankedCandidate(passage_id=pid, rerank_score=sc, rerank_rank=r) for pid, sc, r in out))
@@ -338,7 +272,7 @@ class Retriever:
     def __init__(self, settings: ServeSettings):
         self.s = settings
         self.search_settings = search_settings(settings)
-        self._cache: OrderedDict[str, _Entry] = OrderedDict()
+        self._cache: LRU[str, _Entry] = LRU(settings.lru_tenants)
         self._retired = GenerationIndexes(settings.index_root, settings.lru_tenants)  # swapped-out generations
         self._lock = threading.Lock()
         self._loading: dict[str, threading.Lock] = {}
@@ -368,8 +302,6 @@ class Retriever:
     def check_health(self) -> None:
         """Serve's health check: a replica that cannot see a local index root is restarted
         (a URI root is checked when a tenant loads)."""
-        import os
-
         if "://" not in self.s.index_root and not os.path.isdir(self.s.index_root):
             raise RuntimeError("index root not reachable")
 
@@ -384,10 +316,8 @@ class Retriever:
         """The tenant's live index. A request that already holds the old index object
         finishes on it; the swap only changes what the *next* request gets."""
         now = time.monotonic()
+        entry = self._cache.get(tenant)
         with self._lock:
-            entry = self._cache.get(tenant)
-            if entry is not None:
-                self._cache.move_to_end(tenant)
             tenant_lock = self._loading.setdefault(tenant, threading.Lock())
         if entry is not None and (now - entry.checked_at) * 1000 < self.s.generation_check_ms:
             fresh_index = self._with_changes(tenant, entry)  # every request: deletes and revocations now
@@ -399,10 +329,9 @@ class Retriever:
         if entry is None:
             tenant_lock.acquire()
         try:
-            with self._lock:
-                fresh = self._cache.get(tenant)
-                if fresh is not None and fresh is not entry and (now - fresh.checked_at) * 1000 < self.s.generation_check_ms:
-                    return fresh.index
+            fresh = self._cache.peek(tenant)
+            if fresh is not None and fresh is not entry and (now - fresh.checked_at) * 1000 < self.s.generation_check_ms:
+                return fresh.index
             try:
                 gen = layout.current_generation(self.s.index_root, tenant)
             except Exception:  # storage hiccup: keep serving what we have
@@ -422,11 +351,7 @@ class Retriever:
                     index = entry.index
             if entry is not None and entry.index is not index:
                 self._retired.put(entry.index)  # requests that started on it finish on it
-            with self._lock:
-                self._cache[tenant] = _Entry(index, time.monotonic())
-                self._cache.move_to_end(tenant)
-                while len(self._cache) > self.s.lru_tenants:
-                    self._cache.popitem(last=False)
+            self._cache.put(tenant, _Entry(index, time.monotonic()))
             return index
         finally:
             tenant_lock.release()
@@ -455,8 +380,6 @@ class Retriever:
         return fresh
 
     def _record_staleness(self, tenant: str, index: TenantIndex) -> None:
-        from quarry.core.changes import lag_summary
-
         if index.delta is None or self._staleness_gauge is None:
             return
         for k, v in lag_summary(index.delta.state).items():
@@ -554,51 +477,24 @@ class Retriever:
         """Survivors (ids, delivered order) expanded to parent sections under the token ceiling."""
         return await asyncio.to_thread(self._expand, req)
 
-    def _fetch(self, principal: Principal, id_: str) -> dict[str, Any] | None:
+    def _fetch(self, principal: Principal, id_: str) -> FetchResult | None:
         index = self.index_for(principal.tenant)
-        if index is None:
-            return None
-        p = index.passage(id_, principal)
-        if p is not None:
-            return {"kind": "passage", "generation": index.generation, "passages": [_passage_view(p)]}
-        sec = index.parent(id_, principal)
-        if sec is not None:
-            return {"kind": "section", "generation": index.generation, "section": {
-                "parent_id": sec.parent_id, "anchor": sec.anchor, "heading_path": list(sec.heading_path),
-                "text": sec.text, "token_count": sec.token_count, "title": sec.envelope.title,
-                "doc_id": sec.envelope.doc_id, "version": sec.envelope.version, "trust": "untrusted"}}
-        doc = index.document(id_, principal)
-        if doc:
-            return {"kind": "document", "generation": index.generation, "passages": [_passage_view(x) for x in doc]}
-        return None
+        return fetch(index, principal, id_) if index is not None else None
 
-    async def fetch(self, principal: Principal, id_: str) -> dict[str, Any] | None:
+    async def fetch(self, principal: Principal, id_: str) -> FetchResult | None:
+        """A passage, section or document id under the principal's permissions (``quarry.core.fetch``)."""
         return await asyncio.to_thread(self._fetch, principal, id_)
 
     def _texts(self, principal: Principal, ids: list[str]) -> dict[str, str]:
-        """Citable text per id, under the principal's permissions: a passage's own text plus
-        its parent section (what an expanded excerpt showed), or a section's text."""
         index = self.index_for(principal.tenant)
-        out: dict[str, str] = {}
-        if index is None:
-            return out
-        for pid in ids:
-            p = index.passage(pid, principal)
-            if p is not None:
-                sec = index.parent(p.parent_id, principal)
-                out[pid] = p.text + ("\n" + sec.text if sec is not None else "")
-                continue
-            sec = index.parent(pid, principal)
-            if sec is not None:
-                out[pid] = sec.text
-        return out
+        return citable_texts(index, principal, ids) if index is not None else {}
 
     async def texts(self, principal: Principal, ids: list[str]) -> dict[str, str]:
+        """Citable text per id, for the answer checks (``quarry.core.fetch.citable_texts``)."""
         return await asyncio.to_thread(self._texts, principal, ids)
 
     def loaded(self) -> dict[str, int]:
-        with self._lock:
-            return {t: e.index.generation for t, e in self._cache.items()}
+        return {t: e.index.generation for t, e in self._cache.items()}
 
     def _status(self, tenants: list[str] | None) -> dict[str, dict[str, Any]]:
         """Named tenants (an operator's own) are loaded if published, so the answer does not
@@ -620,10 +516,7 @@ class Retriever:
         return out
 
     def _freshness(self, tenant: str) -> dict[str, Any]:
-        from quarry.core.changes import lag_summary
-
-        with self._lock:
-            entry = self._cache.get(tenant)
+        entry = self._cache.peek(tenant)
         index = entry.index if entry is not None else None
         if index is None or index.delta is None:
             return {"delta": 0, "changes_applied": 0}
@@ -643,26 +536,3 @@ def _cache_metrics():
 
     return {"lookups": Counter("quarry_query_vector_cache", "Query-vector cache lookups (hit rate = hit / all)",
                                tag_keys=("result",))}
-
-
-def info_for_trace(info: StageInfo) -> dict[str, Any]:
-    """Stage info as recorded in traces and /healthz: kind, enabled, why, gate metrics, model id."""
-    gate = info.gate or {}
-    return {
-        "kind": info.kind, "enabled": info.enabled, "name": info.name,
-        "reason": info.reason, "model_id": info.model_id or gate.get("model_id"),
-        "metrics": info.metrics or gate.get("metrics"), "generation": info.generation,
-        "gate": {k: gate.get(k) for k in ("kind", "enabled", "reason", "model_id", "decided_at") if k in gate} or None,
-    }
-
-
-def _passage_view(p: Passage) -> dict[str, Any]:
-    e = p.envelope
-    return {
-        "passage_id": p.passage_id, "doc_id": e.doc_id, "version": e.version, "anchor": p.anchor,
-        "heading_path": list(p.heading_path), "parent_id": p.parent_id, "title": e.title, "doc_type": e.doc_type,
-        "text": p.text, "effective_from": e.effective_from and e.effective_from.isoformat(),
-        "effective_to": e.effective_to and e.effective_to.isoformat(), "authority": e.authority,
-        "authority_rank": e.authority_rank, "source_url": e.source_url, "token_count": p.token_count,
-        "trust": p.trust,
-    }

@@ -10,7 +10,6 @@ import asyncio
 import hashlib
 import logging
 import time
-from collections import OrderedDict
 from typing import Any
 
 from fastapi import FastAPI, Header, Request, Response
@@ -19,8 +18,10 @@ from pydantic import ValidationError
 from ray import serve
 
 from quarry.core.citations import ABSTENTION_MESSAGE, check_claims
+from quarry.core.lru import LRU
 from quarry.core.records import Principal, SearchResult
 from quarry.core.runs import groups_hash, principal_key
+from quarry.core.second_stage import stage_trace
 from quarry.core.search import apply_second_stage, assemble, candidate_width, nothing_expanded, nothing_resolved
 from quarry.core.stage_records import (
     ExpandRequest,
@@ -34,7 +35,7 @@ from quarry.core.stage_records import (
 
 from . import edge
 from .auth import AuthError, Identity, bearer_token, verify_platform_token, verify_token
-from .deployments import call_retrying, info_for_trace, search_settings
+from .deployments import call_retrying, search_settings
 from .errors import error_details
 from .runstore import QuotaExceeded, RunNotFound, StoreUnavailable, make_run_store
 from .settings import ServeSettings
@@ -128,18 +129,18 @@ class Gateway:
         edge.configure(settings)
         self.retriever, self.reranker, self.resolver = retriever, reranker, resolver
         self.search_settings = search_settings(settings)
-        self._stage_infos: dict[tuple[str, int], tuple[float, StageInfo]] = {}
+        self._stage_infos: LRU[tuple[str, int], tuple[float, StageInfo]] = LRU(2 * settings.lru_tenants)
         self.runs = make_run_store(settings)
         self.traces = TraceWriter(settings.trace_root, retention_h=settings.trace_retention_h,
                                   per_tenant_hour=settings.traces_per_tenant_hour, flush_ms=settings.trace_flush_ms)
         self.m = _metrics()
-        self._identities: OrderedDict[str, tuple[Identity, float]] = OrderedDict()
+        self._identities: LRU[str, tuple[Identity, float]] = LRU(_IDENTITY_CACHE)
         # run_id -> (principal key, searches_left last seen). A run known here skips the
         # existence check before its search: the one store call after the search decides.
-        self._known: OrderedDict[str, tuple[str, int]] = OrderedDict()
+        self._known: LRU[str, tuple[str, int]] = LRU(_KNOWN_RUNS)
         self.mcp = None
         if settings.mcp_enabled:
-            from .mcp import MCPEndpoint
+            from .mcp import MCPEndpoint  # defers the MCP SDK until the endpoint is switched on
 
             self.mcp = MCPEndpoint(self)
 
@@ -170,22 +171,16 @@ class Gateway:
         now = time.time()
         hit = self._identities.get(token)
         if hit is not None and now < hit[1]:
-            self._identities.move_to_end(token)
             return hit[0]
         ident = verify_token(token, self.s.auth)
         import jwt
 
         exp = float(jwt.decode(token, options={"verify_signature": False})["exp"])
-        self._identities[token] = (ident, exp + self.s.auth.leeway_s)
-        while len(self._identities) > _IDENTITY_CACHE:
-            self._identities.popitem(last=False)
+        self._identities.put(token, (ident, exp + self.s.auth.leeway_s))
         return ident
 
     def _remember(self, run_id: str, pkey: str, searches_left: int) -> None:
-        self._known[run_id] = (pkey, searches_left)
-        self._known.move_to_end(run_id)
-        while len(self._known) > _KNOWN_RUNS:
-            self._known.popitem(last=False)
+        self._known.put(run_id, (pkey, searches_left))
 
     def _count(self, endpoint: str, status: int) -> None:
         self.m["requests"].inc(tags={"endpoint": endpoint, "status": str(status)})
@@ -253,10 +248,9 @@ class Gateway:
         if res is None:
             self._count("fetch", 404)
             raise _not_found()
-        ids = [p["passage_id"] for p in res.get("passages", [])] or [res["section"]["parent_id"]]
-        await self._store("fetch", self.runs.record_fetch(run_id, pkey, ids))
+        await self._store("fetch", self.runs.record_fetch(run_id, pkey, res.ids))
         self._count("fetch", 200)
-        return res
+        return res.to_json()
 
     async def _answer_impl(self, ident: Identity, run_id: str, decision: SubmitAnswerRequest | None,
                            errors: list[dict[str, Any]] | None = None) -> dict[str, Any]:
@@ -317,7 +311,7 @@ class Gateway:
                 return {"status": "ok"}
             tenants = [ident.principal.tenant]
         loaded = await self.retriever.status.remote(tenants)
-        return {"status": "ok", "tenants": {t: {**v, "second_stage": info_for_trace(
+        return {"status": "ok", "tenants": {t: {**v, "second_stage": stage_trace(
             await self._stage_info(t, v["generation"]))} for t, v in loaded.items()}}
 
     @api.get("/v1/tools", tags=["agent"])
@@ -348,9 +342,7 @@ class Gateway:
             log.warning("Reranker.describe(%s, %s) failed: %s", tenant, generation, e)
             return StageInfo(generation=generation, unavailable=True,
                              reason=f"second stage unavailable ({type(e).__name__})")
-        self._stage_infos[key] = (time.monotonic(), info)
-        if len(self._stage_infos) > 2 * self.s.lru_tenants:
-            self._stage_infos.pop(next(iter(self._stage_infos)))
+        self._stage_infos.put(key, (time.monotonic(), info))
         return info
 
     async def _second_stage(self, first: FirstStage, query: str, top_k: int) -> RerankOutcome:
@@ -440,7 +432,7 @@ class Gateway:
                         "candidates": request.candidates},
             "generation": res.generation,
             # which second stage ran (or why none did): kind, gate decision, metrics, model id
-            "second_stage": {**info_for_trace(outcome.info), "status": outcome.status, "candidate_width": width,
+            "second_stage": {**stage_trace(outcome.info), "status": outcome.status, "candidate_width": width,
                              **({"error": outcome.error} if outcome.error else {})},
             "candidates": [{**c.model_dump(mode="json"), "expanded": c.passage_id in expanded,
                             "final_position": final_pos.get(c.passage_id), "verdict": decision.verdict(c.passage_id)}

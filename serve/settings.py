@@ -10,6 +10,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
+from quarry.core.records import TOP_K_CEILING, TOP_K_MAX
+
 
 class AuthSettings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -114,7 +116,7 @@ class ServeSettings(BaseModel):
     # config's `deployments` list. They override the builder's defaults.
     deployment_options: dict[str, dict[str, Any]] = Field(default_factory=dict)
     run_budget: int = Field(default=3, ge=1, le=20)
-    top_k_ceiling: int = Field(default=10, ge=1, le=50)
+    top_k_ceiling: int = Field(default=TOP_K_CEILING, ge=1, le=TOP_K_MAX)
     limits: RequestLimits = Field(default_factory=RequestLimits)
     # Traces keep a hash of the query plus at most this many characters of a redacted form
     # (digits masked, identifiers and emails replaced); 0 keeps the hash only.

@@ -15,7 +15,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, model_validator
 
 from quarry.core.citations import Claim
-from quarry.core.records import SearchRequest
+from quarry.core.records import TOP_K_DEFAULT, TOP_K_MAX, SearchRequest
 
 __all__ = ["SearchRequest", "SearchToolRequest", "FetchRequest", "Abstention", "SubmitAnswerRequest", "Claim", "tool_definitions", "TOOLS"]
 
@@ -57,7 +57,7 @@ class SearchToolRequest(SearchRequest):
 
     query: str = Field(min_length=1, max_length=2000, pattern=QUERY,
                        description="What to look for, in words or exact identifiers.")
-    top_k: JsonInt = Field(default=4, ge=1, le=50, description="How many cited excerpts to return.")
+    top_k: JsonInt = Field(default=TOP_K_DEFAULT, ge=1, le=TOP_K_MAX, description="How many cited excerpts to return.")
     doc_type: tuple[DocType, ...] | None = Field(
         default=None, min_length=1, max_length=MAX_DOC_TYPES,
         description=f"Only these document types, e.g. ['policy'] (at most {MAX_DOC_TYPES}).")

@@ -114,7 +114,7 @@ def test_a_disagreeing_encoder_is_refused(minilm, onnx_cache, tmp_path):
     with pytest.raises(EncoderDisagreement, match=f"minimum cosine .* < 0.99 on {len(PROBES)} fixed probes"):
         check_agreement(HashingEmbedder(384), minilm)
     # A stale export (here: another model's weights in the cache slot) is refused at load.
-    from quarry.core.rerank import export_onnx, onnx_cache_path
+    from quarry.core.onnx_export import export_onnx, onnx_cache_path
     from quarry.eval.bench_crossencoder import build_random_cross_encoder
 
     other = build_random_cross_encoder(tmp_path / "other", layers=1, hidden=384, heads=6, intermediate=64)

@@ -14,15 +14,8 @@ import stat
 
 import pytest
 
-from quarry.core.rerank import (
-    CrossEncoderReranker,
-    Reranker,
-    RerankInput,
-    apply_rerank,
-    rerank_text,
-    resolve_model_dir,
-    token_units,
-)
+from quarry.core.cross_encoder import CrossEncoderReranker, resolve_model_dir
+from quarry.core.rerank import Reranker, RerankInput, apply_rerank, rerank_text, token_units
 
 # Pure tests are marked `unit`; tests that build or load a model are marked `slow`.
 
@@ -199,17 +192,26 @@ def test_loads_from_local_dir_and_scores(torch_ranker):
 
 
 @pytest.mark.slow
-def test_loads_from_file_uri_via_fsspec(tiny_model_dir, torch_ranker, tmp_path):
-    uri = tiny_model_dir.as_uri()
-    assert uri.startswith("file://")
+def test_loads_from_object_store_uri_via_fsspec(tiny_model_dir, torch_ranker, tmp_path):
+    """A remote URI (fsspec's in-memory store stands in for s3://) is copied once into the
+    cache by layout.fetch_dir; a file:// URI is a local directory, used in place."""
+    import fsspec
+
+    fs = fsspec.filesystem("memory")
+    for f in tiny_model_dir.rglob("*"):
+        if f.is_file():
+            fs.pipe(f"/models/tiny/{f.relative_to(tiny_model_dir).as_posix()}", f.read_bytes())
+    uri = "memory://models/tiny"
     cache = tmp_path / "cache"
     r = CrossEncoderReranker(uri, max_length=64, backend="torch", device="cpu", cache_dir=cache).load()
-    assert r.model_dir is not None and r.model_dir.parent == cache
+    assert r.model_dir is not None and r.model_dir.parent == cache.resolve()
     assert (r.model_dir / "config.json").is_file()
     assert r.score(QUERY, CANDS) == pytest.approx(torch_ranker.score(QUERY, CANDS), abs=1e-5)
-    # a second resolve reuses the completed copy
+    # a second resolve reuses the completed copy; no temporary copy is left behind
     assert resolve_model_dir(uri, cache) == r.model_dir
-    assert len([p for p in cache.iterdir() if not p.name.startswith(".")]) == 1
+    assert [p.name for p in cache.iterdir()] == [r.model_dir.name]
+    assert resolve_model_dir(tiny_model_dir.as_uri(), cache) == tiny_model_dir.resolve()
+    fs.rm("/models/tiny", recursive=True)
 
 
 @pytest.mark.unit
@@ -283,7 +285,7 @@ def test_onnx_export_is_cached_and_reused(onnx_ranker):
 @pytest.mark.slow
 def test_onnx_export_falls_back_to_cache_dir_when_model_dir_is_read_only(tiny_model_dir, tmp_path, monkeypatch):
     pytest.importorskip("onnxruntime")
-    import quarry.core.rerank as rr
+    import quarry.core.onnx_export as rr
 
     ro = tmp_path / "ro"
     shutil.copytree(tiny_model_dir, ro)
@@ -309,3 +311,29 @@ def test_import_core_rerank_does_not_import_torch():
     code = "import sys, quarry.core.rerank; bad=[m for m in ('torch','sentence_transformers','onnxruntime','transformers','ray','pyspark') if m in sys.modules]; print(bad); sys.exit(1 if bad else 0)"
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stdout + res.stderr
+
+
+@pytest.mark.slow
+def test_loading_models_leaves_the_environment_alone(tiny_model_dir):
+    """Core never sets the Hugging Face offline variables: the cross-encoder and the
+    bi-encoder load offline by passing local_files_only to the libraries (run without the
+    variables; libraries' own settings such as KMP_DUPLICATE_LIB_OK are not ours)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import os, sys\n"
+        "from quarry.core.cross_encoder import CrossEncoderReranker\n"
+        "from quarry.core.embedding import SentenceTransformerEmbedder\n"
+        "from quarry.core.rerank import RerankInput\n"
+        "before = dict(os.environ)\n"
+        f"r = CrossEncoderReranker({str(tiny_model_dir)!r}, max_length=32, device='cpu')\n"
+        "assert len(r.score('q', [RerankInput('p', 't', (), 'text')])) == 1\n"
+        "assert SentenceTransformerEmbedder(device='cpu').encode(['a query']).shape[0] == 1\n"
+        "changed = {k for k, _ in set(os.environ.items()) ^ set(before.items())}\n"
+        "print(sorted(k for k in changed if k.startswith(('HF_', 'TRANSFORMERS_'))))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.strip().splitlines()[-1] == "[]"

@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+
+
+def paused_at(stage: str, marker: Path) -> list[str]:
+    """The command prefix that runs a job module (``[*paused_at(...), "quarry.jobs.build",
+    args...]``) with its driver stopped at ``stage`` (see pause_at_stage.py)."""
+    return [sys.executable, str(Path(__file__).with_name("pause_at_stage.py")), stage, str(marker)]
 
 
 def reference_build(docs, root: str, tenant: str, *, contextualizer, embedder, shard_docs: int) -> int:

@@ -94,6 +94,7 @@ def test_apply_changes_job(spark, base_root, tmp_path):
 
 
 def test_kill_at_any_stage_changes_nothing_served(spark, base_root, tmp_path):
+    from build_helpers import paused_at
     from test_build_kill import _kill_when_paused
 
     from quarry.core import layout
@@ -112,11 +113,10 @@ def test_kill_at_any_stage_changes_nothing_served(spark, base_root, tmp_path):
     wm = layout.read_watermark(str(base_root), "t")
     for stage, r in roots.items():
         marker, out = tmp_path / f"paused-{stage}", tmp_path / f"apply-{stage}.log"
-        env = {**os.environ, "QUARRY_TEST_PAUSE_AT": stage, "QUARRY_TEST_PAUSE_FILE": str(marker)}
-        cmd = [sys.executable, "-m", "quarry.jobs.apply_changes", "--changes", str(log2.parent),
+        cmd = [*paused_at(stage, marker), "quarry.jobs.apply_changes", "--changes", str(log2.parent),
                "--index-root", str(r), "--master", "local[1]"]
         with open(out, "wb") as fh:
-            proc = subprocess.Popen(cmd, env=env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+            proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
         text = _kill_when_paused(stage, proc, marker, out)
         assert f"paused at stage '{stage}'" in text
         assert layout.read_watermark(str(r), "t") == wm

@@ -3,8 +3,9 @@ process group) at three different stages. After each kill the previous generatio
 loads and answers; a re-run then publishes; a second re-run changes no passage id.
 
 The build runs as a subprocess (``python -m quarry.jobs.build``) in its own session so
-``killpg`` takes the driver and the JVM together; ``QUARRY_TEST_PAUSE_AT`` makes the driver
-stop at a stage boundary (after writing a marker file) so the kill lands deterministically.
+``killpg`` takes the driver and the JVM together; ``pause_at_stage.py`` runs it with the
+driver stopped at a stage boundary (after writing a marker file) so the kill lands
+deterministically.
 The initial build and the re-runs use the shared in-process ``spark`` fixture.
 """
 
@@ -20,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from build_helpers import passage_ids, principal_for, search
+from build_helpers import passage_ids, paused_at, principal_for, search
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -65,11 +66,10 @@ def _start(stage: str, root: Path, tmp: Path) -> tuple[subprocess.Popen, Path, P
 
     marker = tmp / f"paused-{stage}"
     log = tmp / f"build-{stage}.log"
-    env = {**os.environ, "QUARRY_TEST_PAUSE_AT": stage, "QUARRY_TEST_PAUSE_FILE": str(marker)}
-    cmd = [sys.executable, "-m", "quarry.jobs.build", "--source", str(SAMPLE_CORPUS), "--index-root", str(root),
+    cmd = [*paused_at(stage, marker), "quarry.jobs.build", "--source", str(SAMPLE_CORPUS), "--index-root", str(root),
            "--tenants", TENANT, "--embedder", "hashing", "--master", "local[1]", "--partitions", "1"]
     with open(log, "wb") as fh:
-        proc = subprocess.Popen(cmd, env=env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
     return proc, marker, log
 
 

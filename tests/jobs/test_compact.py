@@ -13,6 +13,7 @@ import time
 import numpy as np
 import pytest
 
+from build_helpers import paused_at
 from freshness_helpers import BASE, EMB, PRINCIPALS, QUERIES, assert_same_view, ch, doc, final_sources, rebuild
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(600)]
@@ -95,9 +96,8 @@ def test_kill_during_compaction_changes_nothing_served(changed_root, tmp_path, s
 
     served = final_sources(BASE, _changes())
     marker = tmp_path / "paused"
-    env = {**os.environ, "QUARRY_TEST_PAUSE_AT": stage, "QUARRY_TEST_PAUSE_FILE": str(marker)}
-    proc = subprocess.Popen([sys.executable, "-m", "quarry.jobs.compact", "--tenant", "t", "--index-root", changed_root],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen([*paused_at(stage, marker), "quarry.jobs.compact", "--tenant", "t",
+                             "--index-root", changed_root], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         deadline = time.monotonic() + 300
         while not marker.exists():

@@ -62,7 +62,7 @@ def _candidates(root):
 
 
 def test_cross_encoder_is_served_without_a_promoted_ranker(index_root, tiny_ce):
-    r = _reranker(index_root, reranker_factory="quarry.core.rerank:CrossEncoderReranker",
+    r = _reranker(index_root, reranker_factory="quarry.core.cross_encoder:CrossEncoderReranker",
                   reranker_options={"model": tiny_ce, "max_length": 64})
     from quarry.core.stage_records import RerankRequest
 

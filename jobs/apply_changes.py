@@ -44,6 +44,7 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pyspark.sql import functions as F
 
+from quarry.cli import main as cli_main
 from quarry.core import layout
 from quarry.core.changes import Change, change_reason, change_record_id, lag_summary, validate_change
 from quarry.core.delta import DeltaRows, fold_for, publish_delta, upsert_contextualizer
@@ -367,9 +368,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="quarry apply-changes", description=__doc__.split("\n\n")[0])
-    add_arguments(p)
-    return run(p.parse_args(argv))
+    """``python -m quarry.jobs.apply_changes``: the ``quarry apply-changes`` command, with the CLI's error reporting."""
+    return cli_main(["apply-changes", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

@@ -44,6 +44,7 @@ from pyspark import StorageLevel
 from pyspark.sql import Window
 from pyspark.sql import functions as F
 
+from quarry.cli import main as cli_main
 from quarry.core import layout
 from quarry.core.chunking import CHUNKER_VERSION
 from quarry.core.contextualize import CostAccount, LLMSettings
@@ -632,9 +633,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="quarry build", description=__doc__.split("\n\n")[0])
-    add_arguments(p)
-    return run(p.parse_args(argv))
+    """``python -m quarry.jobs.build``: the ``quarry build`` command, with the CLI's error reporting."""
+    return cli_main(["build", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ import json
 import sys
 import time
 
+from quarry.cli import main as cli_main
 from quarry.core import layout
 from quarry.core.compact import compaction_input, publish_compacted, write_compacted
 from quarry.core.index import TenantIndex
@@ -68,9 +69,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="quarry compact", description=__doc__.split("\n\n")[0])
-    add_arguments(p)
-    return run(p.parse_args(argv))
+    """``python -m quarry.jobs.compact``: the ``quarry compact`` command, with the CLI's error reporting."""
+    return cli_main(["compact", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

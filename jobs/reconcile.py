@@ -13,6 +13,7 @@ import json
 import sys
 from pathlib import Path
 
+from quarry.cli import main as cli_main
 from quarry.core import layout
 from quarry.core.contextualize import make_contextualizer
 from quarry.core.delta import apply_local, upsert_contextualizer
@@ -114,9 +115,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="quarry reconcile", description=__doc__.split("\n\n")[0])
-    add_arguments(p)
-    return run(p.parse_args(argv))
+    """``python -m quarry.jobs.reconcile``: the ``quarry reconcile`` command, with the CLI's error reporting."""
+    return cli_main(["reconcile", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

@@ -447,7 +447,7 @@ class Retriever:
 
     # -- stages ------------------------------------------------------------------------
     def _first_stage(self, principal: Principal, request: SearchRequest, width: int | None,
-                     dense: bool) -> FirstStage:
+                     dense: bool = True) -> FirstStage:
         index = self.index_for(principal.tenant)
         if index is None:  # no index for this tenant: same shape as finding nothing
             return no_first_stage(principal.tenant)

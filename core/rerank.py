@@ -5,7 +5,7 @@ kept top-k. Candidates reach a reranker as :class:`RerankInput`, small frozen re
 (id, title, heading path, chunk text) so a Serve payload never carries arrays.
 
 The cross-encoder implementation lives in ``quarry.core.cross_encoder``; the learned
-ranker in ``quarry.core.learned``. This module is pure Python.
+ranker in ``quarry.core.ranker_model`` (features, training: ``ranker_features``, ``ranker_train``). This module is pure Python.
 """
 
 from __future__ import annotations

@@ -500,10 +500,8 @@ class Retriever:
         """Named tenants (an operator's own) are loaded if published, so the answer does not
         depend on which replica took the call; the platform view lists every published
         tenant, with full detail where this replica has it loaded."""
-        if tenants is not None:
-            for t in tenants:
-                if layout.current_generation(self.s.index_root, t) is not None:
-                    self.index_for(t)
+        for t in tenants or ():
+            self.index_for(t)  # None (nothing loaded) when the tenant has no published index
         loaded = self.loaded()
         out = {t: {"generation": g, "loaded": True, "dense": self.dense_choice.to_json(),
                    "freshness": self._freshness(t)}

@@ -310,9 +310,11 @@ class Gateway:
             if not ident.is_operator:
                 return {"status": "ok"}
             tenants = [ident.principal.tenant]
-        loaded = await self.retriever.status.remote(tenants)
+        status = await self.retriever.status.remote(tenants)
+        # the second stage only for tenants this replica serves: listing every published
+        # tenant must not make the Reranker choose (and cache) a stage for each of them
         return {"status": "ok", "tenants": {t: {**v, "second_stage": stage_trace(
-            await self._stage_info(t, v["generation"]))} for t, v in loaded.items()}}
+            await self._stage_info(t, v["generation"])) if v["loaded"] else None} for t, v in status.items()}}
 
     @api.get("/v1/tools", tags=["agent"])
     async def tools(self) -> dict[str, Any]:

@@ -177,10 +177,11 @@ def truncate_tokens(text: str, limit: int) -> str:
 
 
 def excerpt(p: Passage, text: str | None = None, expanded_to: str | None = None, truncated: bool = False,
-            valid_at: dt.date | None = None) -> Excerpt:
+            valid_at: dt.date | None = None, token_count: int | None = None) -> Excerpt:
     """The one envelope view of a passage, as search delivers it and fetch returns it:
     ``text`` is what is shown (default the passage's own), ``expanded_to`` the parent
-    section it was expanded to."""
+    section it was expanded to; ``token_count`` is text's count when the caller has it
+    (the index stores one per passage and section)."""
     e = p.envelope
     text = p.text if text is None else text
     return Excerpt(
@@ -190,7 +191,7 @@ def excerpt(p: Passage, text: str | None = None, expanded_to: str | None = None,
         effective_from=e.effective_from, effective_to=e.effective_to, validity=validity(e, valid_at),
         authority=e.authority, authority_rank=e.authority_rank, entities=e.entities, supersedes=e.supersedes,
         superseded_by=e.superseded_by, condition=e.condition, events=e.events, source_url=e.source_url,
-        token_count=count_tokens(text),
+        token_count=count_tokens(text) if token_count is None else token_count,
     )
 
 
@@ -210,15 +211,15 @@ def expand(
             break
         parent = index.parent(p.parent_id, principal) if do_expand else None
         if parent is not None and parent.parent_id not in delivered_parents and parent.text != p.text:
-            n = count_tokens(parent.text)
+            n = parent.token_count  # counted at build time (count_tokens), like p.token_count
             if n <= left:
-                out.append(excerpt(p, parent.text, parent.parent_id, False, valid_at))
+                out.append(excerpt(p, parent.text, parent.parent_id, False, valid_at, n))
                 delivered_parents.add(parent.parent_id)
                 left -= n
                 continue
-        n = count_tokens(p.text)
+        n = p.token_count
         if n <= left:
-            out.append(excerpt(p, p.text, None, False, valid_at))
+            out.append(excerpt(p, p.text, None, False, valid_at, n))
             left -= n
         else:
             cut = truncate_tokens(p.text, left)

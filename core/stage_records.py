@@ -79,6 +79,15 @@ class Expansion(Frozen):
     report: StageReport
 
 
+class Retrieval(Frozen):
+    """A first stage and the expansion of its fused top-k, from one Retriever call: what a
+    search delivers when no second stage reorders the candidates (the Gateway asks for it
+    when the tenant's generation serves none, saving the separate expansion hop)."""
+
+    first: FirstStage
+    expansion: Expansion
+
+
 class ExpandRequest(Frozen):
     principal: Principal
     request: SearchRequest

@@ -56,20 +56,25 @@ class Statement:
     words: tuple[str, ...]  # the same words as written, for a follow-up query
 
 
+_LABEL_BEFORE = re.compile(r"\b[A-Z][A-Za-z]*\s$")
+_MONTH_AFTER = re.compile(r"\s+(?:" + _MONTHS + r")\b", re.IGNORECASE)
+_MONTH_BEFORE = re.compile(r"\b(?:" + _MONTHS + r")\s+$", re.IGNORECASE)
+_YEAR = re.compile(r"(19|20)\d{2}")
+
+
 def _skip(text: str, seg_start: int, start: int, end: int, kind: str, value: str) -> bool:
     before, after = text[start - 1:start] if start else "", text[end:end + 1]
     if kind == "date":
         return True
     if (before and (before.isalpha() or before in "-_./")) or (after and (after.isalpha() or after in "_")):
         return True  # inside an identifier: E-4471, v2.3.1, Q2, acme-9
-    if kind == "number" and re.search(r"\b[A-Z][A-Za-z]*\s$", text[max(seg_start, start - 12):start]) \
+    if kind == "number" and _LABEL_BEFORE.search(text[max(seg_start, start - 12):start]) \
             and text[max(seg_start, start - 4):start].strip().lower() not in _CURRENCY:
         return True  # a label or version after a name: "SAML 2.0", "Step 3", "Tier 1"
-    if kind == "number" and (re.match(r"\s+(?:" + _MONTHS + r")\b", text[end:end + 12], re.IGNORECASE)
-                             or re.search(r"\b(?:" + _MONTHS + r")\s+$", text[max(seg_start, start - 12):start],
-                                          re.IGNORECASE)):
+    if kind == "number" and (_MONTH_AFTER.match(text[end:end + 12])
+                             or _MONTH_BEFORE.search(text[max(seg_start, start - 12):start])):
         return True  # a day of a month: "1 January", "January 15"
-    if kind == "number" and re.fullmatch(r"(19|20)\d{2}", value):
+    if kind == "number" and _YEAR.fullmatch(value):
         return True  # a year
     if kind == "number" and not text[seg_start:start].strip(" \t-*|#>") and after in ".)":
         return True  # a list ordinal "1." or "2)"
@@ -105,29 +110,36 @@ def _per_run(text: str, end: int, seg_end: int) -> tuple[str, int]:
     return (m.group(1), end + m.end()) if m else ("", end)
 
 
-def _subject_words(text: str, seg_start: int, seg_end: int, start: int, end: int) -> tuple[list[str], list[str]]:
-    def keep(words: list[str]) -> list[tuple[str, str | None]]:
-        out: list[tuple[str, str | None]] = []
-        for w in words:
-            if w.lower() in _CURRENCY:
-                out.append((w, None))  # in the query words, never in the subject
-                continue
-            toks = [t for t in tokenize(w) if t not in _NOT_SUBJECT and not t.isdigit()]
-            if toks:
-                out.append((w, toks[0]))
-        return out
+@lru_cache(maxsize=100_000)
+def _subject_stem(word: str) -> str | None:
+    """The word's first token that can name a subject, or None."""
+    return next((t for t in tokenize(word) if t not in _NOT_SUBJECT and not t.isdigit()), None)
 
-    def window(pairs: list[tuple[str, str | None]], last: bool) -> list[tuple[str, str | None]]:
+
+@lru_cache(maxsize=20_000)
+def _sentences(text: str) -> tuple[str, ...]:  # statements and predicates read the same text
+    return tuple(line_sentences(text))
+
+
+def _subject_words(text: str, seg_start: int, seg_end: int, start: int, end: int) -> tuple[list[str], list[str]]:
+    def window(words, last: bool) -> list[tuple[str, str | None]]:
+        # Outward from the value, tokenizing only until WINDOW subject words are found
+        # (a long sentence would otherwise tokenize every word for three of them).
         picked, n = [], 0
-        for w, stem in (reversed(pairs) if last else pairs):
+        for w in (reversed(words) if last else words):
             if n == WINDOW:
                 break
-            picked.append((w, stem))
-            n += stem is not None
+            if w.lower() in _CURRENCY:
+                picked.append((w, None))  # in the query words, never in the subject
+                continue
+            stem = _subject_stem(w)
+            if stem is not None:
+                picked.append((w, stem))
+                n += 1
         return picked[::-1] if last else picked
 
-    left = window(keep(_WORD.findall(text[seg_start:start])), last=True)
-    right = window(keep(_WORD.findall(text[_per_run(text, end, seg_end)[1]:seg_end])), last=False)
+    left = window(_WORD.findall(text[seg_start:start]), last=True)
+    right = window(_WORD.findall(text[_per_run(text, end, seg_end)[1]:seg_end]), last=False)
     both = left + right
     return [w for w, _ in both], [s for _, s in both if s is not None]
 
@@ -136,7 +148,7 @@ def _subject_words(text: str, seg_start: int, seg_end: int, start: int, end: int
 def statements(text: str) -> tuple[Statement, ...]:
     """The value statements of ``text`` in order."""
     out: list[Statement] = []
-    for seg in line_sentences(text):
+    for seg in _sentences(text):
         n = len(seg)
         for s, e, value, kind in number_spans(seg):
             if _skip(seg, 0, s, e, kind, value):
@@ -158,7 +170,7 @@ def predicates(text: str) -> tuple[Statement, ...]:
     """Owner, status and date statements (kind "owner", "status", "date"): the other
     facts a contradiction search follows up, with their subject words."""
     out: list[Statement] = []
-    for seg in line_sentences(text):
+    for seg in _sentences(text):
         n = len(seg)
         spans = [(m.start(), m.end(), m.group(0).split()[0].lower()) for m in _PREDICATE.finditer(seg)]
         spans += [(s, e, "date") for s, e, _, kind in number_spans(seg) if kind == "date"]

@@ -40,6 +40,7 @@ from quarry.core.second_stage import (
 )
 from quarry.core.search import (
     SearchSettings,
+    apply_second_stage,
     candidate_width,
     conclude_resolution,
     expansion,
@@ -59,6 +60,7 @@ from quarry.core.stage_records import (
     RerankRequest,
     Resolution,
     ResolveRequest,
+    Retrieval,
     StageInfo,
 )
 
@@ -223,8 +225,8 @@ class Reranker:
 class Resolver:
     """Evidence resolution over a search's delivered passages (``quarry.core.resolve``),
     read here from the same memory-mapped generation under the principal's permissions.
-    Its contradiction search runs each follow-up query through the Retriever's first stage
-    with the same principal and filters, at a small width; it never spends the run's
+    Its contradiction search runs the follow-up queries through the Retriever's first stage
+    (one call for all of them) with the same principal and filters, at a small width; it never spends the run's
     search budget (the Gateway only reserves the agent's own searches)."""
 
     def __init__(self, settings: ServeSettings, retriever):
@@ -243,10 +245,11 @@ class Resolver:
         decision, queries = await asyncio.to_thread(plan_resolution, delivered, p, req.request.valid_at, settings)
         known = {x.passage_id for x in delivered}
         follow_ups, added = [], []
-        # the follow-ups run concurrently; what they found folds in query order, as in-process
-        firsts = await asyncio.gather(*(call_retrying(
-            self.retriever, "first_stage", p, follow_up_request(req.request, q, settings),
-            settings.follow_up_width, settings.follow_up_dense) for q in queries))
+        # one Retriever call for every follow-up (their encodings join one batch); what
+        # they found folds in query order, as in-process
+        firsts = await call_retrying(
+            self.retriever, "first_stages", p, tuple(follow_up_request(req.request, q, settings) for q in queries),
+            settings.follow_up_width, settings.follow_up_dense) if queries else ()
         for q, fs in zip(queries, firsts):
             fu = follow_up_found(q, fs, known, settings)
             follow_ups.append(fu)
@@ -406,23 +409,29 @@ class Retriever:
                 self._embedders[key] = emb
         return emb
 
-    def _query_vector(self, index: TenantIndex, query: str):
-        """(index, query) -> the query's vector: from the cache (vectors only, keyed by model
-        and normalised text), else encoded in one batch with concurrent requests' queries.
-        Runs in a worker thread; each request's legs then run under its own principal's mask."""
+    def _query_vectors(self, index: TenantIndex, queries: list[str]) -> list[Any]:
+        """(index, queries) -> one vector per query: from the cache (vectors only, keyed by
+        model and normalised text), else encoded in one batch with concurrent requests'
+        queries. Runs in a worker thread; each request's legs then run under its own
+        principal's mask."""
         emb = self._embedder(index)
         mid = embedder_id(emb)
-        vec = self.query_cache.get(mid, query)
-        self._m_cache["lookups"].inc(tags={"result": "miss" if vec is None else "hit"})
-        if vec is None:
-            text = normalize_query(query)  # what the cache key says, so hits equal fresh encodes
+        vecs = [self.query_cache.get(mid, q) for q in queries]
+        for v in vecs:
+            self._m_cache["lookups"].inc(tags={"result": "miss" if v is None else "hit"})
+        miss = [i for i, v in enumerate(vecs) if v is None]
+        if miss:
+            texts = [normalize_query(queries[i]) for i in miss]  # what the cache key says, so hits equal fresh encodes
             loop = self._loop
-            if loop is not None and loop.is_running():
-                vec = asyncio.run_coroutine_threadsafe(self.encode_batch((emb, text)), loop).result()
+            if loop is not None and loop.is_running():  # each joins the replica's next encode batch
+                futs = [asyncio.run_coroutine_threadsafe(self.encode_batch((emb, t)), loop) for t in texts]
+                fresh = [f.result() for f in futs]
             else:  # called outside the replica's event loop (tools, direct calls)
-                vec = emb.encode([text])[0]
-            self.query_cache.put(mid, query, vec)
-        return vec
+                fresh = list(emb.encode(texts))
+            for i, v in zip(miss, fresh):
+                vecs[i] = v
+                self.query_cache.put(mid, queries[i], v)
+        return vecs
 
     @serve.batch(max_batch_size=16, batch_wait_timeout_s=0.002)
     async def encode_batch(self, items: list[tuple[Any, str]]) -> list[Any]:
@@ -446,25 +455,55 @@ class Retriever:
         return self._retired.get(tenant, generation)
 
     # -- stages ------------------------------------------------------------------------
-    def _first_stage(self, principal: Principal, request: SearchRequest, width: int | None,
-                     dense: bool = True) -> FirstStage:
+    def _settings(self, width: int | None, top_k: int) -> SearchSettings:
+        settings = self.search_settings
+        w = candidate_width(settings, width, top_k)
+        return settings if w == settings.candidate_width else settings.model_copy(update={"candidate_width": w})
+
+    def _first_stages(self, principal: Principal, requests: tuple[SearchRequest, ...], width: int | None,
+                      dense: bool = True) -> tuple[TenantIndex | None, tuple[FirstStage, ...]]:
         index = self.index_for(principal.tenant)
         if index is None:  # no index for this tenant: same shape as finding nothing
-            return no_first_stage(principal.tenant)
-        settings = self.search_settings
-        w = candidate_width(settings, width, request.top_k)
-        if w != settings.candidate_width:
-            settings = settings.model_copy(update={"candidate_width": w})
-        qvec = self._query_vector(index, request.query) if dense else None
-        return first_stage(index, principal, request, None, settings, qvec, dense=dense)
+            return None, tuple(no_first_stage(principal.tenant) for _ in requests)
+        vecs = self._query_vectors(index, [r.query for r in requests]) if dense else [None] * len(requests)
+        return index, tuple(first_stage(index, principal, r, None, self._settings(width, r.top_k), v, dense=dense)
+                            for r, v in zip(requests, vecs))
+
+    def _first_stage(self, principal: Principal, request: SearchRequest, width: int | None,
+                     dense: bool = True) -> FirstStage:
+        return self._first_stages(principal, (request,), width, dense)[1][0]
+
+    async def _in_pool(self, fn, *args):
+        self._loop = loop = asyncio.get_running_loop()  # _query_vectors joins encode batches on it
+        return await loop.run_in_executor(self._search_pool, fn, *args)
 
     async def first_stage(self, principal: Principal, request: SearchRequest,
                           candidate_width: int | None = None, dense: bool = True) -> FirstStage:
         """Filter -> legs -> fuse under the verified principal (``quarry.core.search.first_stage``);
         ``dense=False``: the lexical leg only (the Resolver's contradiction search)."""
-        self._loop = loop = asyncio.get_running_loop()  # _query_vector joins encode batches on it
-        return await loop.run_in_executor(self._search_pool, self._first_stage, principal, request,
-                                          candidate_width, dense)
+        return await self._in_pool(self._first_stage, principal, request, candidate_width, dense)
+
+    async def first_stages(self, principal: Principal, requests: tuple[SearchRequest, ...],
+                           candidate_width: int | None = None, dense: bool = True) -> tuple[FirstStage, ...]:
+        """The first stage of several queries under one principal in one call (the Resolver's
+        follow-ups): their encodings join one batch."""
+        return (await self._in_pool(self._first_stages, principal, requests, candidate_width, dense))[1]
+
+    def _retrieve(self, principal: Principal, request: SearchRequest, width: int | None) -> Retrieval:
+        index, (first,) = self._first_stages(principal, (request,), width)
+        survivors = apply_second_stage(first, None, request.top_k).survivors
+        if index is None or not survivors:
+            return Retrieval(first=first, expansion=nothing_expanded())
+        rows = {c.passage_id: c.row for c in first.candidates}
+        passages = [index.passage_at(rows[pid]) for pid in survivors]  # visible: the mask let them through
+        return Retrieval(first=first, expansion=expansion(index, principal, passages, self.search_settings,
+                                                          request.valid_at))
+
+    async def retrieve(self, principal: Principal, request: SearchRequest,
+                       candidate_width: int | None = None) -> Retrieval:
+        """The first stage and the expansion of its fused top-k on the same index, in one
+        call: the search path when no second stage is served for the tenant."""
+        return await self._in_pool(self._retrieve, principal, request, candidate_width)
 
     def _expand(self, req: ExpandRequest) -> Expansion:
         index = self._index_at(req.principal.tenant, req.generation)

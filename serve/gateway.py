@@ -25,11 +25,13 @@ from quarry.core.second_stage import stage_trace
 from quarry.core.search import apply_second_stage, assemble, candidate_width, nothing_expanded, nothing_resolved
 from quarry.core.stage_records import (
     ExpandRequest,
+    Expansion,
     FirstStage,
     RerankOutcome,
     RerankRequest,
     Resolution,
     ResolveRequest,
+    Retrieval,
     StageInfo,
 )
 
@@ -130,6 +132,7 @@ class Gateway:
         self.retriever, self.reranker, self.resolver = retriever, reranker, resolver
         self.search_settings = search_settings(settings)
         self._stage_infos: LRU[tuple[str, int], tuple[float, StageInfo]] = LRU(2 * settings.lru_tenants)
+        self._last_gen: LRU[str, int] = LRU(2 * settings.lru_tenants)  # tenant -> generation its last search ran on
         self.runs = make_run_store(settings)
         self.traces = TraceWriter(settings.trace_root, retention_h=settings.trace_retention_h,
                                   per_tenant_hour=settings.traces_per_tenant_hour, flush_ms=settings.trace_flush_ms)
@@ -359,22 +362,41 @@ class Gateway:
             log.warning("rerank for %s gen %s failed: %s", first.tenant, first.generation, e)
             return RerankOutcome(status="failed", info=info, error=type(e).__name__)
 
+    def _serves_no_stage(self, tenant: str) -> bool:
+        """True when the cached stage info for the tenant's last seen generation says no
+        second stage runs: the search then asks the Retriever for the first stage and the
+        expansion in one call."""
+        gen = self._last_gen.get(tenant)
+        hit = self._stage_infos.get((tenant, gen)) if gen is not None else None
+        return hit is not None and time.monotonic() - hit[0] < self.s.stage_check_s and not hit[1].enabled
+
     async def _compose(self, principal: Principal, request: SearchToolRequest, timing: dict[str, float]
                        ) -> tuple[SearchResult, RerankOutcome, Resolution]:
-        """Retriever -> Reranker -> Retriever (expand) -> Resolver, each returning a typed record."""
+        """Retriever -> Reranker -> Retriever (expand) -> Resolver, each returning a typed record.
+        When the tenant serves no second stage, one Retriever call does the first stage and
+        the expansion; a new generation that serves one is reranked and expanded as usual."""
         core = request.core()
         t0 = time.perf_counter()
-        first: FirstStage = await self._retriever("first_stage", principal, core, request.candidates)
+        pre: Expansion | None = None
+        if self._serves_no_stage(principal.tenant):
+            got: Retrieval = await self._retriever("retrieve", principal, core, request.candidates)
+            first, pre = got.first, got.expansion
+        else:
+            first = await self._retriever("first_stage", principal, core, request.candidates)
+        self._last_gen.put(principal.tenant, first.generation)
         timing["retrieve"] = self._lat("retrieve", t0)
         t0 = time.perf_counter()
         outcome = await self._second_stage(first, core.query, core.top_k)
         timing["rerank"] = self._lat("rerank", t0)
         second = apply_second_stage(first, outcome, core.top_k)
         if second.survivors:
-            t0 = time.perf_counter()
-            expanded = await self._retriever("expand", ExpandRequest(
-                principal=principal, request=core, generation=first.generation, passage_ids=second.survivors))
-            timing["expand"] = self._lat("expand", t0)
+            if pre is not None and outcome.status != "applied":  # the fused top-k survived: already expanded
+                expanded = pre
+            else:
+                t0 = time.perf_counter()
+                expanded = await self._retriever("expand", ExpandRequest(
+                    principal=principal, request=core, generation=first.generation, passage_ids=second.survivors))
+                timing["expand"] = self._lat("expand", t0)
             t0 = time.perf_counter()
             resolution = await call_retrying(self.resolver, "resolve", ResolveRequest(
                 principal=principal, request=core, generation=first.generation,

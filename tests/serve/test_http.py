@@ -316,7 +316,26 @@ def test_search_reports_server_timing_without_content(quarry_app):
     r = app.search(tok, app.new_run(tok), "settlement cutoff", top_k=3)
     assert r.status_code == 200
     parts = dict(p.split(";dur=") for p in r.headers["server-timing"].split(", "))
-    assert {"auth", "retrieve", "rerank", "expand", "resolve", "decide", "total"} <= set(parts)  # one run-store decision
+    assert {"auth", "retrieve", "rerank", "resolve", "decide", "total"} <= set(parts)  # one run-store decision
     assert all(float(v) >= 0 for v in parts.values())
     assert float(parts["total"]) >= float(parts["retrieve"])
     assert "settlement" not in r.headers["server-timing"]
+
+
+def test_search_without_a_second_stage_expands_in_the_retrieval_call(quarry_app):
+    """Once the Gateway knows the tenant's generation serves no second stage, the first
+    stage and the expansion come from one Retriever call (no separate expand hop), with the
+    same delivered excerpts as the separate calls."""
+    app = quarry_app
+    tok = app.token(tenant="globex", subject="g9", groups=("all-staff",))
+    seen: dict[bool, set[tuple]] = {True: set(), False: set()}
+    for _ in range(8):
+        r = app.search(tok, app.new_run(tok), "refund policy window", top_k=3)
+        assert r.status_code == 200
+        body = r.json()
+        rerank = next(s for s in body["stages"] if s["name"] == "rerank")
+        assert rerank["note"].startswith("skipped"), rerank  # no test promotes a ranker for globex
+        parts = dict(p.split(";dur=") for p in r.headers["server-timing"].split(", "))
+        seen["expand" in parts].add(tuple((e["passage_id"], e["text"]) for e in body["excerpts"]))
+    assert seen[False], "no search took the one-call retrieval"
+    assert len(seen[True] | seen[False]) == 1  # both paths deliver the same excerpts

@@ -123,3 +123,42 @@ def test_query_vectors_outside_a_replica_use_the_cache_and_each_principals_mask(
     assert _answer(got["a"]) != _answer(got["b"])  # finance-admins alone see the treasury accounts
     assert got["b"].candidates[0].doc_id == "treasury-accounts"
     assert "treasury-accounts" not in _docs(got["a"])
+
+
+def test_one_call_retrieval_equals_the_in_process_stages(tmp_path, sample_docs):
+    """``retrieve`` (first stage + expansion of the fused top-k, one call) and
+    ``first_stages`` (several queries, one call) answer exactly as the in-process stages,
+    under each principal's mask."""
+    from quarry.core.embedding import HashingEmbedder
+    from quarry.core.index import TenantIndex
+    from quarry.core.pipeline import build_corpus
+    from quarry.core.records import Principal, SearchRequest
+    from quarry.core.search import SearchSettings, first_stage, search
+    from quarry.serve.deployments import Retriever
+    from quarry.serve.settings import AuthSettings, ServeSettings
+
+    root = str(tmp_path)
+    build_corpus([d for d in sample_docs if d.tenant == "acme"], root, HashingEmbedder(64))
+    settings = ServeSettings(index_root=root, auth=AuthSettings(hs256_secret="x" * 40), reranker_enabled=False)
+    r = Retriever.func_or_class(settings)
+    index = TenantIndex.load(root, "acme")
+    s = SearchSettings(top_k_ceiling=settings.top_k_ceiling)
+    staff = Principal(tenant="acme", subject="a", groups=frozenset({"all-staff"}))
+    fin = Principal(tenant="acme", subject="b", groups=frozenset({"finance-admins"}))
+    for p in (staff, fin):
+        req = SearchRequest(query="treasury account details IBAN", top_k=3)
+        got = r._retrieve(p, req, None)
+        want = search(index, p, req, HashingEmbedder(64), s, resolve=False)
+        assert _answer(got.first) == [(c.passage_id, round(float(c.fused_score), 9),
+                                       None if c.dense_score is None else round(float(c.dense_score), 6))
+                                      for c in want.candidates]
+        assert [(e.passage_id, e.text, e.expanded_to) for e in got.expansion.excerpts] == \
+            [(e.passage_id, e.text, e.expanded_to) for e in want.excerpts]
+    assert "treasury-accounts" not in {e.doc_id for e in r._retrieve(staff, req, None).expansion.excerpts}
+    reqs = tuple(SearchRequest(query=q, top_k=3) for q in QUERIES)
+    many = r._first_stages(fin, reqs, 3)[1]
+    narrow = s.model_copy(update={"candidate_width": 3})
+    assert [_answer(f) for f in many] == [_answer(first_stage(index, fin, q, HashingEmbedder(64), narrow))
+                                         for q in reqs]
+    other = Principal(tenant="globex", subject="c", groups=frozenset({"all-staff"}))
+    assert [f.candidates for f in r._first_stages(other, reqs, 3)[1]] == [()] * len(reqs)  # no globex index here

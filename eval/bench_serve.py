@@ -208,11 +208,21 @@ def http_load(base: str, secret: str, requests: list[tuple[str, str]], concurren
             "rerank_notes": notes}
 
 
+MODES = {"standard": "standard Serve", "optimized": "throughput-optimized Serve"}
+
+
 def run_config(name: str, root: str, secret: str, args, extra: dict[str, Any], embedder, stage_kind: str,
-               width: int, ce_dir: str | None, n_requests: int | None = None) -> dict[str, Any]:
+               width: int, ce_dir: str | None, n_requests: int | None = None, mode: str = "optimized"
+               ) -> dict[str, Any]:
     n_requests = n_requests or args.requests
     from quarry.serve import launch
     from quarry.serve.settings import AuthSettings, ServeSettings
+
+    # Ray reads the switch from the environment of the processes it starts: set it either
+    # way before each start, so modes measured in one run do not inherit each other's.
+    os.environ.update(launch.THROUGHPUT_ENV if mode == "optimized" else {launch.THROUGHPUT_OPTIMIZED: "0"})
+    extra = {**extra, "throughput_optimized": mode == "optimized"}
+    name = f"{name}, {MODES[mode]}"
 
     settings = ServeSettings(index_root=root, auth=AuthSettings(hs256_secret=secret), ray_namespace="quarry-bench",
                              store_name_prefix="quarry-bench", search={"candidate_width": width},
@@ -235,7 +245,7 @@ def run_config(name: str, root: str, secret: str, args, extra: dict[str, Any], e
         launch.stop()
     ip = in_process(root, embedder, workload(n_requests), width, stage_kind, ce_dir)
     print(f"[bench] {name} in-process p50 {ip['p50_ms']:.2f} ms", flush=True)
-    return {"name": name, "width": width, "rows": rows, "in_process": ip}
+    return {"name": name, "width": width, "rows": rows, "in_process": ip, "mode": mode}
 
 
 def markdown(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
@@ -272,9 +282,11 @@ def markdown(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     out += ["", "Goal: HTTP p50 <= 1.2x in-process (stretch 1.1x) with the second stage off. The HTTP path adds "
             "the Serve proxy, token verification (cached per token until its exp), one run-store decision after "
             "the search (plus an existence check the first time a replica sees a run), a trace queued for a "
-            "background writer, the Retriever hop and JSON (de)serialisation around the same `hybrid_search` "
-            f"call. Ray Serve throughput-optimized mode: {'on' if meta.get('throughput_optimized') else 'off'}.",
-            ""]
+            "background writer, the deployment hops (Retriever, Resolver and its follow-ups) and JSON "
+            "(de)serialisation around the same `search` call. Standard Serve: the proxy and deployment calls as "
+            "Ray ships them; throughput-optimized Serve (`RAY_SERVE_THROUGHPUT_OPTIMIZED=1`, quarry's default, "
+            "`ServeSettings.throughput_optimized`): gRPC between deployments, user code on the replica loop, "
+            "buffered request logs.", ""]
     return "\n".join(out)
 
 
@@ -296,11 +308,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--port", type=int, default=0, help="loopback port (default: a free one)")
     p.add_argument("--out", default="eval/results/serve.md", help="Markdown table to write ('' = none)")
     p.add_argument("--json", default=None, help="also write the raw results here")
-    p.add_argument("--throughput-optimized", action="store_true",
-                   help="set RAY_SERVE_THROUGHPUT_OPTIMIZED=1 (direct ingress, gRPC between replicas) before Ray starts")
+    p.add_argument("--modes", default="optimized",
+                   help="comma-separated Serve modes, each measured in turn: standard, optimized "
+                        "(RAY_SERVE_THROUGHPUT_OPTIMIZED=1, the default; 'standard,optimized' = before and after)")
     args = p.parse_args(argv)
-    if args.throughput_optimized:
-        os.environ["RAY_SERVE_THROUGHPUT_OPTIMIZED"] = "1"
+    modes = [m for m in args.modes.split(",") if m]
+    if not modes or any(m not in MODES for m in modes):
+        print(f"error: --modes takes a comma-separated list of {', '.join(MODES)}", file=sys.stderr)
+        return 2
     args.concurrency = [int(x) for x in args.concurrency.split(",") if x]
     configs = [c for c in args.configs.split(",") if c]
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -319,25 +334,30 @@ def main(argv: list[str] | None = None) -> int:
     secret = secrets.token_urlsafe(48)
     results = []
     if "off" in configs:
-        results.append(run_config("second stage off", root, secret, args, {"reranker_enabled": False}, embedder,
-                                  "off", 50, None))
+        for mode in modes:
+            results.append(run_config("second stage off", root, secret, args, {"reranker_enabled": False}, embedder,
+                                      "off", 50, None, mode=mode))
     if "learned" in configs:
         if not own:
             print("[bench] skipping 'learned': it records gate decisions, so it only runs on an index it built",
                   flush=True)
         else:
             promote_learned(root, embedder)
-            results.append(run_config("learned ranker (LightGBM, gate-promoted)", root, secret, args,
-                                      {"reranker_enabled": True}, embedder, "learned", args.learned_candidates, None))
+            for mode in modes:
+                results.append(run_config("learned ranker (LightGBM, gate-promoted)", root, secret, args,
+                                          {"reranker_enabled": True}, embedder, "learned", args.learned_candidates,
+                                          None, mode=mode))
     if "cross-encoder" in configs:
         from quarry.eval.bench_crossencoder import build_random_cross_encoder
 
         ce_dir = str(build_random_cross_encoder(Path(tmp.name) / "ce"))
-        results.append(run_config(
-            "cross-encoder (MiniLM-L6-size, random weights, CPU)", root, secret, args,
-            {"reranker_enabled": True, "learned_ranker": False, "reranker_factory": "quarry.core.cross_encoder:CrossEncoderReranker",
-             "reranker_options": {"model": ce_dir, "max_length": 256}}, embedder, "cross-encoder", args.ce_candidates,
-            ce_dir, n_requests=args.ce_requests))
+        for mode in modes:
+            results.append(run_config(
+                "cross-encoder (MiniLM-L6-size, random weights, CPU)", root, secret, args,
+                {"reranker_enabled": True, "learned_ranker": False,
+                 "reranker_factory": "quarry.core.cross_encoder:CrossEncoderReranker",
+                 "reranker_options": {"model": ce_dir, "max_length": 256}}, embedder, "cross-encoder",
+                args.ce_candidates, ce_dir, n_requests=args.ce_requests, mode=mode))
     from quarry.core.index import TenantIndex
 
     meta = {
@@ -347,7 +367,7 @@ def main(argv: list[str] | None = None) -> int:
         "embedder": getattr(embedder, "name", "?"),
         "date": time.strftime("%Y-%m-%d"),
         "load": " / ".join(f"{x:.1f}" for x in os.getloadavg()),
-        "throughput_optimized": os.environ.get("RAY_SERVE_THROUGHPUT_OPTIMIZED") == "1",
+        "modes": modes,
     }
     md = markdown(results, meta)
     print(md)

@@ -122,6 +122,13 @@ class ServeSettings(BaseModel):
     # (digits masked, identifiers and emails replaced); 0 keeps the hash only.
     trace_query_chars: int = Field(default=80, ge=0, le=500)
     ray_namespace: str = "quarry"
+    # Ray Serve's throughput-optimized mode (RAY_SERVE_THROUGHPUT_OPTIMIZED=1: gRPC between
+    # deployments, user code on the replica's loop, buffered request logs, GC frozen after
+    # start-up; its direct ingress stays off, see launch.THROUGHPUT_ENV). Ray reads it from
+    # the environment when it starts, so it applies where quarry starts Ray itself
+    # (``quarry serve``, ``quarry demo``, ``launch.start`` without an address); a cluster
+    # gets it from its own environment. Measured against standard Serve: README, Overhead.
+    throughput_optimized: bool = True
     store_name_prefix: str = "quarry"  # run-store actor name and Redis key prefix; tests vary it
     # -- run and trace stores (serve/runstore.py, serve/tracestore.py) -------------------
     run_store: Literal["actor", "redis"] = "actor"

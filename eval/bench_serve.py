@@ -12,9 +12,12 @@ What it does, in one process on one machine:
    ``--ray-cpus``), creates one run per request beforehand (the budget rule: a run allows 3
    searches, and the benchmark never asks the server for more), then sends ``--requests``
    searches at each concurrency with a bounded thread pool of httpx clients, timing each
-   search request only;
+   search request only (the query-vector cache is off unless ``--query-cache``: every search
+   encodes, as in-process);
 3. times the same searches in-process (same index, embedder, settings and second stage),
-   sequentially, and reports HTTP p50 at concurrency 1 divided by the in-process p50.
+   sequentially, and reports HTTP p50 at concurrency 1 divided by the in-process p50;
+4. pairs them: each search in-process, then over HTTP, alternating, so both halves see the
+   same load from the rest of a shared machine (the ratio to read on a noisy machine).
 
 The learned ranker is trained per tenant on the corpus's own titles-as-queries and its
 gate decision is recorded with fixed numbers (``record_decision``): this measures the cost
@@ -112,8 +115,9 @@ def make_embedder(root: str):
 
 # ----------------------------------------------------------------------------- in-process
 
-def in_process(root: str, embedder, requests: list[tuple[str, str]], width: int, stage_kind: str,
-               ce_dir: str | None) -> dict[str, Any]:
+def in_process_search(root: str, embedder, width: int, stage_kind: str, ce_dir: str | None):
+    """(tenant, query) -> one in-process search, as the HTTP path runs it (same index,
+    embedder, settings, second stage and principal), warmed up."""
     from quarry.core.index import TenantIndex
     from quarry.core.records import Principal, SearchRequest
     from quarry.core.cross_encoder import CrossEncoderReranker
@@ -144,14 +148,50 @@ def in_process(root: str, embedder, requests: list[tuple[str, str]], width: int,
 
         stages = {t: ce_stage for t in QUERIES}
     principals = {t: Principal(tenant=t, subject="bench", groups=frozenset(GROUPS)) for t in QUERIES}
-    for t, q in requests[:20]:  # warm-up: model loads, mask caches
+
+    def one(t: str, q: str) -> None:
         hybrid_search(idx[t], principals[t], SearchRequest(query=q, top_k=TOP_K), embedder, settings, stages[t])
+
+    for t, q in workload(20):  # warm-up: model loads, mask caches
+        one(t, q)
+    return one
+
+
+def in_process(one, requests: list[tuple[str, str]]) -> dict[str, Any]:
     lat = []
     for t, q in requests:
         t0 = time.perf_counter()
-        hybrid_search(idx[t], principals[t], SearchRequest(query=q, top_k=TOP_K), embedder, settings, stages[t])
+        one(t, q)
         lat.append((time.perf_counter() - t0) * 1000)
     return {"p50_ms": _pct(lat, 0.5), "p95_ms": _pct(lat, 0.95), "n": len(lat)}
+
+
+def paired(base: str, secret: str, one, requests: list[tuple[str, str]]) -> dict[str, Any]:
+    """Each search in-process then over HTTP, one after the other, so both see the same
+    load from the rest of the machine: the ratio of their p50s and the median of the
+    per-search ratios."""
+    import httpx
+
+    from quarry.serve.auth import mint_token
+
+    tokens = {t: mint_token(t, "bench", GROUPS, secret=secret, ttl_s=3600) for t in sorted({t for t, _ in requests})}
+    ip, http, ratios = [], [], []
+    with httpx.Client(base_url=base, timeout=60) as c:
+        runs = [c.post("/v1/runs", headers={"Authorization": f"Bearer {tokens[t]}"}).json()["run_id"]
+                for t, _ in requests]
+        for (t, q), run in zip(requests, runs):
+            t0 = time.perf_counter()
+            one(t, q)
+            t1 = time.perf_counter()
+            r = c.post("/v1/search", headers={"Authorization": f"Bearer {tokens[t]}", "X-Quarry-Run": run},
+                       json={"query": q, "top_k": TOP_K})
+            t2 = time.perf_counter()
+            r.raise_for_status()
+            ip.append((t1 - t0) * 1000)
+            http.append((t2 - t1) * 1000)
+            ratios.append((t2 - t1) / (t1 - t0))
+    return {"n": len(ip), "in_process_p50_ms": _pct(ip, 0.5), "http_p50_ms": _pct(http, 0.5),
+            "ratio_of_p50": _pct(http, 0.5) / _pct(ip, 0.5), "median_ratio": statistics.median(ratios)}
 
 
 # ----------------------------------------------------------------------------- HTTP
@@ -227,6 +267,9 @@ def run_config(name: str, root: str, secret: str, args, extra: dict[str, Any], e
     settings = ServeSettings(index_root=root, auth=AuthSettings(hs256_secret=secret), ray_namespace="quarry-bench",
                              store_name_prefix="quarry-bench", search={"candidate_width": width},
                              max_ongoing_requests=32,
+                             # every search encodes, as the in-process baseline does (default): the
+                             # workload repeats its queries, so the query-vector cache hides the encoder
+                             query_cache_size=args.query_cache,
                              # one benchmark subject opens every run: quotas would refuse, not measure
                              runs_open_per_subject=1_000_000, runs_open_per_tenant=1_000_000,
                              runs_kept_per_tenant=1_000_000, **extra)
@@ -234,6 +277,7 @@ def run_config(name: str, root: str, secret: str, args, extra: dict[str, Any], e
     base = launch.start(settings, "127.0.0.1", args.port, ray_init={
         "num_cpus": args.ray_cpus, "include_dashboard": False, "log_to_driver": False, "configure_logging": False})
     rows = []
+    one = in_process_search(root, embedder, width, stage_kind, ce_dir)
     try:
         http_load(base, secret, workload(20), 4)  # warm-up: index loads, model loads
         for c in args.concurrency:
@@ -241,11 +285,14 @@ def run_config(name: str, root: str, secret: str, args, extra: dict[str, Any], e
             print(f"[bench] {name} c={c}: p50 {r['p50_ms']:.1f} ms p95 {r['p95_ms']:.1f} ms "
                   f"{r['throughput_rps']:.1f} req/s errors {r['errors']} rerank {r['rerank_notes']}", flush=True)
             rows.append(r)
+        pair = paired(base, secret, one, workload(n_requests))
+        print(f"[bench] {name} paired c=1: HTTP p50 {pair['http_p50_ms']:.1f} ms, in-process "
+              f"{pair['in_process_p50_ms']:.1f} ms, {pair['ratio_of_p50']:.2f}x", flush=True)
     finally:
         launch.stop()
-    ip = in_process(root, embedder, workload(n_requests), width, stage_kind, ce_dir)
+    ip = in_process(one, workload(n_requests))
     print(f"[bench] {name} in-process p50 {ip['p50_ms']:.2f} ms", flush=True)
-    return {"name": name, "width": width, "rows": rows, "in_process": ip, "mode": mode}
+    return {"name": name, "width": width, "rows": rows, "in_process": ip, "paired": pair, "mode": mode}
 
 
 def markdown(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
@@ -272,6 +319,14 @@ def markdown(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
             out.append(f"| {res['name']} | {res['width']} | {r['concurrency']} | {r['requests']} | {r['errors']} | "
                        f"{r['p50_ms']:.1f} | {r['p95_ms']:.1f} | {r['throughput_rps']:.1f} | "
                        f"{ip:.1f} | {ratio} |")
+    out += ["", "Paired at c=1: each search in-process, then the same search over HTTP, alternating, so "
+            "both see the same load from the rest of the machine (the acceptance ratio):", "",
+            "| configuration | searches | in-process p50 ms | HTTP p50 ms | HTTP p50 / in-process p50 "
+            "| median of per-search ratios |", "| --- | --- | --- | --- | --- | --- |"]
+    for res in results:
+        pr = res["paired"]
+        out.append(f"| {res['name']} | {pr['n']} | {pr['in_process_p50_ms']:.1f} | {pr['http_p50_ms']:.1f} | "
+                   f"{pr['ratio_of_p50']:.2f}x | {pr['median_ratio']:.2f}x |")
     out += ["", "Second-stage notes seen in responses (rerank stage):", ""]
     for res in results:
         notes: dict[str, int] = {}
@@ -308,6 +363,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--port", type=int, default=0, help="loopback port (default: a free one)")
     p.add_argument("--out", default="eval/results/serve.md", help="Markdown table to write ('' = none)")
     p.add_argument("--json", default=None, help="also write the raw results here")
+    p.add_argument("--query-cache", type=int, default=0,
+                   help="the Retriever's query-vector cache size (default 0: every search encodes, like the "
+                        "in-process baseline; the workload repeats its queries, so a cache serves most of them)")
     p.add_argument("--modes", default="optimized",
                    help="comma-separated Serve modes, each measured in turn: standard, optimized "
                         "(RAY_SERVE_THROUGHPUT_OPTIMIZED=1, the default; 'standard,optimized' = before and after)")

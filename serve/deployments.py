@@ -2,7 +2,9 @@
 
 The Gateway composes them in the order of ``quarry.core.search.search``: Retriever
 (first stage) -> Reranker (second stage) -> Retriever (expansion: it holds the index) ->
-Resolver (resolution; its contradiction search goes through the Retriever handle).
+Resolver (resolution; its contradiction search goes through the Retriever handle, one call
+for all follow-ups). Without a second stage one Retriever call does the first stage and the
+expansion (``Retriever.retrieve``).
 Payloads are the frozen records of ``quarry.core.stage_records`` (ids, ranks, codes, small
 records), never arrays: query vectors and masks stay inside the Retriever replica.
 """

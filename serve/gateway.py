@@ -122,7 +122,8 @@ _KNOWN_RUNS = 65536  # run ids this replica saw created or decided, with their p
 class Gateway:
     """Verifies the caller, applies the run rules, and composes the search path from
     deployment handles in the order of ``quarry.core.search.search``: Retriever (first
-    stage) -> Reranker (second stage) -> Retriever (expansion) -> Resolver -> response.
+    stage) -> Reranker (second stage) -> Retriever (expansion) -> Resolver -> response
+    (first stage and expansion in one Retriever call when no second stage runs).
     The per-tool logic (``_search_impl``, ...) is separate from the FastAPI handlers so
     other transports can call it."""
 

@@ -2,11 +2,11 @@
 build of the sample corpus, the isolation gate on a forced leak, each counterfactual's
 check, and the CLI's exit codes.
 
-The counterfactual checks judge a resolver, and the real one is not on this branch
-(``core/resolve.py`` is the interface placeholder that selects everything). So those
-tests swap in two small resolvers written here: ``date_aware`` (effective dates, explicit
-supersession, "until X" ended by an event naming X), ``first_wins`` (order-dependent,
-the failure insert_rejected exists to catch) and ``select_all`` (decides nothing). Everything else runs the real path.
+The counterfactual checks judge a resolver. So that each check's verdict is pinned
+independently of the real one (``core/resolve.py``), those tests swap in small resolvers
+written here: ``date_aware`` (effective dates, explicit supersession, "until X" ended by an
+event naming X), ``first_wins`` (order-dependent, the failure insert_rejected exists to
+catch) and ``select_all`` (decides nothing). Everything else runs the real path.
 """
 
 from __future__ import annotations

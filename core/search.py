@@ -354,6 +354,15 @@ def apply_second_stage(first: FirstStage, outcome: RerankOutcome | None, top_k: 
 
 # -- 3. expansion --------------------------------------------------------------------
 
+def survivor_passages(index: TenantIndex, first: FirstStage, survivors: Sequence[str],
+                      parsed: Mapping[str, Passage] | None = None) -> list[Passage]:
+    """The survivors' passages in delivered order, read by row (the first stage's mask let
+    them through), reusing any the second stage already parsed."""
+    rows = {c.passage_id: c.row for c in first.candidates}
+    parsed = parsed or {}
+    return [parsed.get(pid) or index.passage_at(rows[pid]) for pid in survivors]
+
+
 def expansion(index: TenantIndex, principal: Principal, passages: Sequence[Passage],
               settings: SearchSettings, valid_at: dt.date | None) -> Expansion:
     excerpts, truncated = expand(index, principal, passages, settings.delivered_token_ceiling, valid_at,
@@ -473,8 +482,7 @@ def search(
         by_row = {p.passage_id: p for p in passages}
         outcome = rerank_in_process(second_stage, request.query, first.candidates, passages, request.top_k)
     second = apply_second_stage(first, outcome, request.top_k)
-    rows = {c.passage_id: c.row for c in first.candidates}
-    survivors = [by_row.get(pid) or index.passage_at(rows[pid]) for pid in second.survivors]  # parse only these
+    survivors = survivor_passages(index, first, second.survivors, by_row)  # parse only these
     expanded = expansion(index, principal, survivors, settings, request.valid_at)
     resolution = None
     if resolve:

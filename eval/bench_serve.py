@@ -166,15 +166,20 @@ def in_process(one, requests: list[tuple[str, str]]) -> dict[str, Any]:
     return {"p50_ms": _pct(lat, 0.5), "p95_ms": _pct(lat, 0.95), "n": len(lat)}
 
 
+def _tokens(secret: str, requests: list[tuple[str, str]]) -> dict[str, str]:
+    """One benchmark token per tenant in the workload."""
+    from quarry.serve.auth import mint_token
+
+    return {t: mint_token(t, "bench", GROUPS, secret=secret, ttl_s=3600) for t in sorted({t for t, _ in requests})}
+
+
 def paired(base: str, secret: str, one, requests: list[tuple[str, str]]) -> dict[str, Any]:
     """Each search in-process then over HTTP, one after the other, so both see the same
     load from the rest of the machine: the ratio of their p50s and the median of the
     per-search ratios."""
     import httpx
 
-    from quarry.serve.auth import mint_token
-
-    tokens = {t: mint_token(t, "bench", GROUPS, secret=secret, ttl_s=3600) for t in sorted({t for t, _ in requests})}
+    tokens = _tokens(secret, requests)
     ip, http, ratios = [], [], []
     with httpx.Client(base_url=base, timeout=60) as c:
         runs = [c.post("/v1/runs", headers={"Authorization": f"Bearer {tokens[t]}"}).json()["run_id"]
@@ -199,9 +204,7 @@ def paired(base: str, secret: str, one, requests: list[tuple[str, str]]) -> dict
 def http_load(base: str, secret: str, requests: list[tuple[str, str]], concurrency: int) -> dict[str, Any]:
     import httpx
 
-    from quarry.serve.auth import mint_token
-
-    tokens = {t: mint_token(t, "bench", GROUPS, secret=secret, ttl_s=3600) for t in sorted({t for t, _ in requests})}
+    tokens = _tokens(secret, requests)
     local = threading.local()
 
     def client() -> httpx.Client:
@@ -373,6 +376,9 @@ def main(argv: list[str] | None = None) -> int:
     modes = [m for m in args.modes.split(",") if m]
     if not modes or any(m not in MODES for m in modes):
         print(f"error: --modes takes a comma-separated list of {', '.join(MODES)}", file=sys.stderr)
+        return 2
+    if args.query_cache < 0:
+        print("error: --query-cache must be 0 (off) or a positive size", file=sys.stderr)
         return 2
     args.concurrency = [int(x) for x in args.concurrency.split(",") if x]
     configs = [c for c in args.configs.split(",") if c]

@@ -52,6 +52,7 @@ from quarry.core.search import (
     no_first_stage,
     nothing_expanded,
     plan_resolution,
+    survivor_passages,
 )
 from quarry.core.stage_records import (
     ExpandRequest,
@@ -471,24 +472,22 @@ class Retriever:
         return index, tuple(first_stage(index, principal, r, None, self._settings(width, r.top_k), v, dense=dense)
                             for r, v in zip(requests, vecs))
 
-    def _first_stage(self, principal: Principal, request: SearchRequest, width: int | None,
-                     dense: bool = True) -> FirstStage:
-        return self._first_stages(principal, (request,), width, dense)[1][0]
+    def _first_stage(self, principal: Principal, request: SearchRequest, width: int | None) -> FirstStage:
+        return self._first_stages(principal, (request,), width)[1][0]
 
     async def _in_pool(self, fn, *args):
         self._loop = loop = asyncio.get_running_loop()  # _query_vectors joins encode batches on it
         return await loop.run_in_executor(self._search_pool, fn, *args)
 
     async def first_stage(self, principal: Principal, request: SearchRequest,
-                          candidate_width: int | None = None, dense: bool = True) -> FirstStage:
-        """Filter -> legs -> fuse under the verified principal (``quarry.core.search.first_stage``);
-        ``dense=False``: the lexical leg only (the Resolver's contradiction search)."""
-        return await self._in_pool(self._first_stage, principal, request, candidate_width, dense)
+                          candidate_width: int | None = None) -> FirstStage:
+        """Filter -> legs -> fuse under the verified principal (``quarry.core.search.first_stage``)."""
+        return await self._in_pool(self._first_stage, principal, request, candidate_width)
 
     async def first_stages(self, principal: Principal, requests: tuple[SearchRequest, ...],
                            candidate_width: int | None = None, dense: bool = True) -> tuple[FirstStage, ...]:
         """The first stage of several queries under one principal in one call (the Resolver's
-        follow-ups): their encodings join one batch."""
+        follow-ups): their encodings join one batch; ``dense=False``: the lexical leg only."""
         return (await self._in_pool(self._first_stages, principal, requests, candidate_width, dense))[1]
 
     def _retrieve(self, principal: Principal, request: SearchRequest, width: int | None) -> Retrieval:
@@ -496,10 +495,8 @@ class Retriever:
         survivors = apply_second_stage(first, None, request.top_k).survivors
         if index is None or not survivors:
             return Retrieval(first=first, expansion=nothing_expanded())
-        rows = {c.passage_id: c.row for c in first.candidates}
-        passages = [index.passage_at(rows[pid]) for pid in survivors]  # visible: the mask let them through
-        return Retrieval(first=first, expansion=expansion(index, principal, passages, self.search_settings,
-                                                          request.valid_at))
+        return Retrieval(first=first, expansion=expansion(index, principal, survivor_passages(index, first, survivors),
+                                                          self.search_settings, request.valid_at))
 
     async def retrieve(self, principal: Principal, request: SearchRequest,
                        candidate_width: int | None = None) -> Retrieval:

@@ -22,6 +22,13 @@ THROUGHPUT_OPTIMIZED = "RAY_SERVE_THROUGHPUT_OPTIMIZED"  # Ray Serve's env switc
 THROUGHPUT_ENV = {THROUGHPUT_OPTIMIZED: "1", "RAY_SERVE_ENABLE_DIRECT_INGRESS": "0"}
 
 
+def set_throughput_env() -> None:
+    """Ray Serve's throughput-optimized mode for the Ray processes started after this (they
+    inherit the environment); a value already set there wins."""
+    for k, v in THROUGHPUT_ENV.items():
+        os.environ.setdefault(k, v)
+
+
 def _has_scheme(uri: str) -> bool:
     return "://" in uri
 
@@ -66,9 +73,8 @@ def start(
 
     app = build_app(settings)  # validates settings before anything starts
     if not ray.is_initialized():
-        if settings.throughput_optimized and not address:  # the processes Ray starts inherit these
-            for k, v in THROUGHPUT_ENV.items():
-                os.environ.setdefault(k, v)
+        if settings.throughput_optimized and not address:
+            set_throughput_env()
         kw: dict[str, Any] = {"namespace": settings.ray_namespace, **(ray_init or {})}
         # "local" always starts a new instance (never attaches to another one on this host).
         kw["address"] = address or "local"

@@ -3,7 +3,6 @@ small index built in a tmp dir from the sample corpus plus a few controlled docu
 
 from __future__ import annotations
 
-import os
 import socket
 import time
 
@@ -111,10 +110,9 @@ def quarry_app(tmp_path_factory):
     for tenant, ds in docs.items():
         build(root, tenant, ds)
     port = _free_port()
-    from quarry.serve.launch import THROUGHPUT_ENV
+    from quarry.serve.launch import set_throughput_env
 
-    for k, v in THROUGHPUT_ENV.items():  # the serving default (ServeSettings.throughput_optimized)
-        os.environ.setdefault(k, v)
+    set_throughput_env()  # the serving default (ServeSettings.throughput_optimized)
     ray.init(num_cpus=2, include_dashboard=False, namespace="quarry-test", log_to_driver=False,
              configure_logging=False)
     serve.start(http_options={"host": "127.0.0.1", "port": port})

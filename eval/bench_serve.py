@@ -251,7 +251,28 @@ def http_load(base: str, secret: str, requests: list[tuple[str, str]], concurren
             "rerank_notes": notes}
 
 
-MODES = {"standard": "standard Serve", "optimized": "throughput-optimized Serve"}
+MODES = {"standard": "standard Serve", "optimized": "throughput-optimized Serve, through the proxy",
+         "direct": "throughput-optimized Serve, direct to the Gateway replica"}
+
+
+def deploy(settings, mode: str, port: int, ray_cpus: int) -> str:
+    """Start the application in a Serve ``mode`` and return the URL the client calls:
+    the proxy's, or under ``direct`` the Gateway replica's own port (direct ingress)."""
+    from quarry.serve import launch
+
+    # Ray reads these from the environment of the processes it starts: set them either way
+    # before each start, so modes measured in one run do not inherit each other's.
+    os.environ.update(launch.throughput_env(settings) if mode != "standard" else
+                      {launch.THROUGHPUT_OPTIMIZED: "0", launch.DIRECT_INGRESS: "0"})
+    base = launch.start(settings, "127.0.0.1", port, ray_init={
+        "num_cpus": ray_cpus, "include_dashboard": False, "log_to_driver": False, "configure_logging": False})
+    if mode == "direct":
+        urls = launch.ingress_urls("127.0.0.1")
+        if not urls:
+            launch.stop()
+            raise RuntimeError("direct ingress is on but no Gateway replica reported a port of its own")
+        base = urls[0]
+    return base
 
 
 def run_config(name: str, root: str, secret: str, args, extra: dict[str, Any], embedder, stage_kind: str,
@@ -261,10 +282,7 @@ def run_config(name: str, root: str, secret: str, args, extra: dict[str, Any], e
     from quarry.serve import launch
     from quarry.serve.settings import AuthSettings, ServeSettings
 
-    # Ray reads the switch from the environment of the processes it starts: set it either
-    # way before each start, so modes measured in one run do not inherit each other's.
-    os.environ.update(launch.THROUGHPUT_ENV if mode == "optimized" else {launch.THROUGHPUT_OPTIMIZED: "0"})
-    extra = {**extra, "throughput_optimized": mode == "optimized"}
+    extra = {**extra, "throughput_optimized": mode != "standard"}
     name = f"{name}, {MODES[mode]}"
 
     settings = ServeSettings(index_root=root, auth=AuthSettings(hs256_secret=secret), ray_namespace="quarry-bench",
@@ -277,8 +295,7 @@ def run_config(name: str, root: str, secret: str, args, extra: dict[str, Any], e
                              runs_open_per_subject=1_000_000, runs_open_per_tenant=1_000_000,
                              runs_kept_per_tenant=1_000_000, **extra)
     print(f"[bench] {name}: deploying", flush=True)
-    base = launch.start(settings, "127.0.0.1", args.port, ray_init={
-        "num_cpus": args.ray_cpus, "include_dashboard": False, "log_to_driver": False, "configure_logging": False})
+    base = deploy(settings, mode, args.port, args.ray_cpus)
     rows = []
     one = in_process_search(root, embedder, width, stage_kind, ce_dir)
     try:
@@ -338,13 +355,16 @@ def markdown(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
                 notes[k] = notes.get(k, 0) + v
         out.append(f"- {res['name']}: " + "; ".join(f"{v}x \"{k}\"" for k, v in notes.items()))
     out += ["", "Goal: HTTP p50 <= 1.2x in-process (stretch 1.1x) with the second stage off. The HTTP path adds "
-            "the Serve proxy, token verification (cached per token until its exp), one run-store decision after "
+            "the Serve proxy (not when direct), token verification (cached per token until its exp), one run-store decision after "
             "the search (plus an existence check the first time a replica sees a run), a trace queued for a "
             "background writer, the deployment hops (Retriever, Resolver and its follow-ups) and JSON "
             "(de)serialisation around the same `search` call. Standard Serve: the proxy and deployment calls as "
             "Ray ships them; throughput-optimized Serve (`RAY_SERVE_THROUGHPUT_OPTIMIZED=1`, quarry's default, "
             "`ServeSettings.throughput_optimized`): gRPC between deployments, user code on the replica loop, "
-            "buffered request logs.", ""]
+            "buffered request logs, and direct ingress (`ServeSettings.direct_ingress`): the Gateway replica also "
+            "listens on a port of its own. Through the proxy: the client calls the proxy, which forwards to the "
+            "Gateway replica and is called back once per request for disconnects; direct: the client calls the "
+            "Gateway replica's own port (`launch.ingress_urls`), no proxy.", ""]
     return "\n".join(out)
 
 
@@ -370,8 +390,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="the Retriever's query-vector cache size (default 0: every search encodes, like the "
                         "in-process baseline; the workload repeats its queries, so a cache serves most of them)")
     p.add_argument("--modes", default="optimized",
-                   help="comma-separated Serve modes, each measured in turn: standard, optimized "
-                        "(RAY_SERVE_THROUGHPUT_OPTIMIZED=1, the default; 'standard,optimized' = before and after)")
+                   help="comma-separated Serve modes, each measured in turn: standard, optimized (the default "
+                        "deployment, RAY_SERVE_THROUGHPUT_OPTIMIZED=1 with direct ingress, called through the "
+                        "proxy), direct (the same, calling the Gateway replica's own port)")
     args = p.parse_args(argv)
     modes = [m for m in args.modes.split(",") if m]
     if not modes or any(m not in MODES for m in modes):

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from quarry.core.workload import CapacityPlan, WorkloadProfile
-from quarry.serve.launch import THROUGHPUT_ENV
+from quarry.serve.launch import DIRECT_INGRESS_DRAIN, throughput_env
 
 IMPORT_PATH = "quarry.serve.app:build_app"
 APP_NAME = "quarry"
@@ -51,8 +51,9 @@ def _container(name: str, image: str, cpus: float, memory: str, gpus: int = 0) -
         limits["nvidia.com/gpu"] = str(gpus)
     # Replicas read the HS256 key from the environment; on Kubernetes it comes from a Secret.
     env = [{"name": "QUARRY_JWT_SECRET", "valueFrom": {"secretKeyRef": {"name": "quarry-jwt", "key": "secret"}}}]
-    # Ray Serve's throughput-optimized mode, as `quarry serve` runs it (ServeSettings.throughput_optimized)
-    env += [{"name": k, "value": v} for k, v in THROUGHPUT_ENV.items()]
+    # Ray Serve's throughput-optimized mode, as `quarry serve` runs it (ServeSettings.throughput_optimized),
+    # except that a Gateway replica drains as long as Ray's default: a cluster has a load balancer in front
+    env += [{"name": k, "value": v} for k, v in {**throughput_env(), DIRECT_INGRESS_DRAIN: "30"}.items()]
     return {"name": name, "image": image, "env": env, "resources": {"limits": limits, "requests": dict(limits)}}
 
 

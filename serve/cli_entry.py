@@ -97,6 +97,10 @@ def run(args: argparse.Namespace) -> int:
         return 1
     print(f"quarry serve: serving on {base} (docs {base}/docs, tools {base}/v1/tools, health {base}/healthz); "
           "Ctrl-C to stop", flush=True)
+    direct = launch.ingress_urls(args.host, timeout_s=10) if not address else []
+    if direct:
+        print(f"quarry serve: Gateway replicas also answer directly (no proxy hop) on {', '.join(direct)}; "
+              "these ports change when a replica is replaced", flush=True)
     try:
         stop.wait()
     finally:

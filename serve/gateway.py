@@ -364,9 +364,11 @@ class Gateway:
             return RerankOutcome(status="failed", info=info, error=type(e).__name__)
 
     def _serves_no_stage(self, tenant: str) -> bool:
-        """True when the cached stage info for the tenant's last seen generation says no
-        second stage runs: the search then asks the Retriever for the first stage and the
+        """True when this deployment has no Reranker, or the cached stage info for the
+        tenant's last seen generation says no second stage runs: the search then asks the Retriever for the first stage and the
         expansion in one call."""
+        if self.reranker is None:
+            return True
         gen = self._last_gen.get(tenant)
         hit = self._stage_infos.get((tenant, gen)) if gen is not None else None
         return hit is not None and time.monotonic() - hit[0] < self.s.stage_check_s and not hit[1].enabled

@@ -17,16 +17,56 @@ from .settings import ServeSettings
 
 APP_NAME = "quarry"
 THROUGHPUT_OPTIMIZED = "RAY_SERVE_THROUGHPUT_OPTIMIZED"  # Ray Serve's env switch (ServeSettings.throughput_optimized)
-# Its direct ingress stays off: clients come through the proxy (replicas would open ports
-# of their own, and an ingress replica would drain 35 s on every shutdown).
-THROUGHPUT_ENV = {THROUGHPUT_OPTIMIZED: "1", "RAY_SERVE_ENABLE_DIRECT_INGRESS": "0"}
+DIRECT_INGRESS = "RAY_SERVE_ENABLE_DIRECT_INGRESS"  # ServeSettings.direct_ingress
+DIRECT_INGRESS_DRAIN = "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S"  # ServeSettings.direct_ingress_drain_s
+THROUGHPUT_KEYS = (THROUGHPUT_OPTIMIZED, DIRECT_INGRESS, DIRECT_INGRESS_DRAIN)
 
 
-def set_throughput_env() -> None:
+def throughput_env(settings: ServeSettings | None = None) -> dict[str, str]:
+    """The Ray Serve variables for ``settings`` (None: the settings' defaults); empty when
+    the throughput-optimized mode is off."""
+    def get(name: str) -> Any:
+        return getattr(settings, name) if settings is not None else ServeSettings.model_fields[name].default
+
+    if not get("throughput_optimized"):
+        return {}
+    return {THROUGHPUT_OPTIMIZED: "1", DIRECT_INGRESS: "1" if get("direct_ingress") else "0",
+            DIRECT_INGRESS_DRAIN: f"{get('direct_ingress_drain_s'):g}"}
+
+
+def set_throughput_env(settings: ServeSettings | None = None) -> None:
     """Ray Serve's throughput-optimized mode for the Ray processes started after this (they
     inherit the environment); a value already set there wins."""
-    for k, v in THROUGHPUT_ENV.items():
+    for k, v in throughput_env(settings).items():
         os.environ.setdefault(k, v)
+
+
+def _url_host(host: str) -> str:
+    return "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+
+
+def ingress_urls(host: str = "127.0.0.1", timeout_s: float = 30.0) -> list[str]:
+    """The Gateway replicas' own HTTP addresses under direct ingress (a client calling one
+    skips the proxy hop); empty when direct ingress is off. Ray assigns the ports
+    (30000-31000) once a replica is up; they change when a replica is replaced, while the
+    proxy's address does not. ``host``: what ``start`` was given; a replica listens there
+    too, so a specific address is the one to call (all interfaces: the replica's node)."""
+    import ray
+    from ray.serve._private.constants import SERVE_CONTROLLER_NAME, SERVE_NAMESPACE
+
+    if os.environ.get(DIRECT_INGRESS) != "1":
+        return []
+    # Ray has no public call for this yet: the controller's target groups name the ports.
+    ctl = ray.get_actor(SERVE_CONTROLLER_NAME, namespace=SERVE_NAMESPACE)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        groups = ray.get(ctl.get_target_groups.remote(APP_NAME))
+        specific = host not in ("0.0.0.0", "::", "")
+        urls = sorted(f"http://{host if specific else t.ip}:{t.port}" for g in groups if str(g.protocol).upper().endswith("HTTP")
+                      for t in g.targets if t.name.startswith("SERVE_REPLICA"))  # not the proxy fallback
+        if urls or time.monotonic() > deadline:
+            return urls
+        time.sleep(0.25)
 
 
 def _has_scheme(uri: str) -> bool:
@@ -73,8 +113,8 @@ def start(
 
     app = build_app(settings)  # validates settings before anything starts
     if not ray.is_initialized():
-        if settings.throughput_optimized and not address:
-            set_throughput_env()
+        if not address:
+            set_throughput_env(settings)
         kw: dict[str, Any] = {"namespace": settings.ray_namespace, **(ray_init or {})}
         # "local" always starts a new instance (never attaches to another one on this host).
         kw["address"] = address or "local"
@@ -85,7 +125,7 @@ def start(
         ray.init(**kw)
     serve.start(http_options={"host": host, "port": port})
     serve.run(app, name=APP_NAME, route_prefix="/")
-    base = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::', '') else host}:{port}"
+    base = f"http://{_url_host(host)}:{port}"
     wait_healthy(base, wait_s)
     return base
 

@@ -124,11 +124,20 @@ class ServeSettings(BaseModel):
     ray_namespace: str = "quarry"
     # Ray Serve's throughput-optimized mode (RAY_SERVE_THROUGHPUT_OPTIMIZED=1: gRPC between
     # deployments, user code on the replica's loop, buffered request logs, GC frozen after
-    # start-up; its direct ingress stays off, see launch.THROUGHPUT_ENV). Ray reads it from
-    # the environment when it starts, so it applies where quarry starts Ray itself
-    # (``quarry serve``, ``quarry demo``, ``launch.start`` without an address); a cluster
-    # gets it from its own environment. Measured against standard Serve: README, Overhead.
+    # start-up; see launch.throughput_env). Ray reads it from the environment when it
+    # starts, so it applies where quarry starts Ray itself (``quarry serve``, ``quarry
+    # demo``, ``launch.start`` without an address); a cluster gets it from its own
+    # environment (the KubeRay manifest sets it). Measured against standard Serve: README,
+    # Overhead.
     throughput_optimized: bool = True
+    # With it, direct ingress: each Gateway replica also serves HTTP on a port of its own
+    # (launch.ingress_urls), so a client calling it skips the proxy and its per-request call
+    # back for disconnects. The proxy on the configured port stays: the stable address
+    # that balances over all Gateway replicas and follows a replaced one.
+    direct_ingress: bool = True
+    # How long a stopping Gateway replica keeps its own port open so a load balancer in
+    # front can deregister it (Ray's default: 30 s). One machine has none; raise it behind one.
+    direct_ingress_drain_s: float = Field(default=2.0, ge=0, le=600)
     store_name_prefix: str = "quarry"  # run-store actor name and Redis key prefix; tests vary it
     # -- run and trace stores (serve/runstore.py, serve/tracestore.py) -------------------
     run_store: Literal["actor", "redis"] = "actor"

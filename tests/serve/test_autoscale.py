@@ -108,6 +108,9 @@ def test_planned_autoscaling_scales_retriever_up_and_down(quarry_app):
                     r = http.post("/v1/search", json={"query": "settlement cutoff"},
                                   headers={"Authorization": f"Bearer {token}", RUN_HEADER: run})
                     statuses.append(r.status_code)
+                    # finish the run: open runs per subject are capped, and this loop opens many
+                    http.post("/v1/answer", json={"abstention": {"reason": "load"}},
+                              headers={"Authorization": f"Bearer {token}", RUN_HEADER: run})
 
         threads = [threading.Thread(target=client, daemon=True) for _ in range(6)]
         for t in threads:

@@ -284,6 +284,8 @@ def test_hot_swap_under_load(quarry_app):
                 ok = r.status_code == 200
                 marker = ok and any("hotswapmarker" in e["text"] for e in r.json()["excerpts"])
                 results.append((r.status_code, r.json().get("generation", -1) if ok else -1, marker))
+                # finish the run: open runs per subject are capped, and this loop opens many
+                app.http.post("/v1/answer", headers=app.h(tok, run), json={"abstention": {"reason": "load"}})
             except Exception:  # a transport error is a failed request too
                 results.append((599, -1, False))
 

@@ -11,7 +11,7 @@ from quarry.serve.settings import AuthSettings, ServeSettings
 
 pytestmark = [pytest.mark.unit]
 
-KEYS = tuple(launch.THROUGHPUT_ENV)
+KEYS = launch.THROUGHPUT_KEYS
 
 
 class _Stop(Exception):
@@ -52,7 +52,12 @@ def clean_env(monkeypatch):
 def test_start_sets_the_throughput_optimized_mode_by_default(monkeypatch, tmp_path, clean_env):
     assert ServeSettings.model_fields["throughput_optimized"].default is True
     assert _env_when_ray_starts(monkeypatch, tmp_path) == {
-        "RAY_SERVE_THROUGHPUT_OPTIMIZED": "1", "RAY_SERVE_ENABLE_DIRECT_INGRESS": "0"}
+        "RAY_SERVE_THROUGHPUT_OPTIMIZED": "1", "RAY_SERVE_ENABLE_DIRECT_INGRESS": "1",
+        "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "2"}
+    _unset(monkeypatch)
+    assert _env_when_ray_starts(monkeypatch, tmp_path, direct_ingress=False, direct_ingress_drain_s=0.5) == {
+        "RAY_SERVE_THROUGHPUT_OPTIMIZED": "1", "RAY_SERVE_ENABLE_DIRECT_INGRESS": "0",
+        "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "0.5"}
 
 
 def test_an_operator_value_wins_and_off_or_a_cluster_leaves_the_environment_alone(monkeypatch, tmp_path,

@@ -72,6 +72,10 @@ def test_run_flood_gets_429_and_never_ends_another_tenants_run(quarry_app, small
     # the other tenant's live run is intact and usable, and it can still start runs
     s = small.post("/v1/search", headers=_h(app, victim, live), json={"query": "zebrafinch settlement"})
     assert s.status_code == 200 and s.json()["searches_left"] == 2
+    # no Reranker in this application: even a first search gets its expansion from the
+    # retrieval call, never from a separate expand hop
+    timing = dict(p.split(";dur=") for p in s.headers["server-timing"].split(", "))
+    assert s.json()["excerpts"] and "retrieve" in timing and "expand" not in timing
     assert small.post("/v1/runs", headers=_h(app, app.token(tenant="acme", subject="other"))).status_code == 200
 
 

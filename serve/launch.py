@@ -41,8 +41,11 @@ def set_throughput_env(settings: ServeSettings | None = None) -> None:
         os.environ.setdefault(k, v)
 
 
+ALL_INTERFACES = ("0.0.0.0", "::", "")
+
+
 def _url_host(host: str) -> str:
-    return "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+    return "127.0.0.1" if host in ALL_INTERFACES else host
 
 
 def ingress_urls(host: str = "127.0.0.1", timeout_s: float = 30.0) -> list[str]:
@@ -61,8 +64,8 @@ def ingress_urls(host: str = "127.0.0.1", timeout_s: float = 30.0) -> list[str]:
     deadline = time.monotonic() + timeout_s
     while True:
         groups = ray.get(ctl.get_target_groups.remote(APP_NAME))
-        specific = host not in ("0.0.0.0", "::", "")
-        urls = sorted(f"http://{host if specific else t.ip}:{t.port}" for g in groups if str(g.protocol).upper().endswith("HTTP")
+        urls = sorted(f"http://{t.ip if host in ALL_INTERFACES else host}:{t.port}"
+                      for g in groups if str(g.protocol).upper().endswith("HTTP")
                       for t in g.targets if t.name.startswith("SERVE_REPLICA"))  # not the proxy fallback
         if urls or time.monotonic() > deadline:
             return urls

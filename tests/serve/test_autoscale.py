@@ -89,6 +89,10 @@ def test_planned_autoscaling_scales_retriever_up_and_down(quarry_app):
     assert (r.min_replicas, r.max_replicas, r.capped) == (1, 2, True)
     cfg = serve_config(p, profile)
     dep_opts = {d["name"]: {k: v for k, v in d.items() if k != "name"} for d in cfg["applications"][0]["deployments"]}
+    # The Gateway is not what this test scales. Its plan from the tiny target allows one request
+    # at a time, so the proxy would spin on rejected retries of the other clients' requests, and
+    # on a loaded machine that starved the metrics the autoscaler reads (no upscale in 150 s).
+    dep_opts["Gateway"]["max_ongoing_requests"] = 16
     settings = settings_from_args({
         **cfg["applications"][0]["args"], "index_root": quarry_app.root, "jwt_secret": quarry_app.secret,
         "ray_namespace": "quarry-test", "store_name_prefix": "quarrytest-autoscale", "deployment_options": dep_opts,

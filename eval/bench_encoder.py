@@ -120,7 +120,7 @@ def measure_http(name: str, root: str, secret: str, extra: dict[str, Any], reque
                              runs_open_per_subject=1_000_000, runs_open_per_tenant=1_000_000,
                              runs_kept_per_tenant=1_000_000,
                              store_name_prefix="quarry-bench-enc", reranker_enabled=False,
-                             max_ongoing_requests=32, throughput_optimized=mode != "standard", **extra)
+                             max_ongoing_requests=32, **extra)
     name = f"{name}, {MODES[mode]}"
     print(f"[bench] HTTP {name}: deploying", flush=True)
     base = deploy(settings, mode, port, ray_cpus)

@@ -260,10 +260,12 @@ def deploy(settings, mode: str, port: int, ray_cpus: int) -> str:
     the proxy's, or under ``direct`` the Gateway replica's own port (direct ingress)."""
     from quarry.serve import launch
 
-    # Ray reads these from the environment of the processes it starts: set them either way
-    # before each start, so modes measured in one run do not inherit each other's.
-    os.environ.update(launch.throughput_env(settings) if mode != "standard" else
-                      {launch.THROUGHPUT_OPTIMIZED: "0", launch.DIRECT_INGRESS: "0"})
+    settings = settings.model_copy(update={"throughput_optimized": mode != "standard"})
+    # Ray reads the mode from the environment of the processes it starts, and launch.start
+    # sets it from the settings without overriding a value already there: clear what the
+    # previous mode of this run left, so modes measured in one run do not inherit it.
+    for k in launch.THROUGHPUT_KEYS:
+        os.environ.pop(k, None)
     base = launch.start(settings, "127.0.0.1", port, ray_init={
         "num_cpus": ray_cpus, "include_dashboard": False, "log_to_driver": False, "configure_logging": False})
     if mode == "direct":
@@ -282,7 +284,6 @@ def run_config(name: str, root: str, secret: str, args, extra: dict[str, Any], e
     from quarry.serve import launch
     from quarry.serve.settings import AuthSettings, ServeSettings
 
-    extra = {**extra, "throughput_optimized": mode != "standard"}
     name = f"{name}, {MODES[mode]}"
 
     settings = ServeSettings(index_root=root, auth=AuthSettings(hs256_secret=secret), ray_namespace="quarry-bench",
@@ -355,9 +356,10 @@ def markdown(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
                 notes[k] = notes.get(k, 0) + v
         out.append(f"- {res['name']}: " + "; ".join(f"{v}x \"{k}\"" for k, v in notes.items()))
     out += ["", "Goal: HTTP p50 <= 1.2x in-process (stretch 1.1x) with the second stage off. The HTTP path adds "
-            "the Serve proxy (not when direct), token verification (cached per token until its exp), one run-store decision after "
-            "the search (plus an existence check the first time a replica sees a run), a trace queued for a "
-            "background writer, the deployment hops (Retriever, Resolver and its follow-ups) and JSON "
+            "the Serve proxy (not when direct), token verification (cached per token until its exp), one "
+            "run-store decision after the search (plus an existence check the first time a replica sees a "
+            "run), a trace queued for a background writer, the deployment hops (Retriever, Resolver and its "
+            "follow-ups) and JSON "
             "(de)serialisation around the same `search` call. Standard Serve: the proxy and deployment calls as "
             "Ray ships them; throughput-optimized Serve (`RAY_SERVE_THROUGHPUT_OPTIMIZED=1`, quarry's default, "
             "`ServeSettings.throughput_optimized`): gRPC between deployments, user code on the replica loop, "

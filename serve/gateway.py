@@ -365,8 +365,8 @@ class Gateway:
 
     def _serves_no_stage(self, tenant: str) -> bool:
         """True when this deployment has no Reranker, or the cached stage info for the
-        tenant's last seen generation says no second stage runs: the search then asks the Retriever for the first stage and the
-        expansion in one call."""
+        tenant's last seen generation says no second stage runs: the search then asks the
+        Retriever for the first stage and the expansion in one call."""
         if self.reranker is None:
             return True
         gen = self._last_gen.get(tenant)

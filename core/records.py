@@ -276,21 +276,27 @@ class Excerpt(Frozen):
     source_url: str | None = None
     token_count: int
     trust: Literal["untrusted"] = "untrusted"
-    verdict: Literal["selected", "rejected", "unresolved"] | None = None  # from the decision record
+    verdict: Literal["governing", "supporting", "rejected", "unresolved", "related"] | None = None  # the decision record's
 
 
 # -- evidence resolution (DESIGN §4 step 7): the decision record ---------------------
 
 RejectReason = Literal["superseded_by", "not_yet_effective", "no_longer_effective", "condition_ended",
                        "subordinate_to"]
-Verdict = Literal["selected", "rejected", "unresolved"]
+# governing: answers the question; supporting: proves an event or a link the decision rests
+# on; rejected / unresolved: as their records say; related: delivered, neither governs nor
+# conflicts (an excerpt, never selected).
+Verdict = Literal["governing", "supporting", "rejected", "unresolved", "related"]
+SELECTED_VERDICTS: frozenset[str] = frozenset({"governing", "supporting"})
 
 
 class SelectedEvidence(Frozen):
+    """A governing or supporting passage and why (ids, dates and codes only)."""
+
     passage_id: str
-    reason: str  # why it governs, or "supporting" when it neither conflicts nor governs
+    reason: str
     # "in_force" when effective dates place valid_at inside them; "unknown" when the passage
-    # carries none (reported, never assumed current). None only in records built before this.
+    # carries none (reported, never assumed current).
     validity: Literal["in_force", "unknown"] | None = None
 
 
@@ -306,27 +312,50 @@ class UnresolvedConflict(Frozen):
     reason: str
 
 
+class RelatedEvidence(Frozen):
+    """A delivered passage outside the question's evidence: neither governs nor conflicts.
+    ``outdated`` is set when the rules would reject it (superseded, expired, ...): it is
+    then never citable, like a rejected passage."""
+
+    passage_id: str
+    outdated: RejectReason | None = None
+    detail: str = ""
+
+
 class Decision(Frozen):
     """Which evidence governs at ``valid_at`` and why the rest was rejected. Deterministic:
     it never depends on relevance scores or on the order passages arrive in."""
 
     valid_at: dt.date
-    selected: tuple[SelectedEvidence, ...] = ()
+    governing: tuple[SelectedEvidence, ...] = ()
+    supporting: tuple[SelectedEvidence, ...] = ()
     rejected: tuple[RejectedEvidence, ...] = ()
     unresolved: tuple[UnresolvedConflict, ...] = ()
+    related: tuple[RelatedEvidence, ...] = ()
+
+    @property
+    def selected(self) -> tuple[SelectedEvidence, ...]:
+        """Governing then supporting: every passage the decision rests on."""
+        return self.governing + self.supporting
 
     def verdict(self, passage_id: str) -> Verdict | None:
         if any(r.passage_id == passage_id for r in self.rejected):
             return "rejected"
         if any(passage_id in u.passage_ids for u in self.unresolved):
             return "unresolved"
-        if any(s.passage_id == passage_id for s in self.selected):
-            return "selected"
+        if any(s.passage_id == passage_id for s in self.governing):
+            return "governing"
+        if any(s.passage_id == passage_id for s in self.supporting):
+            return "supporting"
+        if any(r.passage_id == passage_id for r in self.related):
+            return "related"
         return None
 
     @property
     def rejected_ids(self) -> frozenset[str]:
-        return frozenset(r.passage_id for r in self.rejected)
+        """Passages never to be cited: rejected, or related but outdated."""
+        return frozenset(r.passage_id for r in self.rejected) | frozenset(
+            r.passage_id for r in self.related if r.outdated is not None)
 
 
 class SearchResult(Frozen):

@@ -301,7 +301,9 @@ def resolve(
                            + ") on different values for the same subject")
         for g in groups
     )
-    return Decision(valid_at=day, selected=selected, rejected=rejected, unresolved=unresolved)
+    return Decision(valid_at=day, governing=tuple(s for s in selected if s.reason != "supporting"),
+                    supporting=tuple(s for s in selected if s.reason == "supporting"),
+                    rejected=rejected, unresolved=unresolved)
 
 
 CONTRADICTION_TERMS = ("superseded", "exception", "effective", "revoked", "completed")

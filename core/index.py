@@ -232,6 +232,9 @@ def build_and_upload_shard(
         np.save(out / "embeddings.npy", embeddings)
         pq.write_table(_passages_table(passages), out / "passages.parquet")
         pq.write_table(_parents_table(parents), out / "parents.parquet")
+        from quarry.core.evidence_graph import passage_facts  # statements and flags: the evidence graph's input
+
+        (out / "evidence.jsonl").write_text("".join(f.to_json() + "\n" for f in passage_facts(passages)))
         cols = FilterColumns.from_envelopes(tenant, [p.envelope for p in passages])
         np.savez(out / "filters.npz", **cols.to_arrays())
         (out / "shard.json").write_text(json.dumps({
@@ -279,10 +282,33 @@ class Shard:
         self.versions: list[str] = self.passages.column("version").to_pylist()
         self._records = self.passages.column("record")
         self.gpu = None  # a quarry.core.dense_gpu.GpuDense once attach_gpu() ran
+        self._facts: list | None = None
+        self._words: dict[int, frozenset[str]] = {}
         self._parent_row = {pid: i for i, pid in enumerate(self.parents.column("parent_id").to_pylist())}
 
     def __len__(self) -> int:
         return len(self.passage_ids)
+
+    def facts(self) -> list:
+        """Per row: the passage's stored evidence facts (``core.evidence_graph``); a shard
+        built before facts were stored gets them from its text, once."""
+        if self._facts is None:
+            from quarry.core.evidence_graph import PassageFacts, passage_facts
+
+            path = self.dir / "evidence.jsonl"
+            if path.exists():
+                self._facts = [PassageFacts.from_json(line) for line in path.read_text().splitlines() if line]
+            else:
+                self._facts = passage_facts([self.passage(r) for r in range(len(self))])
+        return self._facts
+
+    def row_words(self, row: int) -> frozenset[str]:
+        """Stemmed words of a row's heading trail and text (choosing a linked document's passage)."""
+        w = self._words.get(row)
+        if w is None:
+            p = self.passage(row)
+            w = self._words[row] = frozenset(tokenize(" ".join(p.heading_path) + " " + p.text))
+        return w
 
     def passage(self, row: int) -> Passage:
         return Passage.model_validate_json(self._records[row].as_py())

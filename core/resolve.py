@@ -39,12 +39,16 @@ from dataclasses import dataclass, field
 
 from quarry.core.conditions import Terms, condition_met, entity_stems, terms
 from quarry.core.filters import validity
+from quarry.core.evidence_graph import PassageFacts, facts_of
 from quarry.core.records import (
     DEFAULT_AUTHORITY, Decision, Envelope, Event, Passage, Principal, RejectedEvidence, RejectReason,
-    SelectedEvidence, UnresolvedConflict,
+    RelatedEvidence, SelectedEvidence, UnresolvedConflict,
 )
-from quarry.core.statements import MIN_SHARED, Statement, conflict, predicates, statements
+from quarry.core.statements import MIN_SHARED, conflict, predicates, statements
 from quarry.core.tokenizer import tokenize
+
+
+ON_QUESTION = 2  # words a passage's statements (or title and headings) share with the question
 
 
 @dataclass
@@ -194,25 +198,33 @@ def _specific(a: Envelope, b: Envelope) -> bool:
     return bool(a.entities) and (not b.entities or set(a.entities) < set(b.entities))
 
 
-def _conflicts(st: _State) -> list[tuple[str, ...]]:
-    """Decide conflicts among survivors; returns the undecided groups.
+def _conflicts(st: _State, facts: Mapping[str, PassageFacts]) -> tuple[list[tuple[str, ...]], list[tuple[str, str]]]:
+    """Decide conflicts among survivors; returns the undecided groups and every
+    conflicting pair (decided or not).
 
-    Each conflicting pair gives an *attack*: scope or authority make the winner attack
-    the loser; equal authority makes them attack each other. The decision is the grounded
+    Each conflicting pair gives an *attack*: an instruction-shaped passage loses to any
+    passage it conflicts with; otherwise scope or authority make the winner attack the
+    loser, and equal authority makes them attack each other. The decision is the grounded
     labelling of that graph (Dung 1995): a passage is in when all its attackers are out,
     out when an attacker is in; what remains (mutual attacks, cycles) is unresolved. So a
     passage beaten only by a passage that is itself beaten stands, and the result does not
     depend on the order pairs are visited.
     """
     alive = sorted(pid for pid in st.by_id if pid not in st.rejected)
-    stated: dict[str, tuple[Statement, ...]] = {pid: statements(st.by_id[pid].text) for pid in alive}
+    stated = {pid: facts[pid].statements for pid in alive}
     attacks: dict[str, dict[str, str]] = {pid: {} for pid in alive}  # loser -> {winner: detail}
+    pairs: list[tuple[str, str]] = []
     for i, a in enumerate(alive):
         for b in alive[i + 1:]:
             ea, eb = st.by_id[a].envelope, st.by_id[b].envelope
             if _key(ea) == _key(eb) or not stated[a] or not stated[b] or conflict(stated[a], stated[b]) is None:
                 continue
-            if _specific(ea, eb) or _specific(eb, ea):
+            pairs.append((a, b))
+            ia, ib = facts[a].instruction, facts[b].instruction
+            if ia != ib:
+                win, lose = (b, a) if ia else (a, b)
+                attacks[lose][win] = f"untrusted instruction in {_key(st.by_id[lose].envelope)}"
+            elif _specific(ea, eb) or _specific(eb, ea):
                 win, lose = (a, b) if _specific(ea, eb) else (b, a)
                 ew = st.by_id[win].envelope
                 attacks[lose][win] = (f"scope: {_key(ew)} is specific to {','.join(ew.entities)} and in force at "
@@ -240,7 +252,7 @@ def _conflicts(st: _State) -> list[tuple[str, ...]]:
             win = min(winners, key=lambda w: (-st.rank[w], w))
             st.reject(pid, "subordinate_to", win, attacks[pid][win], f"outranks {pid}")
     undecided = [(a, b) for a in alive for b in attacks[a] if a not in label and b not in label]
-    return _components(undecided)
+    return _components(undecided), pairs
 
 
 def _components(pairs: list[tuple[str, str]]) -> list[tuple[str, ...]]:
@@ -263,20 +275,74 @@ def _components(pairs: list[tuple[str, str]]) -> list[tuple[str, ...]]:
 
 # ----------------------------------------------------------------------------- entry point
 
+def _topic(p: Passage, f: PassageFacts) -> tuple[frozenset[str], frozenset[str]]:
+    """What a passage is about, as stems: (its statements' words, its title, heading
+    trail, condition and events). Compared with the question's words, never with a score."""
+    e = p.envelope
+    stated = frozenset(tokenize(" ".join(w for s in f.statements for w in s.words)))
+    about = frozenset(tokenize(" ".join([e.title, *p.heading_path, e.condition or "",
+                                         *(ev.what for ev in e.events)])))
+    return stated, about
+
+
+def _question_scope(st: _State, facts: Mapping[str, PassageFacts], query: str | None,
+                    pairs: Sequence[tuple[str, str]], groups: Sequence[tuple[str, ...]]) -> tuple[set[str], set[str]]:
+    """(passages on the question, passages in the question's evidence).
+
+    On the question: a passage whose statements share at least ``ON_QUESTION`` words with
+    the question, or, when none does, whose title, headings, condition or events do. The
+    question's evidence: every passage connected to one on the question through a link the
+    decision used (a rejection's ``by``, a conflict). Without a query every passage is on it."""
+    if query is None:
+        return set(st.by_id), set(st.by_id)
+    q = frozenset(tokenize(query))
+    topics = {pid: _topic(p, facts[pid]) for pid, p in st.by_id.items()}
+    on = {pid for pid, (stated, _) in topics.items() if len(q & stated) >= ON_QUESTION}
+    if not on:
+        on = {pid for pid, (stated, about) in topics.items() if len(q & (stated | about)) >= ON_QUESTION}
+    edges: dict[str, set[str]] = {pid: set() for pid in st.by_id}
+    links = [(pid, r.by) for pid, r in st.rejected.items() if r.by] + list(pairs) + [
+        (g[0], x) for g in groups for x in g[1:]]
+    for a, b in links:
+        if a in edges and b in edges:
+            edges[a].add(b)
+            edges[b].add(a)
+    scope, todo = set(on), list(on)
+    while todo:
+        x = todo.pop()
+        for y in edges[x]:
+            if y not in scope:
+                scope.add(y)
+                todo.append(y)
+    return on, scope
+
+
 def resolve(
     passages: Sequence[Passage],
     principal: Principal,
     valid_at: dt.date | None = None,
     authority: Mapping[str, int] | None = None,
+    *,
+    query: str | None = None,
+    facts: Mapping[str, PassageFacts] | None = None,
+    delivered: Sequence[str] | None = None,
 ) -> Decision:
     """Decide over ``passages`` at ``valid_at`` (default today) for ``principal``: only
     passages the principal may read take part, so an event in a record they cannot see
-    never ends a condition. ``authority`` replaces the default authority table."""
+    never ends a condition. ``authority`` replaces the default authority table.
+
+    ``query`` is the question: passages on it that survive govern; passages that prove a
+    link or an event the decision rests on support; delivered passages outside the
+    question's evidence are ``related``. ``facts`` are the passages' stored statements
+    (computed from the text where missing). ``delivered`` names the passages the search
+    delivered (default: all); the others came from the evidence graph and appear only when
+    they take part in the decision. A pure function: no index, no search."""
     day = valid_at or dt.date.today()
     by_id: dict[str, Passage] = {}
     for p in sorted(passages, key=lambda p: (p.passage_id, p.model_dump_json())):
         if principal.can_read(p.tenant, p.envelope.acl):
             by_id.setdefault(p.passage_id, p)
+    facts = {pid: (facts or {}).get(pid) or facts_of(p) for pid, p in by_id.items()}
     st = _State(day=day, rank={pid: _rank(p.envelope, authority) for pid, p in by_id.items()}, by_id=by_id)
     by_doc: dict[str, list[Passage]] = {}
     for pid in sorted(by_id):
@@ -285,25 +351,38 @@ def resolve(
     _dates(st)
     _supersession(st, by_doc)
     _conditions(st, by_doc)
-    groups = _conflicts(st)
+    groups, pairs = _conflicts(st, facts)
     in_conflict = {pid for g in groups for pid in g}
+    on, scope = _question_scope(st, facts, query, pairs, groups)
+    shown = set(by_id) if delivered is None else set(delivered) & set(by_id)
 
-    selected = tuple(
-        SelectedEvidence(passage_id=pid, reason="; ".join(sorted(st.governs.get(pid, ()))) or "supporting",
-                         validity=validity(by_id[pid].envelope, day))
-        for pid in sorted(by_id) if pid not in st.rejected and pid not in in_conflict
-    )
+    def sel(pid: str, reason: str) -> SelectedEvidence:
+        return SelectedEvidence(passage_id=pid, reason=reason, validity=validity(by_id[pid].envelope, day))
+
+    survivors = [pid for pid in sorted(by_id) if pid not in st.rejected and pid not in in_conflict]
+    governing, supporting = [], []
+    for pid in survivors:
+        notes = "; ".join(sorted(st.governs.get(pid, ())))
+        if pid in on and not facts[pid].instruction:
+            governing.append(sel(pid, notes or "answers the question"))
+        elif pid in scope and notes:
+            supporting.append(sel(pid, notes))
     rejected = tuple(RejectedEvidence(passage_id=pid, reason=r.reason, by=r.by, detail=r.detail)
-                     for pid, r in sorted(st.rejected.items()))
+                     for pid, r in sorted(st.rejected.items()) if pid in scope)
     unresolved = tuple(
         UnresolvedConflict(passage_ids=g, reason="equal authority ("
                            + ", ".join(sorted({f"{by_id[p].envelope.authority} {st.rank[p]}" for p in g}))
                            + ") on different values for the same subject")
-        for g in groups
+        for g in groups if any(p in scope for p in g)
     )
-    return Decision(valid_at=day, governing=tuple(s for s in selected if s.reason != "supporting"),
-                    supporting=tuple(s for s in selected if s.reason == "supporting"),
-                    rejected=rejected, unresolved=unresolved)
+    placed = {s.passage_id for s in (*governing, *supporting)} | {r.passage_id for r in rejected} | {
+        p for u in unresolved for p in u.passage_ids}
+    related = tuple(
+        RelatedEvidence(passage_id=pid, outdated=st.rejected[pid].reason if pid in st.rejected else None,
+                        detail=st.rejected[pid].detail if pid in st.rejected else "")
+        for pid in sorted(shown - placed))
+    return Decision(valid_at=day, governing=tuple(governing), supporting=tuple(supporting), rejected=rejected,
+                    unresolved=unresolved, related=related)
 
 
 CONTRADICTION_TERMS = ("superseded", "exception", "effective", "revoked", "completed")

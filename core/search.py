@@ -26,6 +26,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from quarry.core.embedding import Embedder
+from quarry.core.evidence_graph import EvidenceSet, facts_for, neighbours
 from quarry.core.filters import validity
 from quarry.core.fusion import rrf
 from quarry.core.index import TenantIndex, pack_row
@@ -76,6 +77,9 @@ class SearchSettings(BaseModel):
         True, description="for identifier lookups, passages holding every queried identifier verbatim rank first")
     follow_up_width: int = Field(3, ge=1, le=50, description="candidates each contradiction-search query adds")
     max_follow_ups: int = Field(2, ge=0, le=10, description="contradiction-search queries per search")
+    graph_hops: int = Field(3, ge=0, le=6, description="evidence-graph links followed from the delivered "
+                                                      "passages (0: off)")
+    graph_limit: int = Field(48, ge=1, le=500, description="passages the evidence graph may add to one resolution")
     follow_up_dense: bool = Field(
         True, description="contradiction-search queries run the dense leg too (their encodings are batched); "
                           "off: BM25 only, no encoding, cheaper but noisier (README, Resolve)")
@@ -401,16 +405,57 @@ def follow_up_found(query: str, first: FirstStage, known: set[str] | frozenset[s
     return FollowUp(query=query, found=found, generation=first.generation)
 
 
-def conclude_resolution(
-    delivered: Sequence[Passage], added: Sequence[Passage], first_decision: Decision, follow_ups: Sequence[FollowUp],
-    principal: Principal, valid_at: dt.date | None, authority: Mapping[str, int] | None = None,
-) -> Resolution:
-    """Resolve again over delivered + what the follow-ups added (never delivered as
-    excerpts; they appear only in the decision)."""
-    decision = resolve_evidence([*delivered, *added], principal, valid_at, authority) if added else first_decision
-    note = f"{len(decision.unresolved)} unresolved; contradiction search: {len(follow_ups)} follow-up " \
-           f"quer{'y' if len(follow_ups) == 1 else 'ies'} added {len(added)} passage(s)"
-    return Resolution(decision=decision, follow_ups=tuple(follow_ups),
+def gather_evidence(
+    index: TenantIndex, principal: Principal, request: SearchRequest, delivered: Sequence[Passage],
+    settings: SearchSettings, encode: Callable[[list[str]], Sequence[np.ndarray]] | None = None,
+) -> EvidenceSet:
+    """What resolution decides over: the delivered passages, their neighbours in the
+    evidence graph (what supersedes them, the events that can end their conditions, other
+    values for their subjects: lookups, no encoding) under the principal's mask at
+    ``valid_at``, and every passage's stored facts. Only when the graph links the delivered
+    passages to nothing does the query-based contradiction search run (at most
+    ``max_follow_ups`` narrow first stages, ``encode`` batching their dense encodings)."""
+    ids = [p.passage_id for p in delivered]
+    linked = neighbours(index, principal, request.valid_at, ids, settings.graph_hops, settings.graph_limit) \
+        if settings.graph_hops and ids else []
+    added = [p for p in (index.passage(pid, principal) for pid in linked) if p is not None]
+    follow_ups: list[FollowUp] = []
+    if not added and ids and settings.max_follow_ups:
+        _, queries = plan_resolution(delivered, principal, request.valid_at, settings)
+        known = set(ids)
+        narrow = settings.model_copy(update={"candidate_width": settings.follow_up_width})
+        dense = settings.follow_up_dense and encode is not None
+        vectors = list(encode(list(queries))) if dense and queries else [None] * len(queries)  # one batch
+        for q, vec in zip(queries, vectors):
+            fs = first_stage(index, principal, follow_up_request(request, q, settings), None, narrow, vec,
+                             dense=dense)
+            fu = follow_up_found(q, fs, known, settings)
+            follow_ups.append(fu)
+            for pid in fu.found:
+                if (p := index.passage(pid, principal)) is not None:
+                    added.append(p)
+                    known.add(pid)
+    passages = (*delivered, *added)
+    return EvidenceSet(passages=passages, delivered=tuple(ids),
+                       facts=facts_for(index, [p.passage_id for p in passages]),
+                       from_graph=tuple(p.passage_id for p in added if p.passage_id in set(linked)),
+                       follow_ups=tuple(follow_ups))
+
+
+def resolve_stage(request: SearchRequest, evidence: EvidenceSet, principal: Principal,
+                  authority: Mapping[str, int] | None = None) -> Resolution:
+    """The resolution stage: a pure function of the question and the evidence it is given
+    (the Resolver deployment runs exactly this)."""
+    decision = resolve_evidence(evidence.passages, principal, request.valid_at, authority, query=request.query,
+                                facts=evidence.facts, delivered=evidence.delivered)
+    fus = evidence.follow_ups
+    added = sum(len(f.found) for f in fus)
+    note = (f"{len(decision.governing)} governing, {len(decision.supporting)} supporting, "
+            f"{len(decision.unresolved)} unresolved, {len(decision.related)} related; evidence graph added "
+            f"{len(evidence.from_graph)} passage(s)"
+            + (f"; contradiction search: {len(fus)} follow-up quer{'y' if len(fus) == 1 else 'ies'} added "
+               f"{added} passage(s)" if fus else ""))
+    return Resolution(decision=decision, follow_ups=tuple(fus),
                       report=StageReport(name="resolve", kept=len(decision.selected), dropped=len(decision.rejected),
                                          note=note))
 
@@ -420,28 +465,15 @@ def nothing_resolved(request: SearchRequest) -> Resolution:
     return Resolution(decision=decision, report=StageReport(name="resolve", kept=0, note="nothing to resolve"))
 
 
-def resolve_in_process(index: TenantIndex, principal: Principal, request: SearchRequest,
-                       delivered: Sequence[Passage], embedder: Embedder | None, settings: SearchSettings,
-                       authority: Mapping[str, int] | None = None) -> Resolution:
-    """Resolution with its contradiction search run through :func:`first_stage` here
-    (the Resolver deployment runs the same steps through the Retriever handle)."""
-    decision, queries = plan_resolution(delivered, principal, request.valid_at, settings, authority)
-    known = {p.passage_id for p in delivered}
-    follow_ups, added = [], []
-    narrow = settings.model_copy(update={"candidate_width": settings.follow_up_width})
-    dense = settings.follow_up_dense and embedder is not None
-    vectors = embedder.encode(list(queries)) if dense and queries else [None] * len(queries)  # one batch
-    for q, vec in zip(queries, vectors):
-        fs = first_stage(index, principal, follow_up_request(request, q, settings), embedder, narrow, vec,
-                         dense=settings.follow_up_dense)
-        fu = follow_up_found(q, fs, known, settings)
-        follow_ups.append(fu)
-        for pid in fu.found:
-            p = index.passage(pid, principal)
-            if p is not None:
-                added.append(p)
-                known.add(pid)
-    return conclude_resolution(delivered, added, decision, follow_ups, principal, request.valid_at, authority)
+def resolve_delivered(index: TenantIndex, principal: Principal, query: str, delivered: Sequence[Passage],
+                      valid_at: dt.date | None, settings: SearchSettings = SearchSettings(),
+                      embedder: Embedder | None = None) -> Decision:
+    """Resolution over passages delivered by several searches (an agent's run, evaluation):
+    the same graph step and resolver as one search."""
+    request = SearchRequest(query=query[:2000] or "-", top_k=1, valid_at=valid_at)
+    encode = embedder.encode if embedder is not None else None
+    return resolve_stage(request, gather_evidence(index, principal, request, delivered, settings, encode),
+                         principal).decision
 
 
 # -- 5. the response -----------------------------------------------------------------
@@ -488,7 +520,9 @@ def search(
     if resolve:
         delivered_ids = {e.passage_id for e in expanded.excerpts}
         delivered = [p for p in survivors if p.passage_id in delivered_ids]
-        resolution = resolve_in_process(index, principal, request, delivered, embedder, settings)
+        encode = embedder.encode if embedder is not None else None
+        resolution = resolve_stage(request, gather_evidence(index, principal, request, delivered, settings, encode),
+                                   principal)
     return assemble(request, first, second, expanded, resolution)
 
 

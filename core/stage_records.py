@@ -10,7 +10,17 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from pydantic import ConfigDict
+
+from quarry.core.evidence_graph import EvidenceSet
 from quarry.core.records import Candidate, Decision, Excerpt, Frozen, Principal, SearchRequest, StageReport
+
+
+class _Carrying(Frozen):
+    """A record that also carries an :class:`EvidenceSet` (a frozen dataclass of passages
+    and their facts)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
 
 
 class FirstStage(Frozen):
@@ -79,13 +89,22 @@ class Expansion(Frozen):
     report: StageReport
 
 
-class Retrieval(Frozen):
-    """A first stage and the expansion of its fused top-k, from one Retriever call: what a
-    search delivers when no second stage reorders the candidates (the Gateway asks for it
-    when the tenant's generation serves none, saving the separate expansion hop)."""
+class Retrieval(_Carrying):
+    """A first stage, the expansion of its fused top-k and the evidence resolution needs
+    (the delivered passages and their evidence-graph neighbours), from one Retriever call:
+    what a search delivers when no second stage reorders the candidates (the Gateway asks
+    for it when the tenant's generation serves none, saving the separate expansion hop)."""
 
     first: FirstStage
     expansion: Expansion
+    evidence: EvidenceSet | None = None
+
+
+class Delivery(_Carrying):
+    """The expansion of a second stage's survivors and the evidence for resolving them."""
+
+    expansion: Expansion
+    evidence: EvidenceSet | None = None
 
 
 class ExpandRequest(Frozen):
@@ -110,8 +129,9 @@ class Resolution(Frozen):
     report: StageReport
 
 
-class ResolveRequest(Frozen):
+class ResolveRequest(_Carrying):
+    """What the Resolver decides over: the question and the evidence the Retriever gathered."""
+
     principal: Principal
     request: SearchRequest
-    generation: int
-    passage_ids: tuple[str, ...]  # the delivered excerpts, in order
+    evidence: EvidenceSet

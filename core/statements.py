@@ -55,6 +55,13 @@ class Statement:
     subject: frozenset[str]  # stemmed words around the value
     words: tuple[str, ...]  # the same words as written, for a follow-up query
 
+    def to_json(self) -> dict:
+        return {"kind": self.kind, "value": self.value, "subject": sorted(self.subject), "words": list(self.words)}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Statement":
+        return cls(d["kind"], d["value"], frozenset(d["subject"]), tuple(d["words"]))
+
 
 _LABEL_BEFORE = re.compile(r"\b[A-Z][A-Za-z]*\s$")
 _MONTH_AFTER = re.compile(r"\s+(?:" + _MONTHS + r")\b", re.IGNORECASE)
@@ -144,8 +151,24 @@ def _subject_words(text: str, seg_start: int, seg_end: int, start: int, end: int
     return [w for w, _ in both], [s for _, s in both if s is not None]
 
 
+def statements(text: str, entities=()) -> tuple[Statement, ...]:
+    return _statements(text)
+
+
+def statements_batch(texts, entities=()) -> list[tuple[Statement, ...]]:
+    return [_statements(t) for t in texts]
+
+
+def subject_keys(s: Statement) -> frozenset[str]:
+    return s.subject
+
+
+def conflicts(a: Statement, b: Statement) -> bool:
+    return a.kind == b.kind and a.value != b.value and len(a.subject & b.subject) >= MIN_SHARED
+
+
 @lru_cache(maxsize=20_000)
-def statements(text: str) -> tuple[Statement, ...]:
+def _statements(text: str) -> tuple[Statement, ...]:
     """The value statements of ``text`` in order."""
     out: list[Statement] = []
     for seg in _sentences(text):

@@ -43,10 +43,10 @@ def build_app(args: dict[str, Any] | ServeSettings | None = None) -> Application
         max_ongoing_requests=max(s.max_ongoing_requests, s.encode_batch_size),  # a full encode batch fits
         ray_actor_options={"num_cpus": s.retriever_num_cpus, "num_gpus": s.retriever_num_gpus}, **health,
     )).bind(s)
-    # Resolution is light CPU work over a few passages; its follow-up queries go to the Retriever.
+    # Resolution is light CPU work over the evidence the Retriever gathered; it calls nothing back.
     resolver = Resolver.options(**_options(
         s, "Resolver", max_ongoing_requests=s.max_ongoing_requests, ray_actor_options={"num_cpus": s.resolver_num_cpus}, **health,
-    )).bind(s, retriever)
+    )).bind(s)
     # The gateway also serves MCP at /mcp (serve/mcp.py) from the same FastAPI app.
     return Gateway.options(**_options(
         s, "Gateway", num_replicas=s.gateway_replicas, max_ongoing_requests=4 * s.max_ongoing_requests,

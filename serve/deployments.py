@@ -1,10 +1,11 @@
 """Retriever, Reranker and Resolver Serve deployments. Thin: the work is ``quarry.core``.
 
 The Gateway composes them in the order of ``quarry.core.search.search``: Retriever
-(first stage) -> Reranker (second stage) -> Retriever (expansion: it holds the index) ->
-Resolver (resolution; its contradiction search goes through the Retriever handle, one call
-for all follow-ups). Without a second stage one Retriever call does the first stage and the
-expansion (``Retriever.retrieve``).
+(first stage) -> Reranker (second stage) -> Retriever (expansion and the evidence for
+resolution: the delivered passages' evidence-graph neighbours; it holds the index) ->
+Resolver (resolution, a pure function of that evidence; it calls nothing back). Without a
+second stage one Retriever call does the first stage, the expansion and the evidence
+(``Retriever.retrieve``).
 Payloads are the frozen records of ``quarry.core.stage_records`` (ids, ranks, codes, small
 records), never arrays: query vectors and masks stay inside the Retriever replica.
 """
@@ -44,17 +45,17 @@ from quarry.core.search import (
     SearchSettings,
     apply_second_stage,
     candidate_width,
-    conclude_resolution,
     expansion,
     first_stage,
-    follow_up_found,
-    follow_up_request,
+    gather_evidence,
     no_first_stage,
     nothing_expanded,
-    plan_resolution,
+    resolve_stage,
     survivor_passages,
 )
+from quarry.core.evidence_graph import EvidenceSet
 from quarry.core.stage_records import (
+    Delivery,
     ExpandRequest,
     Expansion,
     FirstStage,
@@ -226,41 +227,15 @@ class Reranker:
 
 @serve.deployment(name="Resolver")
 class Resolver:
-    """Evidence resolution over a search's delivered passages (``quarry.core.resolve``),
-    read here from the same memory-mapped generation under the principal's permissions.
-    Its contradiction search runs the follow-up queries through the Retriever's first stage
-    (one call for all of them) with the same principal and filters, at a small width; it never spends the run's
-    search budget (the Gateway only reserves the agent's own searches)."""
+    """Evidence resolution (``quarry.core.resolve``): a pure function of the question and
+    the evidence the Retriever gathered (delivered passages, their evidence-graph
+    neighbours and facts). It reads no index and calls no other deployment."""
 
-    def __init__(self, settings: ServeSettings, retriever):
+    def __init__(self, settings: ServeSettings):
         self.s = settings
-        self.search_settings = search_settings(settings)
-        self.retriever = retriever
-        self._indexes = GenerationIndexes(settings.index_root, 2 * settings.lru_tenants)
-
-    def _load(self, principal: Principal, gen: int, ids) -> list[Passage]:
-        index = self._indexes.get(principal.tenant, gen)
-        return [p for p in (index.passage(pid, principal) for pid in ids) if p is not None]
 
     async def resolve(self, req: ResolveRequest) -> Resolution:
-        settings, p = self.search_settings, req.principal
-        delivered = await asyncio.to_thread(self._load, p, req.generation, req.passage_ids)
-        decision, queries = await asyncio.to_thread(plan_resolution, delivered, p, req.request.valid_at, settings)
-        known = {x.passage_id for x in delivered}
-        follow_ups, added = [], []
-        # one Retriever call for every follow-up (their encodings join one batch); what
-        # they found folds in query order, as in-process
-        firsts = await call_retrying(
-            self.retriever, "first_stages", p, tuple(follow_up_request(req.request, q, settings) for q in queries),
-            settings.follow_up_width, settings.follow_up_dense) if queries else ()
-        for q, fs in zip(queries, firsts):
-            fu = follow_up_found(q, fs, known, settings)
-            follow_ups.append(fu)
-            new = await asyncio.to_thread(self._load, p, fu.generation, fu.found)
-            added += new
-            known.update(x.passage_id for x in new)
-        return await asyncio.to_thread(conclude_resolution, delivered, added, decision, follow_ups, p,
-                                       req.request.valid_at)
+        return await asyncio.to_thread(resolve_stage, req.request, req.evidence, req.principal)
 
 
 class _Entry:
@@ -490,13 +465,21 @@ class Retriever:
         follow-ups): their encodings join one batch; ``dense=False``: the lexical leg only."""
         return (await self._in_pool(self._first_stages, principal, requests, candidate_width, dense))[1]
 
+    def _evidence(self, index: TenantIndex, principal: Principal, request: SearchRequest,
+                  passages: list[Passage], expanded: Expansion) -> EvidenceSet:
+        shown = {e.passage_id for e in expanded.excerpts}
+        return gather_evidence(index, principal, request, [p for p in passages if p.passage_id in shown],
+                               self.search_settings, lambda qs: self._query_vectors(index, qs))
+
     def _retrieve(self, principal: Principal, request: SearchRequest, width: int | None) -> Retrieval:
         index, (first,) = self._first_stages(principal, (request,), width)
         survivors = apply_second_stage(first, None, request.top_k).survivors
         if index is None or not survivors:
             return Retrieval(first=first, expansion=nothing_expanded())
-        return Retrieval(first=first, expansion=expansion(index, principal, survivor_passages(index, first, survivors),
-                                                          self.search_settings, request.valid_at))
+        passages = survivor_passages(index, first, survivors)
+        expanded = expansion(index, principal, passages, self.search_settings, request.valid_at)
+        return Retrieval(first=first, expansion=expanded,
+                         evidence=self._evidence(index, principal, request, passages, expanded))
 
     async def retrieve(self, principal: Principal, request: SearchRequest,
                        candidate_width: int | None = None) -> Retrieval:
@@ -504,15 +487,18 @@ class Retriever:
         call: the search path when no second stage is served for the tenant."""
         return await self._in_pool(self._retrieve, principal, request, candidate_width)
 
-    def _expand(self, req: ExpandRequest) -> Expansion:
+    def _expand(self, req: ExpandRequest) -> Delivery:
         index = self._index_at(req.principal.tenant, req.generation)
         if index is None or not req.passage_ids:
-            return nothing_expanded()
+            return Delivery(expansion=nothing_expanded())
         passages = [p for p in (index.passage(pid, req.principal) for pid in req.passage_ids) if p is not None]
-        return expansion(index, req.principal, passages, self.search_settings, req.request.valid_at)
+        expanded = expansion(index, req.principal, passages, self.search_settings, req.request.valid_at)
+        return Delivery(expansion=expanded, evidence=self._evidence(index, req.principal, req.request, passages,
+                                                                     expanded))
 
-    async def expand(self, req: ExpandRequest) -> Expansion:
-        """Survivors (ids, delivered order) expanded to parent sections under the token ceiling."""
+    async def expand(self, req: ExpandRequest) -> Delivery:
+        """Survivors (ids, delivered order) expanded to parent sections under the token
+        ceiling, with the evidence for resolving them."""
         return await asyncio.to_thread(self._expand, req)
 
     def _fetch(self, principal: Principal, id_: str) -> FetchResult | None:

@@ -24,6 +24,7 @@ from quarry.core.runs import groups_hash, principal_key
 from quarry.core.second_stage import stage_trace
 from quarry.core.search import apply_second_stage, assemble, candidate_width, nothing_expanded, nothing_resolved
 from quarry.core.stage_records import (
+    Delivery,
     ExpandRequest,
     Expansion,
     FirstStage,
@@ -380,10 +381,10 @@ class Gateway:
         the expansion; a new generation that serves one is reranked and expanded as usual."""
         core = request.core()
         t0 = time.perf_counter()
-        pre: Expansion | None = None
+        pre: Retrieval | None = None
         if self._serves_no_stage(principal.tenant):
-            got: Retrieval = await self._retriever("retrieve", principal, core, request.candidates)
-            first, pre = got.first, got.expansion
+            pre = await self._retriever("retrieve", principal, core, request.candidates)
+            first = pre.first
         else:
             first = await self._retriever("first_stage", principal, core, request.candidates)
         self._last_gen.put(principal.tenant, first.generation)
@@ -394,17 +395,20 @@ class Gateway:
         second = apply_second_stage(first, outcome, core.top_k)
         if second.survivors:
             if pre is not None and outcome.status != "applied":  # the fused top-k survived: already expanded
-                expanded = pre
+                delivered = Delivery(expansion=pre.expansion, evidence=pre.evidence)
             else:
                 t0 = time.perf_counter()
-                expanded = await self._retriever("expand", ExpandRequest(
+                delivered = await self._retriever("expand", ExpandRequest(
                     principal=principal, request=core, generation=first.generation, passage_ids=second.survivors))
                 timing["expand"] = self._lat("expand", t0)
-            t0 = time.perf_counter()
-            resolution = await call_retrying(self.resolver, "resolve", ResolveRequest(
-                principal=principal, request=core, generation=first.generation,
-                passage_ids=tuple(e.passage_id for e in expanded.excerpts)))
-            timing["resolve"] = self._lat("resolve", t0)
+            expanded = delivered.expansion
+            if delivered.evidence is not None and delivered.evidence.delivered:
+                t0 = time.perf_counter()
+                resolution = await call_retrying(self.resolver, "resolve", ResolveRequest(
+                    principal=principal, request=core, evidence=delivered.evidence))
+                timing["resolve"] = self._lat("resolve", t0)
+            else:
+                resolution = nothing_resolved(core)
         else:
             expanded, resolution = nothing_expanded(), nothing_resolved(core)
         return assemble(core, first, second, expanded, resolution), outcome, resolution

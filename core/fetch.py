@@ -6,11 +6,12 @@ callers see one view. Not found and not permitted are the same ``None``.
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Sequence
 from typing import Any, Literal
 
 from quarry.core.index import TenantIndex
-from quarry.core.records import Excerpt, Frozen, Principal
+from quarry.core.records import Decision, Excerpt, Frozen, Passage, Principal
 from quarry.core.search import excerpt
 
 
@@ -31,8 +32,11 @@ class SectionView(Frozen):
 class FetchResult(Frozen):
     kind: Literal["passage", "section", "document"]
     generation: int
-    passages: tuple[Excerpt, ...] = ()  # passage and document kinds
+    passages: tuple[Excerpt, ...] = ()  # passage and document kinds, each with its verdict
     section: SectionView | None = None  # section kind
+    # the fetched passages resolved like searched ones (with their evidence-graph
+    # neighbours, as of today): a superseded passage fetched by id is rejected, not citable
+    decision: Decision | None = None
 
     @property
     def ids(self) -> list[str]:
@@ -46,14 +50,36 @@ class FetchResult(Frozen):
             body["section"] = self.section.model_dump(mode="json")
         else:
             body["passages"] = [p.model_dump(mode="json") for p in self.passages]
+        if self.decision is not None:
+            body["decision"] = self.decision.model_dump(mode="json")
         return body
 
 
-def fetch(index: TenantIndex, principal: Principal, id_: str) -> FetchResult | None:
-    """A passage id, a section (parent) id, or a document id -> what the principal may read."""
+def _resolved(index: TenantIndex, principal: Principal, kind: str, passages: Sequence[Passage],
+              valid_at: dt.date | None) -> FetchResult:
+    """Fetched passages resolved like searched ones: their graph neighbours under the same
+    principal, every rule applied, each excerpt carrying its verdict."""
+    from quarry.core.evidence_graph import facts_for, neighbours
+    from quarry.core.resolve import resolve
+
+    ids = [p.passage_id for p in passages]
+    linked = [x for x in (index.passage(pid, principal) for pid in neighbours(index, principal, valid_at, ids))
+              if x is not None]
+    allp = [*passages, *linked]
+    decision = resolve(allp, principal, valid_at, facts=facts_for(index, [p.passage_id for p in allp]),
+                       delivered=ids)
+    day = decision.valid_at
+    out = tuple(excerpt(p, valid_at=day).model_copy(update={"verdict": decision.verdict(p.passage_id)})
+                for p in passages)
+    return FetchResult(kind=kind, generation=index.generation, passages=out, decision=decision)
+
+
+def fetch(index: TenantIndex, principal: Principal, id_: str, valid_at: dt.date | None = None) -> FetchResult | None:
+    """A passage id, a section (parent) id, or a document id -> what the principal may read.
+    Passages come resolved as of ``valid_at`` (default today)."""
     p = index.passage(id_, principal)
     if p is not None:
-        return FetchResult(kind="passage", generation=index.generation, passages=(excerpt(p),))
+        return _resolved(index, principal, "passage", [p], valid_at)
     sec = index.parent(id_, principal)
     if sec is not None:
         e = sec.envelope
@@ -62,7 +88,7 @@ def fetch(index: TenantIndex, principal: Principal, id_: str) -> FetchResult | N
             token_count=sec.token_count, title=e.title, doc_id=e.doc_id, version=e.version))
     doc = index.document(id_, principal)
     if doc:
-        return FetchResult(kind="document", generation=index.generation, passages=tuple(excerpt(x) for x in doc))
+        return _resolved(index, principal, "document", doc, valid_at)
     return None
 
 

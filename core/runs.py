@@ -106,8 +106,11 @@ def apply_search(
                           rejected_ids=rejected_ids)
 
 
-def record_fetch(state: RunState, ids: Iterable[str]) -> RunState:
-    return state.model_copy(update={"fetched_ids": state.fetched_ids | frozenset(ids)})
+def record_fetch(state: RunState, ids: Iterable[str], rejected_ids: Iterable[str] = ()) -> RunState:
+    """A fetch adds what it returned, and what the fetched passages' own resolution
+    rejected (a superseded passage fetched by id is still never citable)."""
+    return state.model_copy(update={"fetched_ids": state.fetched_ids | frozenset(ids),
+                                    "rejected_ids": state.rejected_ids | frozenset(rejected_ids)})
 
 
 def finish(state: RunState, outcome: str) -> RunState:
@@ -196,10 +199,11 @@ def decide_search(state: RunState, ids: Iterable[str], rejected_ids: Iterable[st
     return s, SearchDecision(view=view(s), allowed=True, new_ids=tuple(sorted(new)))
 
 
-def decide_fetch(state: RunState, ids: Iterable[str]) -> tuple[RunState | None, RunView]:
+def decide_fetch(state: RunState, ids: Iterable[str], rejected_ids: Iterable[str] = ()
+                 ) -> tuple[RunState | None, RunView]:
     if state.finished:
         return None, view(state)
-    s = record_fetch(state, ids)
+    s = record_fetch(state, ids, rejected_ids)
     return s, view(s)
 
 

@@ -12,7 +12,7 @@
    - one honest abstention on a question the corpus cannot answer: the generic message
      to the user, the reason code only in the trace;
    - the Acme question of seed 000 §11.7 as an acme all-staff user: the response's decision
-     record (selected, rejected with the id that defeats each, unresolved), the honest
+     record (governing, supporting, rejected with the id that defeats each, unresolved), the honest
      answer built from that record alone, and an answer citing the rejected ticket comment,
      which the server refuses with check 5 (``cites_rejected_evidence``, only in the trace).
 4. Shuts Serve and Ray down.
@@ -179,8 +179,10 @@ class Agent:
 
 def show_decision(decision: dict[str, Any]) -> None:
     print(f"  decision record (valid at {decision['valid_at']}):")
-    for x in decision["selected"]:
-        print(f"    selected    {x['passage_id']}  ({x['reason']})")
+    for x in decision["governing"]:
+        print(f"    governing   {x['passage_id']}  ({x['reason']})")
+    for x in decision["supporting"]:
+        print(f"    supporting  {x['passage_id']}  ({x['reason']})")
     for x in decision["rejected"]:
         print(f"    rejected    {x['passage_id']}  {x['reason']}" + (f" by {x['by']}" if x["by"] else ""))
     for x in decision["unresolved"]:
@@ -204,12 +206,11 @@ def honest_response(decision: dict[str, Any], passages: dict[str, dict[str, Any]
     """The seed's honest answer, built from the decision record alone: each rejected source
     with what it claimed and what defeats it, then the governing value. ``passages`` maps the
     record's ids to what the agent read (the excerpts, or a fetch for a follow-up's id)."""
-    stating = [x for x in decision["selected"] if _value(passages.get(x["passage_id"], {}).get("text", ""),
-                                                          ACME_SUBJECT)]
+    stating = [x for x in decision["governing"] if _value(passages.get(x["passage_id"], {}).get("text", ""),
+                                                           ACME_SUBJECT)]
     if not stating:
         return None
-    # what governs first (a reason other than "supporting"), then the higher authority
-    best = min(stating, key=lambda x: (x["reason"] == "supporting", -passages[x["passage_id"]]["authority_rank"]))
+    best = min(stating, key=lambda x: -passages[x["passage_id"]]["authority_rank"])  # the higher authority
     gov = passages[best["passage_id"]]
     value = _value(gov["text"], ACME_SUBJECT)
     parts = []

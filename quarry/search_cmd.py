@@ -38,7 +38,8 @@ def format_decision(decision) -> list[str]:
     if decision is None:
         return []
     out = [f"decision (valid at {decision.valid_at.isoformat()}):"]
-    out += [f"  selected    {s.passage_id}: {s.reason}" for s in decision.selected]
+    out += [f"  governing   {s.passage_id}: {s.reason}" for s in decision.governing]
+    out += [f"  supporting  {s.passage_id}: {s.reason}" for s in decision.supporting]
     out += [f"  rejected    {r.passage_id}: {r.reason}" + (f" by {r.by}" if r.by else "")
             + (f" ({r.detail})" if r.detail else "") for r in decision.rejected]
     out += [f"  unresolved  {' vs '.join(u.passage_ids)}: {u.reason}" for u in decision.unresolved]

@@ -98,8 +98,9 @@ def search_response(res: SearchResult) -> dict[str, Any]:
     record next to them, stages and counts. The trace-only parts (candidates) stay out."""
     return {
         "excerpts": [e.model_dump(mode="json") for e in res.excerpts],
-        # {"valid_at", "selected": [{passage_id, reason}], "rejected": [{passage_id, reason, by, detail}],
-        #  "unresolved": [{passage_ids, reason}]}: the same record quarry search --json prints
+        # {"valid_at", "governing"/"supporting": [{passage_id, reason, validity}], "rejected": [{passage_id,
+        #  reason, by, detail}], "unresolved": [{passage_ids, reason}], "related": [{passage_id, outdated,
+        #  detail}]}: the same record quarry search --json prints
         "decision": None if res.decision is None else res.decision.model_dump(mode="json"),
         "stages": [st.model_dump(mode="json") for st in res.stages],
         "generation": res.generation,
@@ -253,7 +254,8 @@ class Gateway:
         if res is None:
             self._count("fetch", 404)
             raise _not_found()
-        await self._store("fetch", self.runs.record_fetch(run_id, pkey, res.ids))
+        rejected = sorted(res.decision.rejected_ids) if res.decision is not None else []
+        await self._store("fetch", self.runs.record_fetch(run_id, pkey, res.ids, rejected))
         self._count("fetch", 200)
         return res.to_json()
 

@@ -150,8 +150,9 @@ class RedisRunStore:
                            rejected_ids: list[str] = ()) -> rules.SearchDecision:
         return await self._decide(run_id, pkey, rules.decide_search, ids, list(rejected_ids))
 
-    async def record_fetch(self, run_id: str, pkey: str, ids: list[str]) -> rules.RunView:
-        return await self._decide(run_id, pkey, rules.decide_fetch, ids)
+    async def record_fetch(self, run_id: str, pkey: str, ids: list[str], rejected_ids: list[str] = ()
+                           ) -> rules.RunView:
+        return await self._decide(run_id, pkey, rules.decide_fetch, ids, list(rejected_ids))
 
     async def begin_answer(self, run_id: str, pkey: str) -> rules.AnswerStart:
         return await self._decide(run_id, pkey, rules.decide_begin_answer)

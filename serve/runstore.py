@@ -66,7 +66,8 @@ class RunStore(Protocol):
                            rejected_ids: list[str] = ()) -> SearchDecision:
         """Reserve and record in one atomic decision after the search ran (one round trip)."""
 
-    async def record_fetch(self, run_id: str, pkey: str, ids: list[str]) -> RunView: ...
+    async def record_fetch(self, run_id: str, pkey: str, ids: list[str], rejected_ids: list[str] = ()
+                           ) -> RunView: ...
 
     async def begin_answer(self, run_id: str, pkey: str) -> AnswerStart: ...
 

@@ -307,8 +307,9 @@ class ActorRunStore:
                            rejected_ids: list[str] = ()) -> rules.SearchDecision:
         return await self._decide("apply_search", run_id, pkey, ids, list(rejected_ids))
 
-    async def record_fetch(self, run_id: str, pkey: str, ids: list[str]) -> rules.RunView:
-        return await self._decide("record_fetch", run_id, pkey, ids)
+    async def record_fetch(self, run_id: str, pkey: str, ids: list[str], rejected_ids: list[str] = ()
+                           ) -> rules.RunView:
+        return await self._decide("record_fetch", run_id, pkey, ids, list(rejected_ids))
 
     async def begin_answer(self, run_id: str, pkey: str) -> rules.AnswerStart:
         return await self._decide("begin_answer", run_id, pkey)

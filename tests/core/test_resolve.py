@@ -216,8 +216,8 @@ def test_same_values_or_different_subjects_are_no_conflict():
                   doc("c", "The webhook retry interval is 30 minutes.", doc_type="runbook"),
                   doc("d", "The refund fee is EUR 0.25 per refund.", doc_type="help"))
     d = resolve(ps, ACME, D(2026, 2, 1))
-    assert not d.rejected and not d.unresolved
-    assert {s.reason for s in d.selected} == {"supporting"}
+    assert not d.rejected and not d.unresolved and not d.supporting  # no link or defeat to support
+    assert {s.reason for s in d.governing} == {"answers the question"} and len(d.governing) == 4
 
 
 def test_specific_outranks_general_only_while_in_force():

@@ -209,6 +209,7 @@ def build_and_upload_shard(
     stats: TermStats,
     uri: str,
     approx_threshold: int = APPROX_THRESHOLD,
+    evidence_facts: bool = True,
 ) -> ShardInfo:
     """Build one shard in a temporary local folder and upload it to ``uri`` (a shard folder
     of a generation or a delta): the one way every job writes a shard. The files are a pure
@@ -232,9 +233,10 @@ def build_and_upload_shard(
         np.save(out / "embeddings.npy", embeddings)
         pq.write_table(_passages_table(passages), out / "passages.parquet")
         pq.write_table(_parents_table(parents), out / "parents.parquet")
-        from quarry.core.evidence_graph import passage_facts  # statements and flags: the evidence graph's input
+        if evidence_facts:  # statements and flags, the evidence graph's input (else derived at first load)
+            from quarry.core.evidence_graph import passage_facts
 
-        (out / "evidence.jsonl").write_text("".join(f.to_json() + "\n" for f in passage_facts(passages)))
+            (out / "evidence.jsonl").write_text("".join(f.to_json() + "\n" for f in passage_facts(passages)))
         cols = FilterColumns.from_envelopes(tenant, [p.envelope for p in passages])
         np.savez(out / "filters.npz", **cols.to_arrays())
         (out / "shard.json").write_text(json.dumps({
@@ -576,6 +578,7 @@ def build_tenant_index(
     extra: dict[str, Any] | None = None,
     publish: bool = True,
     approx_threshold: int = APPROX_THRESHOLD,
+    evidence_facts: bool = True,
 ) -> int:
     """In-process build of one tenant's new generation (the Spark job does the same steps
     distributed). Returns the generation number; publishes it unless ``publish=False``."""
@@ -593,7 +596,7 @@ def build_tenant_index(
         infos.append(build_and_upload_shard(
             tenant, s, [passages[i] for i in rows], [x for x in parents if x.envelope.doc_id in docs],
             emb[rows] if rows else np.zeros((0, emb.shape[1] if emb.ndim == 2 else 0), np.float32),
-            stats, layout.shard_dir(root, tenant, gen, s), approx_threshold,
+            stats, layout.shard_dir(root, tenant, gen, s), approx_threshold, evidence_facts,
         ))
     manifest = make_manifest(tenant, gen, infos, stats, embedder_name, int(emb.shape[1]) if emb.ndim == 2 else 0,
                              chunker_version, source_watermark, extra, encoder=embedder_encoder)

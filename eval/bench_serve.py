@@ -115,7 +115,7 @@ def make_embedder(root: str):
 
 # ----------------------------------------------------------------------------- in-process
 
-def in_process_search(root: str, embedder, width: int, stage_kind: str, ce_dir: str | None):
+def in_process_search(root: str, embedder, width: int, stage_kind: str, ce_dir: str | None, graph_hops: int = 3):
     """(tenant, query) -> one in-process search, as the HTTP path runs it (same index,
     embedder, settings, second stage and principal), warmed up."""
     from quarry.core.index import TenantIndex
@@ -129,7 +129,7 @@ def in_process_search(root: str, embedder, width: int, stage_kind: str, ce_dir: 
     # Replicas run with OMP_NUM_THREADS=1 (Ray sets it from num_cpus); the baseline does the
     # same, or on a loaded 2-core machine torch's spinning threads would make it look slow.
     torch.set_num_threads(1)
-    settings = SearchSettings(top_k_ceiling=10, candidate_width=width)
+    settings = SearchSettings(top_k_ceiling=10, candidate_width=width, graph_hops=graph_hops)
     idx = {t: TenantIndex.load(root, t) for t in QUERIES}
     stages: dict[str, Any] = {t: None for t in QUERIES}
     if stage_kind == "learned":
@@ -223,6 +223,7 @@ def http_load(base: str, secret: str, requests: list[tuple[str, str]], concurren
     with ThreadPoolExecutor(max(4, concurrency)) as ex:
         runs = list(ex.map(lambda tq: new_run(tq[0]), requests))
     notes: dict[str, int] = {}
+    follow = [0]  # searches whose resolution ran contradiction-search queries (each one encodes)
     lock = threading.Lock()
 
     def one(i: int) -> tuple[float, int]:
@@ -236,9 +237,12 @@ def http_load(base: str, secret: str, requests: list[tuple[str, str]], concurren
             return (time.perf_counter() - t0) * 1000, 599
         ms = (time.perf_counter() - t0) * 1000
         if code == 200:
-            note = next((s["note"] for s in r.json()["stages"] if s["name"] == "rerank"), "")
+            stages = r.json()["stages"]
+            note = next((s["note"] for s in stages if s["name"] == "rerank"), "")
+            searched = "follow-up" in next((s["note"] for s in stages if s["name"] == "resolve"), "")
             with lock:
                 notes[note] = notes.get(note, 0) + 1
+                follow[0] += searched
         return ms, code
 
     t_start = time.perf_counter()
@@ -248,9 +252,10 @@ def http_load(base: str, secret: str, requests: list[tuple[str, str]], concurren
     ok = [ms for ms, code in res if code == 200]
     return {"concurrency": concurrency, "requests": len(res), "errors": sum(1 for _, c in res if c != 200),
             "p50_ms": _pct(ok, 0.5), "p95_ms": _pct(ok, 0.95), "throughput_rps": len(res) / wall,
-            "rerank_notes": notes}
+            "rerank_notes": notes, "with_follow_ups": follow[0]}
 
 
+RESOLUTIONS = {"graph": "resolution over the evidence graph", "search": "graph off: contradiction search"}
 MODES = {"standard": "standard Serve", "optimized": "throughput-optimized Serve, through the proxy",
          "direct": "throughput-optimized Serve, direct to the Gateway replica"}
 
@@ -278,16 +283,17 @@ def deploy(settings, mode: str, port: int, ray_cpus: int) -> str:
 
 
 def run_config(name: str, root: str, secret: str, args, extra: dict[str, Any], embedder, stage_kind: str,
-               width: int, ce_dir: str | None, n_requests: int | None = None, mode: str = "optimized"
-               ) -> dict[str, Any]:
+               width: int, ce_dir: str | None, n_requests: int | None = None, mode: str = "optimized",
+               resolution: str = "graph") -> dict[str, Any]:
     n_requests = n_requests or args.requests
     from quarry.serve import launch
     from quarry.serve.settings import AuthSettings, ServeSettings
 
-    name = f"{name}, {MODES[mode]}"
+    name = f"{name}, {MODES[mode]}, {RESOLUTIONS[resolution]}"
+    hops = 0 if resolution == "search" else 3
 
     settings = ServeSettings(index_root=root, auth=AuthSettings(hs256_secret=secret), ray_namespace="quarry-bench",
-                             store_name_prefix="quarry-bench", search={"candidate_width": width},
+                             store_name_prefix="quarry-bench", search={"candidate_width": width, "graph_hops": hops},
                              max_ongoing_requests=32,
                              # every search encodes, as the in-process baseline does (default): the
                              # workload repeats its queries, so the query-vector cache hides the encoder
@@ -298,13 +304,14 @@ def run_config(name: str, root: str, secret: str, args, extra: dict[str, Any], e
     print(f"[bench] {name}: deploying", flush=True)
     base = deploy(settings, mode, args.port, args.ray_cpus)
     rows = []
-    one = in_process_search(root, embedder, width, stage_kind, ce_dir)
+    one = in_process_search(root, embedder, width, stage_kind, ce_dir, hops)
     try:
         http_load(base, secret, workload(20), 4)  # warm-up: index loads, model loads
         for c in args.concurrency:
             r = http_load(base, secret, workload(n_requests), c)
             print(f"[bench] {name} c={c}: p50 {r['p50_ms']:.1f} ms p95 {r['p95_ms']:.1f} ms "
-                  f"{r['throughput_rps']:.1f} req/s errors {r['errors']} rerank {r['rerank_notes']}", flush=True)
+                  f"{r['throughput_rps']:.1f} req/s errors {r['errors']} with follow-ups {r['with_follow_ups']} "
+                  f"rerank {r['rerank_notes']}", flush=True)
             rows.append(r)
         pair = paired(base, secret, one, workload(n_requests))
         print(f"[bench] {name} paired c=1: HTTP p50 {pair['http_p50_ms']:.1f} ms, in-process "
@@ -313,7 +320,8 @@ def run_config(name: str, root: str, secret: str, args, extra: dict[str, Any], e
         launch.stop()
     ip = in_process(one, workload(n_requests))
     print(f"[bench] {name} in-process p50 {ip['p50_ms']:.2f} ms", flush=True)
-    return {"name": name, "width": width, "rows": rows, "in_process": ip, "paired": pair, "mode": mode}
+    return {"name": name, "width": width, "rows": rows, "in_process": ip, "paired": pair, "mode": mode,
+            "resolution": resolution}
 
 
 def markdown(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
@@ -329,8 +337,8 @@ def markdown(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         "(Ray sets OMP_NUM_THREADS=1).",
         "",
         "| configuration | candidates to 2nd stage | concurrency | requests | errors | p50 ms | p95 ms | req/s "
-        "| in-process p50 ms | HTTP p50 (c=1) / in-process |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| searches with follow-up queries | in-process p50 ms | HTTP p50 (c=1) / in-process |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for res in results:
         ip = res["in_process"]["p50_ms"]
@@ -339,7 +347,7 @@ def markdown(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
             ratio = f"{c1['p50_ms'] / ip:.2f}x" if r is c1 else ""
             out.append(f"| {res['name']} | {res['width']} | {r['concurrency']} | {r['requests']} | {r['errors']} | "
                        f"{r['p50_ms']:.1f} | {r['p95_ms']:.1f} | {r['throughput_rps']:.1f} | "
-                       f"{ip:.1f} | {ratio} |")
+                       f"{r.get('with_follow_ups', 0)} | {ip:.1f} | {ratio} |")
     out += ["", "Paired at c=1: each search in-process, then the same search over HTTP, alternating, so "
             "both see the same load from the rest of the machine (the acceptance ratio):", "",
             "| configuration | searches | in-process p50 ms | HTTP p50 ms | HTTP p50 / in-process p50 "
@@ -391,6 +399,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--query-cache", type=int, default=0,
                    help="the Retriever's query-vector cache size (default 0: every search encodes, like the "
                         "in-process baseline; the workload repeats its queries, so a cache serves most of them)")
+    p.add_argument("--resolution", default="graph",
+                   help="comma-separated resolution evidence, each measured in turn: graph (the evidence graph's "
+                        "links, the default) and search (graph off: query-based contradiction search, the path "
+                        "before the graph)")
     p.add_argument("--modes", default="optimized",
                    help="comma-separated Serve modes, each measured in turn: standard, optimized (the default "
                         "deployment, RAY_SERVE_THROUGHPUT_OPTIMIZED=1 with direct ingress, called through the "
@@ -399,6 +411,10 @@ def main(argv: list[str] | None = None) -> int:
     modes = [m for m in args.modes.split(",") if m]
     if not modes or any(m not in MODES for m in modes):
         print(f"error: --modes takes a comma-separated list of {', '.join(MODES)}", file=sys.stderr)
+        return 2
+    resolutions = [r for r in args.resolution.split(",") if r]
+    if not resolutions or any(r not in RESOLUTIONS for r in resolutions):
+        print(f"error: --resolution takes a comma-separated list of {', '.join(RESOLUTIONS)}", file=sys.stderr)
         return 2
     if args.query_cache < 0:
         print("error: --query-cache must be 0 (off) or a positive size", file=sys.stderr)
@@ -422,8 +438,9 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     if "off" in configs:
         for mode in modes:
-            results.append(run_config("second stage off", root, secret, args, {"reranker_enabled": False}, embedder,
-                                      "off", 50, None, mode=mode))
+            for res in resolutions:
+                results.append(run_config("second stage off", root, secret, args, {"reranker_enabled": False},
+                                          embedder, "off", 50, None, mode=mode, resolution=res))
     if "learned" in configs:
         if not own:
             print("[bench] skipping 'learned': it records gate decisions, so it only runs on an index it built",

@@ -204,9 +204,10 @@ def principal_label(groups: Sequence[str]) -> str:
     return "+".join(groups) if groups else "no-groups"
 
 
-def outcome_id(case_id: str, width: int, groups: Sequence[str]) -> str:
-    """One run of a case: ``acme-cutoff-after-cutover@k2/all-staff+support``."""
-    return f"{case_id}@k{width}/{principal_label(groups)}"
+def outcome_id(case_id: str, width: int | None, groups: Sequence[str]) -> str:
+    """One run of a case: ``acme-cutoff-after-cutover@k2/all-staff+support``. ``width``
+    None: the case's one run (its own top_k, its own groups), named by the case id alone."""
+    return case_id if width is None else f"{case_id}@k{width}/{principal_label(groups)}"
 
 
 # --------------------------------------------------------------------------- loading
@@ -472,9 +473,10 @@ def leaks_of(case: EvidenceCase, index, principal: Principal, result: SearchResu
 
 def run_case(case: EvidenceCase, index, embedder, settings, second_stage=None,
              search_fn: Callable[..., SearchResult] | None = None, *, width: int | None = None,
-             groups: Sequence[str] | None = None) -> tuple[CaseOutcome, CaseContext]:
+             groups: Sequence[str] | None = None, suffix: bool = True) -> tuple[CaseOutcome, CaseContext]:
     """Run ``case`` at final width ``width`` (default: its ``top_k``) as the principal with
-    ``groups`` (default: the case's groups) and score it."""
+    ``groups`` (default: the case's groups) and score it. The outcome id names the width
+    and the principal (``outcome_id``) unless ``suffix`` is False."""
     search_fn = search_fn or _run_search
     k = case.top_k if width is None else width
     groups = tuple(case.groups if groups is None else groups)
@@ -542,7 +544,7 @@ def run_case(case: EvidenceCase, index, embedder, settings, second_stage=None,
         if asserted:
             fails.append("selected evidence holds every decisive term: " + ", ".join(asserted))
 
-    oid = outcome_id(case.id, k, groups)
+    oid = outcome_id(case.id, k if suffix else None, groups)
     outcome = CaseOutcome(
         id=oid, case_id=case.id, split=case.split, width=k, groups=groups, kinds=case.kinds, tenant=case.tenant, answerable=case.answerable, queries=tuple(traces),
         candidates=stages["candidates"], candidate_recall=(len(in_cand) / len(need)) if need else None,
@@ -624,6 +626,10 @@ def summarize(outcomes: Sequence[CaseOutcome]) -> dict[str, Any]:
     }
 
 
+# What jobs/case_gate.py reads at the top of the summary (pooled, see summarize_suite).
+POOLED_FOR_GATE = ("answerable", "resolution_accuracy", "candidate_recall", "false_assertion_rate")
+
+
 def summarize_suite(outcomes: Sequence[CaseOutcome], extra_leaks: Sequence[str] = ()) -> dict[str, Any]:
     """Per split (dev and test apart, never blended) and, within each, per width; the
     isolation gate over every run (``extra_leaks``: runs made only for counterfactuals)."""
@@ -638,9 +644,13 @@ def summarize_suite(outcomes: Sequence[CaseOutcome], extra_leaks: Sequence[str] 
         s["widths"] = sorted({o.width for o in mine})
         s["by_width"] = {str(k): summarize([o for o in mine if o.width == k]) for k in s["widths"]}
         splits[sp] = s
+    pooled = summarize(outcomes)
     return {
         "isolation": "pass" if not leaks else "FAIL",
         "leaks": leaks,
+        # Pooled over every split, only for comparing one case set with itself (the
+        # promotion gate, jobs/case_gate.py: new vs live generation); never reported.
+        **{k: pooled[k] for k in POOLED_FOR_GATE},
         "outcomes": len(outcomes),
         "cases": len({o.case_id for o in outcomes}),
         "widths": widths,
@@ -721,9 +731,13 @@ def run_suite(cases: Sequence[EvidenceCase], index_root: str, settings=None, *, 
             loaded[case.tenant] = (index, emb, second)
         index, emb, second = loaded[case.tenant]
         ks, cf_k = case_widths(case, widths), counterfactual_width(case)
+        # A sweep names each run case@k{width}/{principal}; a case run once (its own top_k,
+        # its own groups) keeps its bare id, as the promotion gate compares them.
+        suffix = widths is not None or bool(case.also_groups)
         for groups in case.principal_groups:
             for k in ks:
-                out, ctx = run_case(case, index, emb, settings, second, search_fn, width=k, groups=groups)
+                out, ctx = run_case(case, index, emb, settings, second, search_fn, width=k, groups=groups,
+                                    suffix=suffix)
                 outcomes.append(out)
                 if k == cf_k:
                     contexts.append(ctx)

@@ -192,7 +192,11 @@ def test_sweep_runs_every_width_for_every_principal(hash_root):
 def test_widths_case_uses_the_case_top_k(hash_root):
     case = _pick("acme-cutoff-after-cutover-wide")[0]
     run = C.run_suite([case], hash_root, counterfactuals=False)
-    assert [o.id for o in run.outcomes] == [f"{case.id}@k8/all-staff"]
+    # run once (own top_k, own groups): the bare case id, as the promotion gate compares them
+    assert [(o.id, o.width, o.groups) for o in run.outcomes] == [(case.id, 8, ("all-staff",))]
+    other = case.model_copy(update={"also_groups": (("support",),)})
+    assert [o.id for o in C.run_suite([other], hash_root, counterfactuals=False).outcomes] == [
+        f"{case.id}@k8/all-staff", f"{case.id}@k8/support"]
     with pytest.raises(ValueError, match="widths"):
         C.run_suite([case], hash_root, widths=(0,), counterfactuals=False)
 
@@ -207,11 +211,15 @@ def test_dev_and_test_are_never_blended(hash_root):
     assert s["splits"]["dev"]["cases"] == 4 and s["splits"]["dev"]["unanswerable"] == 2
     assert s["splits"]["test"]["cases"] == 2 and s["splits"]["test"]["unanswerable"] == 0
     assert all((o.split == "test") == o.case_id.endswith("-held-out") for o in run.outcomes)
-    # no blended accuracy at the top: only per split (and per width within it)
-    assert "resolution_accuracy" not in s and "boundaries" not in s
+    # figures per split (and per width within it); the few pooled keys the promotion gate
+    # reads (one case set against itself) are never reported
+    assert "boundaries" not in s and "by_width" not in s and "failing_cases" not in s
+    assert set(C.POOLED_FOR_GATE) <= set(s) and s["answerable"] == 2 + 2
     assert set(s["resolution_by_width"]["2"]) == {"dev", "test"} and s["resolution_by_width"]["2"]["test"]["of"] == 1
     md = R.to_markdown(run)
     assert "## Split: dev" in md and "## Split: test" in md and "| Width | dev | test |" in md
+    assert "2 answerable, 2 unanswerable" in md and "2 answerable, 0 unanswerable" in md
+    assert "4 answerable" not in md and "/ 4 " not in md  # the pooled count (2 dev + 2 test) appears nowhere
 
 
 @pytest.mark.slow

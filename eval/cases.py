@@ -16,24 +16,34 @@ passages; an id with ``#`` names one passage):
 2. ``second_stage``: ... and among the passages the second stage kept (the fused top_k
    when no second stage is enabled);
 3. ``delivered``: ... and among the excerpts delivered in the final k;
-4. ``resolution``: the decision record selects every expected-selected id, rejects every
-   must-reject id with an allowed reason code (and by the named id), leaves every
-   ``unresolved`` id unresolved and every ``not_selected`` id rejected or unresolved. A
-   must-reject id that was never delivered fails (the record cannot show it was seen)
-   unless the case marks it ``must_be_seen: false``.
+4. ``resolution``: the decision record makes every ``governing`` id governing, every
+   expected-selected id governing or supporting, rejects every must-reject id with an
+   allowed reason code (and by the named id), leaves every ``unresolved`` id unresolved
+   and every ``not_selected`` id rejected, unresolved or related-but-outdated (a plain
+   ``related`` passage is neither selected nor rejected). A must-reject id that was never
+   delivered fails (the record cannot show it was seen) unless the case marks it
+   ``must_be_seen: false``.
 
 With more than one query, or when the search ran without ``valid_at``, the decision is
 ``resolve()`` over everything the case's searches delivered, as of the case's date (the
-evidence an agent's run has seen); otherwise it is the search path's own decision.
+evidence an agent's run has seen), with the case's queries as ``query``; otherwise it is
+the search path's own decision. ``resolve_evidence`` is the one place that calls it.
+
+Sweeps: a suite runs each case at every final width asked for (or its own ``top_k``) and
+as every principal (its ``groups``, then each ``also_groups``); each (case, width,
+principal) is one outcome, ``case@k{width}/{groups}``. A case is ``split: dev`` (what the
+resolver was tuned on) or ``test`` (held out); summaries are per split, never blended.
 
 Unanswerable cases are scored apart, never blended into accuracy. Each names its
 ``decisive_terms``: the words any answer would have to rest on (e.g. ``CAD`` and
 ``cutoff``). The deterministic sufficiency rule is: an *honest abstention* is a run whose
-decision selects no passage holding every decisive term (an empty result, or one where
-such passages were only rejected or unresolved, is honest); otherwise the selected
-evidence would let an agent assert an answer, and the case counts as a *false assertion*.
+decision selects (as governing or supporting) no passage holding every decisive term (an
+empty result, or one where such passages were only rejected, unresolved or related, is
+honest); otherwise the selected evidence would let an agent assert an answer, and the case
+counts as a *false assertion*.
 
-The tenant-isolation gate is checked on every query of every case: a candidate, excerpt or
+The tenant-isolation gate is checked on every query of every run of every case (the runs
+made only for counterfactuals included): a candidate, excerpt or
 decision id that is not a passage of the principal's tenant readable by its groups, or a
 document the case lists as another tenant's (``foreign``), is a leak; one leak fails the
 whole run, whatever the accuracy.
@@ -182,8 +192,8 @@ class EvidenceCase(_Frozen):
     @property
     def relevant_ids(self) -> frozenset[str]:
         return frozenset(self.minimum_evidence) | frozenset(self.expected_selected) | frozenset(
-            self.expected_governing) | frozenset(r.id for r in self.rejected) | frozenset(self.unresolved) | frozenset(self.not_selected) | frozenset(
-            self.relevant)
+            self.expected_governing) | frozenset(r.id for r in self.rejected) | frozenset(
+            self.unresolved) | frozenset(self.not_selected) | frozenset(self.relevant)
 
     @property
     def expected_governing(self) -> tuple[str, ...]:
@@ -546,7 +556,8 @@ def run_case(case: EvidenceCase, index, embedder, settings, second_stage=None,
 
     oid = outcome_id(case.id, k if suffix else None, groups)
     outcome = CaseOutcome(
-        id=oid, case_id=case.id, split=case.split, width=k, groups=groups, kinds=case.kinds, tenant=case.tenant, answerable=case.answerable, queries=tuple(traces),
+        id=oid, case_id=case.id, split=case.split, width=k, groups=groups, kinds=case.kinds, tenant=case.tenant,
+        answerable=case.answerable, queries=tuple(traces),
         candidates=stages["candidates"], candidate_recall=(len(in_cand) / len(need)) if need else None,
         second_stage=stages["second_stage"], delivered=stages["delivered"], resolution=stages["resolution"],
         first_lost=first_lost, precision=precision, abstained=abstained, asserted_by=asserted,

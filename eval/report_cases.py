@@ -282,7 +282,8 @@ def run(args) -> int:
     if args.split != "all":
         cases = [c for c in cases if c.split == args.split]
         if not cases:
-            return fail(f"no {args.split} case in {args.cases}" + (f" for tenant {args.tenant!r}" if args.tenant else ""))
+            return fail(f"no {args.split} case in {args.cases}"
+                        + (f" for tenant {args.tenant!r}" if args.tenant else ""))
     sources = parse_sources(args.build)
     if sources:
         try:

@@ -100,7 +100,7 @@ def _split_markdown(run, split: str, s: dict[str, Any]) -> list[str]:
                      + " | ".join(f"{x['surviving']} / {x['of']}" for x in per) + f" | {r['failure_means']} |")
     lines += [
         "",
-        f"Resolution correct ({split}): {_frac(s['resolution_correct'], s['answerable'])} overall; "
+        f"Resolution correct ({split}, whatever the earlier boundaries): {_frac(s['resolution_correct'], s['answerable'])} overall; "
         + "; ".join(f"k={k}: {_frac(bw[str(k)]['resolution_correct'], bw[str(k)]['answerable'])}" for k in widths)
         + ".",
         "",

@@ -16,24 +16,34 @@ passages; an id with ``#`` names one passage):
 2. ``second_stage``: ... and among the passages the second stage kept (the fused top_k
    when no second stage is enabled);
 3. ``delivered``: ... and among the excerpts delivered in the final k;
-4. ``resolution``: the decision record selects every expected-selected id, rejects every
-   must-reject id with an allowed reason code (and by the named id), leaves every
-   ``unresolved`` id unresolved and every ``not_selected`` id rejected or unresolved. A
-   must-reject id that was never delivered fails (the record cannot show it was seen)
-   unless the case marks it ``must_be_seen: false``.
+4. ``resolution``: the decision record makes every ``governing`` id governing, every
+   expected-selected id governing or supporting, rejects every must-reject id with an
+   allowed reason code (and by the named id), leaves every ``unresolved`` id unresolved
+   and every ``not_selected`` id rejected, unresolved or related-but-outdated (a plain
+   ``related`` passage is neither selected nor rejected). A must-reject id that was never
+   delivered fails (the record cannot show it was seen) unless the case marks it
+   ``must_be_seen: false``.
 
 With more than one query, or when the search ran without ``valid_at``, the decision is
 ``resolve()`` over everything the case's searches delivered, as of the case's date (the
-evidence an agent's run has seen); otherwise it is the search path's own decision.
+evidence an agent's run has seen), with the case's queries as ``query``; otherwise it is
+the search path's own decision. ``resolve_evidence`` is the one place that calls it.
+
+Sweeps: a suite runs each case at every final width asked for (or its own ``top_k``) and
+as every principal (its ``groups``, then each ``also_groups``); each (case, width,
+principal) is one outcome, ``case@k{width}/{groups}``. A case is ``split: dev`` (what the
+resolver was tuned on) or ``test`` (held out); summaries are per split, never blended.
 
 Unanswerable cases are scored apart, never blended into accuracy. Each names its
 ``decisive_terms``: the words any answer would have to rest on (e.g. ``CAD`` and
 ``cutoff``). The deterministic sufficiency rule is: an *honest abstention* is a run whose
-decision selects no passage holding every decisive term (an empty result, or one where
-such passages were only rejected or unresolved, is honest); otherwise the selected
-evidence would let an agent assert an answer, and the case counts as a *false assertion*.
+decision selects (as governing or supporting) no passage holding every decisive term (an
+empty result, or one where such passages were only rejected, unresolved or related, is
+honest); otherwise the selected evidence would let an agent assert an answer, and the case
+counts as a *false assertion*.
 
-The tenant-isolation gate is checked on every query of every case: a candidate, excerpt or
+The tenant-isolation gate is checked on every query of every run of every case (the runs
+made only for counterfactuals included): a candidate, excerpt or
 decision id that is not a passage of the principal's tenant readable by its groups, or a
 document the case lists as another tenant's (``foreign``), is a leak; one leak fails the
 whole run, whatever the accuracy.
@@ -61,8 +71,12 @@ from quarry.core.records import (
     SearchRequest,
     SearchResult,
     Verdict,
+    SELECTED_VERDICTS,
     validation_reason,
 )
+
+Split = Literal["dev", "test"]
+SPLITS: tuple[Split, ...] = ("dev", "test")
 
 CaseKind = Literal[
     "lexical-decoy",  # repeats the exact identifier but concerns another event
@@ -122,7 +136,10 @@ class EvidenceCase(_Frozen):
     top_k: int = Field(TOP_K_DEFAULT, ge=1, le=TOP_K_CEILING, description="at most a default server's ceiling")
     answerable: bool
     minimum_evidence: tuple[str, ...] = ()
-    selected: tuple[str, ...] | None = Field(None, description="ids the decision must select (default: minimum_evidence)")
+    selected: tuple[str, ...] | None = Field(
+        None, description="ids the decision must select, as governing or supporting (default: minimum_evidence)")
+    governing: tuple[str, ...] | None = Field(
+        None, description="ids that must be governing (None: nothing required beyond `selected`)")
     rejected: tuple[MustReject, ...] = ()
     unresolved: tuple[str, ...] = Field((), description="ids that must stay unresolved (qualified)")
     not_selected: tuple[str, ...] = Field((), description="ids that must be seen and not selected (rejected or unresolved)")
@@ -131,6 +148,9 @@ class EvidenceCase(_Frozen):
     decisive_terms: tuple[str, ...] = Field((), description="unanswerable: words an answer would have to rest on")
     foreign: tuple[str, ...] = Field((), description="other tenants' doc ids that must never appear")
     answer: str = Field("", description="reference answer, for people (not scored)")
+    split: Split = Field("dev", description="dev: what the resolver was tuned on; test: held out (never blended)")
+    also_groups: tuple[tuple[str, ...], ...] = Field(
+        (), description="other principals' group sets for which the same expectations must hold")
 
     @field_validator("queries")
     @classmethod
@@ -139,18 +159,30 @@ class EvidenceCase(_Frozen):
             raise ValueError("queries must be non-blank")
         return v
 
+    @field_validator("also_groups")
+    @classmethod
+    def _also_groups(cls, v):
+        for groups in v:
+            if any(not g.strip() for g in groups):
+                raise ValueError("group names must be non-blank")
+        return v
+
     @model_validator(mode="after")
     def _shape(self) -> "EvidenceCase":
         if self.answerable and not self.minimum_evidence:
             raise ValueError("an answerable case needs a minimum_evidence set")
         if not self.answerable:
-            if self.minimum_evidence or self.selected:
-                raise ValueError("an unanswerable case has no minimum_evidence or selected ids")
+            if self.minimum_evidence or self.selected or self.governing:
+                raise ValueError("an unanswerable case has no minimum_evidence, selected or governing ids")
             if not self.decisive_terms:
                 raise ValueError("an unanswerable case needs decisive_terms (the words an answer would rest on)")
-        clash = set(self.expected_selected) & ({r.id for r in self.rejected} | set(self.not_selected))
+        clash = (set(self.expected_selected) | set(self.governing or ())) & (
+            {r.id for r in self.rejected} | set(self.not_selected))
         if clash:
             raise ValueError(f"ids both selected and rejected: {sorted(clash)}")
+        sets = [frozenset(g) for g in self.principal_groups]
+        if len(set(sets)) != len(sets):
+            raise ValueError("also_groups repeats a principal (the case's groups or another also_groups entry)")
         return self
 
     @property
@@ -160,11 +192,32 @@ class EvidenceCase(_Frozen):
     @property
     def relevant_ids(self) -> frozenset[str]:
         return frozenset(self.minimum_evidence) | frozenset(self.expected_selected) | frozenset(
-            r.id for r in self.rejected) | frozenset(self.unresolved) | frozenset(self.not_selected) | frozenset(
-            self.relevant)
+            self.expected_governing) | frozenset(r.id for r in self.rejected) | frozenset(
+            self.unresolved) | frozenset(self.not_selected) | frozenset(self.relevant)
 
-    def principal(self, tenant: str | None = None) -> Principal:
-        return Principal(tenant=tenant or self.tenant, subject=f"case:{self.id}", groups=frozenset(self.groups))
+    @property
+    def expected_governing(self) -> tuple[str, ...]:
+        return self.governing or ()
+
+    @property
+    def principal_groups(self) -> tuple[tuple[str, ...], ...]:
+        """The group sets the case runs as: its own ``groups``, then each ``also_groups``."""
+        return (self.groups, *self.also_groups)
+
+    def principal(self, tenant: str | None = None, groups: Sequence[str] | None = None) -> Principal:
+        return Principal(tenant=tenant or self.tenant, subject=f"case:{self.id}",
+                         groups=frozenset(self.groups if groups is None else groups))
+
+
+def principal_label(groups: Sequence[str]) -> str:
+    """A principal's groups as an outcome-id suffix: ``all-staff+support`` (``no-groups`` when none)."""
+    return "+".join(groups) if groups else "no-groups"
+
+
+def outcome_id(case_id: str, width: int | None, groups: Sequence[str]) -> str:
+    """One run of a case: ``acme-cutoff-after-cutover@k2/all-staff+support``. ``width``
+    None: the case's one run (its own top_k, its own groups), named by the case id alone."""
+    return case_id if width is None else f"{case_id}@k{width}/{principal_label(groups)}"
 
 
 # --------------------------------------------------------------------------- loading
@@ -234,9 +287,15 @@ def _any(case_id: str, passage_ids: Iterable[str]) -> bool:
 
 
 def decision_verdicts(decision: Decision) -> dict[str, Verdict]:
+    """Every passage the decision names, with its verdict (the precedence of
+    ``Decision.verdict``: rejected, unresolved, governing, supporting, related)."""
     out: dict[str, Verdict] = {}
-    for s in decision.selected:
-        out[s.passage_id] = "selected"
+    for r in decision.related:
+        out[r.passage_id] = "related"
+    for s in decision.supporting:
+        out[s.passage_id] = "supporting"
+    for s in decision.governing:
+        out[s.passage_id] = "governing"
     for u in decision.unresolved:
         for p in u.passage_ids:
             out[p] = "unresolved"
@@ -245,14 +304,35 @@ def decision_verdicts(decision: Decision) -> dict[str, Verdict]:
     return out
 
 
+def _labels(decision: Decision, verdicts: dict[str, Verdict], want: str) -> list[str]:
+    """The verdicts of the passages ``want`` names, for a failure line (a related passage
+    the rules would reject reads ``related(outdated:REASON)``)."""
+    outdated = {r.passage_id: r.outdated for r in decision.related if r.outdated is not None}
+    return sorted({f"related(outdated:{outdated[p]})" if v == "related" and p in outdated else v
+                   for p, v in verdicts.items() if matches(want, p)})
+
+
 def resolution_failures(case: EvidenceCase, decision: Decision) -> list[str]:
-    """What the decision got wrong against the case's expected resolution (empty = correct)."""
+    """What the decision got wrong against the case's expected resolution (empty = correct).
+
+    Expected governing ids must be governing; expected selected ids governing or
+    supporting; must-reject ids rejected (with an allowed code, by the named id);
+    ``unresolved`` ids unresolved; ``not_selected`` ids rejected, unresolved, or related
+    with an ``outdated`` reason (never citable). A plain related passage is neither
+    selected nor rejected."""
     verdicts = decision_verdicts(decision)
+    outdated = {r.passage_id for r in decision.related if r.outdated is not None}
     fails = []
+
+    def got(want: str) -> str:
+        return "/".join(_labels(decision, verdicts, want)) or "not delivered"
+
+    for want in case.expected_governing:
+        if not any(v == "governing" for p, v in verdicts.items() if matches(want, p)):
+            fails.append(f"{want}: expected governing, got {got(want)}")
     for want in case.expected_selected:
-        got = sorted({v for p, v in verdicts.items() if matches(want, p)})
-        if "selected" not in got:
-            fails.append(f"{want}: expected selected, got {'/'.join(got) or 'not delivered'}")
+        if not any(v in SELECTED_VERDICTS for p, v in verdicts.items() if matches(want, p)):
+            fails.append(f"{want}: expected selected, got {got(want)}")
     for must in case.rejected:
         hits = [r for r in decision.rejected if matches(must.id, r.passage_id)]
         ok = [r for r in hits if r.reason in must.reason and (must.by is None or (r.by and matches(must.by, r.by)))]
@@ -262,19 +342,17 @@ def resolution_failures(case: EvidenceCase, decision: Decision) -> list[str]:
             fails.append(f"{must.id}: rejected as {hits[0].reason} by {hits[0].by}, expected "
                          f"{'/'.join(must.reason)}" + (f" by {must.by}" if must.by else ""))
         else:
-            got = sorted({v for p, v in verdicts.items() if matches(must.id, p)})
-            if not got and not must.must_be_seen:
+            if not _labels(decision, verdicts, must.id) and not must.must_be_seen:
                 continue
-            fails.append(f"{must.id}: expected rejected ({'/'.join(must.reason)}), got "
-                         f"{'/'.join(got) or 'not delivered'}")
+            fails.append(f"{must.id}: expected rejected ({'/'.join(must.reason)}), got {got(must.id)}")
     for want in case.unresolved:
-        got = sorted({v for p, v in verdicts.items() if matches(want, p)})
-        if "unresolved" not in got:
-            fails.append(f"{want}: expected unresolved, got {'/'.join(got) or 'not delivered'}")
+        if not any(v == "unresolved" for p, v in verdicts.items() if matches(want, p)):
+            fails.append(f"{want}: expected unresolved, got {got(want)}")
     for want in case.not_selected:
-        got = sorted({v for p, v in verdicts.items() if matches(want, p)})
-        if not got or "selected" in got:
-            fails.append(f"{want}: expected rejected or unresolved, got {'/'.join(got) or 'not delivered'}")
+        mine = {p: v for p, v in verdicts.items() if matches(want, p)}
+        denied = [p for p, v in mine.items() if v in ("rejected", "unresolved") or p in outdated]
+        if not denied or any(v in SELECTED_VERDICTS for v in mine.values()):
+            fails.append(f"{want}: expected rejected or unresolved, got {got(want)}")
     if case.nothing_unresolved and decision.unresolved:
         fails.append("expected nothing unresolved, got " + "; ".join(
             "/".join(u.passage_ids) for u in decision.unresolved))
@@ -307,6 +385,25 @@ def survivors(result: SearchResult, top_k: int) -> list[str]:
     return [c.passage_id for c in sorted(result.candidates, key=lambda c: c.fused_rank)[:top_k]]
 
 
+def case_query(case: EvidenceCase) -> str:
+    """The case's task as the resolver sees it: its queries, joined."""
+    return " ".join(case.queries)
+
+
+def resolve_evidence(passages: Sequence[Passage], principal: Principal, valid_at: dt.date,
+                     query: str | None) -> Decision:
+    """The one call into ``core.resolve.resolve`` for evaluation (the runner and the
+    counterfactuals): ``query`` lets the resolver tell governing from related evidence."""
+    from quarry.core import resolve as resolver  # looked up per call: tests swap in doubles
+
+    try:
+        return resolver.resolve(list(passages), principal, valid_at, query=query)
+    except TypeError as e:  # until the graph resolver lands: a resolve() without query=
+        if "query" not in str(e):
+            raise
+        return resolver.resolve(list(passages), principal, valid_at)
+
+
 # --------------------------------------------------------------------------- per-case outcome
 
 
@@ -321,7 +418,13 @@ class QueryTrace(_Frozen):
 
 
 class CaseOutcome(_Frozen):
-    id: str
+    """One run of a case: at one final width, as one principal (``id`` says which)."""
+
+    id: str  # outcome_id(case_id, width, groups)
+    case_id: str
+    split: Split
+    width: int  # the final k the searches asked for
+    groups: tuple[str, ...]  # the principal's groups
     kinds: tuple[str, ...]
     tenant: str
     answerable: bool
@@ -352,6 +455,12 @@ class CaseContext:
     delivered: list[Passage]
     decision: Decision
     results: list[SearchResult] = field(default_factory=list)
+    width: int = TOP_K_DEFAULT
+    outcome_id: str = ""
+
+    @property
+    def label(self) -> str:
+        return self.outcome_id or self.case.id
 
 
 def leaks_of(case: EvidenceCase, index, principal: Principal, result: SearchResult) -> list[str]:
@@ -373,15 +482,19 @@ def leaks_of(case: EvidenceCase, index, principal: Principal, result: SearchResu
 
 
 def run_case(case: EvidenceCase, index, embedder, settings, second_stage=None,
-             search_fn: Callable[..., SearchResult] | None = None) -> tuple[CaseOutcome, CaseContext]:
-    from quarry.core.resolve import resolve
-
+             search_fn: Callable[..., SearchResult] | None = None, *, width: int | None = None,
+             groups: Sequence[str] | None = None, suffix: bool = True) -> tuple[CaseOutcome, CaseContext]:
+    """Run ``case`` at final width ``width`` (default: its ``top_k``) as the principal with
+    ``groups`` (default: the case's groups) and score it. The outcome id names the width
+    and the principal (``outcome_id``) unless ``suffix`` is False."""
     search_fn = search_fn or _run_search
-    principal = case.principal()
+    k = case.top_k if width is None else width
+    groups = tuple(case.groups if groups is None else groups)
+    principal = case.principal(groups=groups)
     traces, results, leaks = [], [], []
     delivered: dict[str, Passage] = {}
     for q in case.queries:
-        req = SearchRequest(query=q, top_k=case.top_k, doc_type=case.doc_type,
+        req = SearchRequest(query=q, top_k=k, doc_type=case.doc_type,
                             valid_at=case.valid_at if case.filter_valid_at else None)
         res = search_fn(index, principal, req, embedder, settings, second_stage)
         results.append(res)
@@ -391,7 +504,7 @@ def run_case(case: EvidenceCase, index, embedder, settings, second_stage=None,
             if p is not None:
                 delivered.setdefault(p.passage_id, p)
         traces.append(QueryTrace(query=q, candidates=tuple(c.passage_id for c in res.candidates),
-                                 survivors=tuple(survivors(res, case.top_k)),
+                                 survivors=tuple(survivors(res, k)),
                                  delivered=tuple(e.passage_id for e in res.excerpts), generation=res.generation))
     # The path's own decision when it answers the case exactly (one query, same date);
     # otherwise resolve over everything the run delivered, as of the case's date.
@@ -399,7 +512,7 @@ def run_case(case: EvidenceCase, index, embedder, settings, second_stage=None,
     if only is not None and only.valid_at == case.valid_at:
         decision = only
     else:
-        decision = resolve(list(delivered.values()), principal, case.valid_at)
+        decision = resolve_evidence(list(delivered.values()), principal, case.valid_at, case_query(case))
     # The evidence the decision was made over: the excerpts, plus whatever the path's own
     # contradiction search folded in (counterfactuals re-resolve exactly this set).
     evidence = dict(delivered)
@@ -441,14 +554,17 @@ def run_case(case: EvidenceCase, index, embedder, settings, second_stage=None,
         if asserted:
             fails.append("selected evidence holds every decisive term: " + ", ".join(asserted))
 
+    oid = outcome_id(case.id, k if suffix else None, groups)
     outcome = CaseOutcome(
-        id=case.id, kinds=case.kinds, tenant=case.tenant, answerable=case.answerable, queries=tuple(traces),
+        id=oid, case_id=case.id, split=case.split, width=k, groups=groups, kinds=case.kinds, tenant=case.tenant,
+        answerable=case.answerable, queries=tuple(traces),
         candidates=stages["candidates"], candidate_recall=(len(in_cand) / len(need)) if need else None,
         second_stage=stages["second_stage"], delivered=stages["delivered"], resolution=stages["resolution"],
         first_lost=first_lost, precision=precision, abstained=abstained, asserted_by=asserted,
         failures=tuple(fails), leaks=tuple(leaks), decision=decision,
     )
-    return outcome, CaseContext(case, index, principal, list(evidence.values()), decision, results)
+    return outcome, CaseContext(case, index, principal, list(evidence.values()), decision, results, width=k,
+                                outcome_id=oid)
 
 
 def _any_rel(relevant: frozenset[str], passage_id: str) -> bool:
@@ -482,43 +598,88 @@ def boundary_table(outcomes: Sequence[CaseOutcome]) -> list[dict[str, Any]]:
     return rows
 
 
+def _rate(n: int, d: int) -> float | None:
+    return n / d if d else None
+
+
 def summarize(outcomes: Sequence[CaseOutcome]) -> dict[str, Any]:
+    """The figures over a set of outcomes of *one* split (the caller never mixes splits).
+    Counts are outcomes (case x width x principal); ``case_count`` counts distinct cases."""
     ans = [o for o in outcomes if o.answerable]
     una = [o for o in outcomes if not o.answerable]
-
-    def rate(n: int, d: int) -> float | None:
-        return n / d if d else None
-
     precisions = [o.precision for o in ans if o.precision is not None]
     recalls = [o.candidate_recall for o in ans if o.candidate_recall is not None]
     honest = sum(1 for o in una if o.abstained)
     leaks = [f"{o.id}: {leak}" for o in outcomes for leak in o.leaks]
     return {
         "cases": len(outcomes),
+        "case_count": len({o.case_id for o in outcomes}),
         "answerable": len(ans),
         "unanswerable": len(una),
-        "candidate_recall": rate(sum(o.candidates for o in ans), len(ans)),
+        "candidate_recall": _rate(sum(o.candidates for o in ans), len(ans)),
         "candidate_recall_mean_fraction": (sum(recalls) / len(recalls)) if recalls else None,
-        "second_stage_survival": rate(sum(o.second_stage for o in ans), len(ans)),
-        "delivered": rate(sum(o.delivered for o in ans), len(ans)),
-        "resolution_accuracy": rate(sum(o.resolution for o in ans), len(ans)),
+        "second_stage_survival": _rate(sum(o.second_stage for o in ans), len(ans)),
+        "delivered": _rate(sum(o.delivered for o in ans), len(ans)),
+        "resolution_correct": sum(o.resolution for o in ans),
+        "resolution_accuracy": _rate(sum(o.resolution for o in ans), len(ans)),
         "precision_at_k": (sum(precisions) / len(precisions)) if precisions else None,
-        "honest_abstention_rate": rate(honest, len(una)),
-        "false_assertion_rate": rate(len(una) - honest, len(una)),
+        "honest_abstention_rate": _rate(honest, len(una)),
+        "false_assertion_rate": _rate(len(una) - honest, len(una)),
         "honest_abstentions": honest,
         "false_assertions": len(una) - honest,
         "isolation": "pass" if not leaks else "FAIL",
         "leaks": leaks,
         "boundaries": boundary_table(outcomes),
         "first_lost": {b: sum(1 for o in ans if o.first_lost == b) for b, _, _ in BOUNDARIES},
-        "failing_cases": [o.id for o in outcomes if o.failures or o.leaks],
+        "failing_cases": [{"id": o.id, "case": o.case_id, "width": o.width, "principal": principal_label(o.groups),
+                           "failures": list(o.leaks) + list(o.failures)}
+                          for o in outcomes if o.failures or o.leaks],
+    }
+
+
+# What jobs/case_gate.py reads at the top of the summary (pooled, see summarize_suite).
+POOLED_FOR_GATE = ("answerable", "resolution_accuracy", "candidate_recall", "false_assertion_rate")
+
+
+def summarize_suite(outcomes: Sequence[CaseOutcome], extra_leaks: Sequence[str] = ()) -> dict[str, Any]:
+    """Per split (dev and test apart, never blended) and, within each, per width; the
+    isolation gate over every run (``extra_leaks``: runs made only for counterfactuals)."""
+    leaks = [f"{o.id}: {leak}" for o in outcomes for leak in o.leaks] + list(extra_leaks)
+    widths = sorted({o.width for o in outcomes})
+    splits: dict[str, Any] = {}
+    for sp in SPLITS:
+        mine = [o for o in outcomes if o.split == sp]
+        if not mine:
+            continue
+        s = summarize(mine)
+        s["widths"] = sorted({o.width for o in mine})
+        s["by_width"] = {str(k): summarize([o for o in mine if o.width == k]) for k in s["widths"]}
+        splits[sp] = s
+    pooled = summarize(outcomes)
+    return {
+        "isolation": "pass" if not leaks else "FAIL",
+        "leaks": leaks,
+        # Pooled over every split, only for comparing one case set with itself (the
+        # promotion gate, jobs/case_gate.py: new vs live generation); never reported.
+        **{k: pooled[k] for k in POOLED_FOR_GATE},
+        "outcomes": len(outcomes),
+        "cases": len({o.case_id for o in outcomes}),
+        "widths": widths,
+        "principals": len({(o.case_id, o.groups) for o in outcomes}),
+        "splits": splits,
+        # rows: width; columns: split (correct / answerable outcomes at that width)
+        "resolution_by_width": {str(k): {sp: {"correct": s["by_width"][str(k)]["resolution_correct"],
+                                              "of": s["by_width"][str(k)]["answerable"],
+                                              "rate": s["by_width"][str(k)]["resolution_accuracy"]}
+                                         for sp, s in splits.items() if str(k) in s["by_width"]}
+                                for k in widths},
     }
 
 
 @dataclass
 class SuiteRun:
     outcomes: list[CaseOutcome]
-    contexts: list[CaseContext]
+    contexts: list[CaseContext]  # one per (case, principal): the run at the counterfactual width
     summary: dict[str, Any]
     counterfactuals: list[Any] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)
@@ -544,16 +705,35 @@ def load_tenant(index_root: str, tenant: str, generation: int | None = None):
     return index, embedder_for_index(index.manifest), second
 
 
-def run_suite(cases: Sequence[EvidenceCase], index_root: str, settings=None, *, generation: dict[str, int] | None = None,
-              counterfactuals: bool = True, search_fn=None, progress: Callable[[str], None] | None = None) -> SuiteRun:
-    """Run every case against the published indexes under ``index_root`` (or the given
-    generation per tenant); with ``counterfactuals``, also each answerable case's four."""
+def case_widths(case: EvidenceCase, widths: Sequence[int] | None) -> tuple[int, ...]:
+    """The final widths a case runs at: ``widths`` (deduplicated, in order), or its own top_k."""
+    return (case.top_k,) if widths is None else tuple(dict.fromkeys(widths))
+
+
+def counterfactual_width(case: EvidenceCase) -> int:
+    """Counterfactuals run at one width per principal, to bound time: the case's top_k
+    (which defaults to TOP_K_DEFAULT = 4)."""
+    return case.top_k
+
+
+def run_suite(cases: Sequence[EvidenceCase], index_root: str, settings=None, *, widths: Sequence[int] | None = None,
+              generation: dict[str, int] | None = None, counterfactuals: bool = True, search_fn=None,
+              progress: Callable[[str], None] | None = None) -> SuiteRun:
+    """Run every case at each final width in ``widths`` (None: the case's own top_k) and as
+    each principal (its groups, then each ``also_groups``) against the published indexes
+    under ``index_root`` (or the given generation per tenant). With ``counterfactuals``,
+    each answerable case's four also run, once per principal at the case's top_k (a run
+    made only for them, when that width is not swept, still counts for isolation)."""
     from quarry.core.search import SearchSettings
 
     settings = settings or SearchSettings()
+    if widths is not None:
+        bad = [k for k in widths if not isinstance(k, int) or not 1 <= k <= TOP_K_CEILING]
+        if bad or not widths:
+            raise ValueError(f"widths must be integers 1..{TOP_K_CEILING}, got {list(widths)}")
     loaded: dict[str, tuple] = {}
     embedders: dict[str, Any] = {}
-    outcomes, contexts = [], []
+    outcomes, contexts, extra_leaks = [], [], []
     for case in cases:
         if case.tenant not in loaded:
             index, emb, second = load_tenant(index_root, case.tenant, (generation or {}).get(case.tenant))
@@ -561,13 +741,26 @@ def run_suite(cases: Sequence[EvidenceCase], index_root: str, settings=None, *, 
             emb = embedders.setdefault(emb.name, emb)
             loaded[case.tenant] = (index, emb, second)
         index, emb, second = loaded[case.tenant]
-        out, ctx = run_case(case, index, emb, settings, second, search_fn)
-        outcomes.append(out)
-        contexts.append(ctx)
-        if progress:
-            progress(f"{case.id}: {'ok' if not out.failures and not out.leaks else 'FAIL'}")
-    run = SuiteRun(outcomes, contexts, summarize(outcomes),
+        ks, cf_k = case_widths(case, widths), counterfactual_width(case)
+        # A sweep names each run case@k{width}/{principal}; a case run once (its own top_k,
+        # its own groups) keeps its bare id, as the promotion gate compares them.
+        suffix = widths is not None or bool(case.also_groups)
+        for groups in case.principal_groups:
+            for k in ks:
+                out, ctx = run_case(case, index, emb, settings, second, search_fn, width=k, groups=groups,
+                                    suffix=suffix)
+                outcomes.append(out)
+                if k == cf_k:
+                    contexts.append(ctx)
+                if progress:
+                    progress(f"{out.id}: {'ok' if not out.failures and not out.leaks else 'FAIL'}")
+            if cf_k not in ks and counterfactuals and case.answerable:
+                out, ctx = run_case(case, index, emb, settings, second, search_fn, width=cf_k, groups=groups)
+                contexts.append(ctx)
+                extra_leaks += [f"{out.id} (counterfactual base run): {leak}" for leak in out.leaks]
+    run = SuiteRun(outcomes, contexts, summarize_suite(outcomes, extra_leaks),
                    meta={"index_root": str(index_root),
+                         "widths": "case" if widths is None else list(dict.fromkeys(widths)),
                          "generations": {t: v[0].generation for t, v in loaded.items()},
                          "embedder": {t: v[1].name for t, v in loaded.items()},
                          "second_stage": {t: v[2] is not None for t, v in loaded.items()}})
@@ -575,7 +768,9 @@ def run_suite(cases: Sequence[EvidenceCase], index_root: str, settings=None, *, 
         from quarry.eval.counterfactuals import run_counterfactuals
 
         run.counterfactuals = run_counterfactuals(contexts, index_root, settings, loaded, search_fn)
-        run.summary["counterfactuals"] = _cf_summary(run.counterfactuals)
+        run.summary["counterfactuals"] = {
+            sp: _cf_summary([r for r in run.counterfactuals if r.split == sp])
+            for sp in SPLITS if any(r.split == sp for r in run.counterfactuals)}
     return run
 
 

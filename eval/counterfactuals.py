@@ -1,4 +1,6 @@
-"""The four counterfactuals of seed 000 §11.12, run for every answerable evidence case.
+"""The four counterfactuals of seed 000 §11.12, run for every answerable evidence case,
+once per principal (the case's groups, then each ``also_groups``) at one final width, the
+case's ``top_k``, to bound time.
 
 Three of them are questions about *resolution* asked of the stored evidence path, so they
 operate on the passages the case's run delivered and call ``resolve()`` again; the fourth
@@ -41,8 +43,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from quarry.core.records import Decision, Passage, SearchRequest
-from quarry.eval.cases import CaseContext, decision_verdicts, doc_of, matches
+from quarry.core.records import SELECTED_VERDICTS, Decision, Passage, Principal, SearchRequest
+from quarry.eval.cases import CaseContext, Split, case_query, decision_verdicts, doc_of, matches, resolve_evidence
 
 Kind = Literal["remove_source", "insert_rejected", "swap_dates", "change_tenant"]
 KINDS: tuple[Kind, ...] = ("remove_source", "insert_rejected", "swap_dates", "change_tenant")
@@ -51,23 +53,30 @@ KINDS: tuple[Kind, ...] = ("remove_source", "insert_rejected", "swap_dates", "ch
 class CounterfactualResult(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    case_id: str
+    case_id: str  # the outcome id of the base run: case@k{width}/{principal}
     kind: Kind
     applicable: bool
     passed: bool
     detail: str
+    case: str = ""  # the case id
+    split: Split = "dev"
+
+
+def _result(ctx: CaseContext, kind: Kind, applicable: bool, passed: bool, detail: str) -> CounterfactualResult:
+    return CounterfactualResult(case_id=ctx.label, kind=kind, applicable=applicable, passed=passed, detail=detail,
+                                case=ctx.case.id, split=ctx.case.split)
 
 
 def _signature(d: Decision) -> tuple:
-    return (frozenset(s.passage_id for s in d.selected),
+    return (frozenset(s.passage_id for s in d.governing),
+            frozenset(s.passage_id for s in d.supporting),
             frozenset((r.passage_id, r.reason) for r in d.rejected),
-            frozenset(frozenset(u.passage_ids) for u in d.unresolved))
+            frozenset(frozenset(u.passage_ids) for u in d.unresolved),
+            frozenset((r.passage_id, r.outdated) for r in d.related))
 
 
 def _resolve(ctx: CaseContext, passages: Sequence[Passage]) -> Decision:
-    from quarry.core.resolve import resolve
-
-    return resolve(list(passages), ctx.principal, ctx.case.valid_at)
+    return resolve_evidence(passages, ctx.principal, ctx.case.valid_at, case_query(ctx.case))
 
 
 def remove_source(ctx: CaseContext) -> CounterfactualResult:
@@ -82,7 +91,8 @@ def remove_source(ctx: CaseContext) -> CounterfactualResult:
         d = _resolve(ctx, [p for p in ctx.delivered if p.passage_id not in removed])
         verdicts = decision_verdicts(d)
         # complete: every minimum-evidence id still answered for (selected or unresolved)
-        complete = all(any(matches(w, p) and v != "rejected" for p, v in verdicts.items())
+        complete = all(any(matches(w, p) and (v in SELECTED_VERDICTS or v == "unresolved")
+                           for p, v in verdicts.items())
                        for w in case.minimum_evidence)
         stale = [r.passage_id for r in d.rejected if r.by in removed]
         defeated = [r.passage_id for r in base.rejected if r.by in removed]
@@ -97,10 +107,8 @@ def remove_source(ctx: CaseContext) -> CounterfactualResult:
         notes.append(f"{doc}: " + ("; ".join(bad) if bad else
                                    f"incomplete{'; freed ' + str(sorted(defeated)) if defeated else ''}"))
     if not tried:
-        return CounterfactualResult(case_id=case.id, kind="remove_source", applicable=False, passed=False,
-                                    detail="no minimum-evidence document was delivered")
-    return CounterfactualResult(case_id=case.id, kind="remove_source", applicable=True, passed=ok,
-                                detail=" | ".join(notes))
+        return _result(ctx, "remove_source", False, False, "no minimum-evidence document was delivered")
+    return _result(ctx, "remove_source", True, ok, " | ".join(notes))
 
 
 def _best_rank(ctx: CaseContext, pid: str) -> int:
@@ -123,21 +131,23 @@ def insert_rejected(ctx: CaseContext) -> CounterfactualResult:
                 strongest = found[0]
                 break
     if strongest is None:
-        return CounterfactualResult(case_id=case.id, kind="insert_rejected", applicable=False, passed=False,
-                                    detail="no rejected source in the run and none expected by the case")
+        return _result(ctx, "insert_rejected", False, False,
+                       "no rejected source in the run and none expected by the case")
     rest = [p for p in ctx.delivered if p.passage_id != strongest.passage_id]
     d = _resolve(ctx, [strongest, *rest])
     was = {s.passage_id for s in base.selected}
     now = {s.passage_id for s in d.selected} - {strongest.passage_id}
-    rej = next((r for r in d.rejected if r.passage_id == strongest.passage_id), None)
+    rej = next((f"{r.reason} by {r.by}" for r in d.rejected if r.passage_id == strongest.passage_id), None)
+    # a related passage the rules would reject (outdated) is never citable: rejected too
+    rej = rej or next((f"related, outdated: {r.outdated}" for r in d.related
+                       if r.passage_id == strongest.passage_id and r.outdated is not None), None)
     bad = []
     if now != was - {strongest.passage_id}:
         bad.append(f"selected set changed: +{sorted(now - was)} -{sorted(was - now)}")
     if rej is None:
         bad.append(f"{strongest.passage_id} at rank one is {d.verdict(strongest.passage_id)}, not rejected")
-    detail = "; ".join(bad) if bad else f"{strongest.passage_id} rejected ({rej.reason} by {rej.by}); selection unchanged"
-    return CounterfactualResult(case_id=case.id, kind="insert_rejected", applicable=True, passed=not bad,
-                                detail=detail)
+    detail = "; ".join(bad) if bad else f"{strongest.passage_id} rejected ({rej}); selection unchanged"
+    return _result(ctx, "insert_rejected", True, not bad, detail)
 
 
 def _dates(p: Passage) -> list[dt.date]:
@@ -170,9 +180,9 @@ def swap_dates(ctx: CaseContext) -> CounterfactualResult:
     case = ctx.case
     dates = [d for p in ctx.delivered for d in _dates(p)]
     if not dates or not _date_driven(ctx):
-        return CounterfactualResult(case_id=case.id, kind="swap_dates", applicable=False, passed=False,
-                                    detail="no date can drive the decision: the case's evidence carries no effective "
-                                           "dates and no delivered condition meets a dated event")
+        return _result(ctx, "swap_dates", False, False,
+                       "no date can drive the decision: the case's evidence carries no effective "
+                       "dates and no delivered condition meets a dated event")
     days = (case.valid_at - min(dates)).days + 1
     if days <= 0:  # every date already lies after valid_at: move them before it instead
         days = (case.valid_at - max(dates)).days - 1
@@ -180,7 +190,7 @@ def swap_dates(ctx: CaseContext) -> CounterfactualResult:
     changed = _signature(d) != _signature(ctx.decision)
     detail = (f"dates moved {days:+d} days: decision changed" if changed
               else f"dates moved {days:+d} days: decision unchanged (metadata does not drive it)")
-    return CounterfactualResult(case_id=case.id, kind="swap_dates", applicable=True, passed=changed, detail=detail)
+    return _result(ctx, "swap_dates", True, changed, detail)
 
 
 def other_tenant(index_root: str, tenant: str) -> str | None:
@@ -197,16 +207,15 @@ def change_tenant(ctx: CaseContext, index_root: str, settings, loaded: dict[str,
     case = ctx.case
     other = other_tenant(index_root, case.tenant)
     if other is None:
-        return CounterfactualResult(case_id=case.id, kind="change_tenant", applicable=False, passed=False,
-                                    detail="no other tenant under the index root")
+        return _result(ctx, "change_tenant", False, False, "no other tenant under the index root")
     if other not in loaded:
         loaded[other] = load_tenant(index_root, other)
     index, emb, second = loaded[other]
     own_docs = {doc_of(pid) for sh in ctx.index.shards for pid in sh.passage_ids}
-    principal = case.principal(tenant=other)
+    principal = Principal(tenant=other, subject=ctx.principal.subject, groups=ctx.principal.groups)
     leaked = []
     for q in case.queries:
-        req = SearchRequest(query=q, top_k=case.top_k, doc_type=case.doc_type,
+        req = SearchRequest(query=q, top_k=ctx.width, doc_type=case.doc_type,
                             valid_at=case.valid_at if case.filter_valid_at else None)
         res = (search_fn or _run_search)(index, principal, req, emb, settings, second)
         for pid in [c.passage_id for c in res.candidates] + [e.passage_id for e in res.excerpts]:
@@ -214,10 +223,9 @@ def change_tenant(ctx: CaseContext, index_root: str, settings, loaded: dict[str,
             if p is None or p.tenant != other or doc_of(pid) in own_docs:
                 leaked.append(pid)
     leaked = sorted(set(leaked))
-    return CounterfactualResult(
-        case_id=case.id, kind="change_tenant", applicable=True, passed=not leaked,
-        detail=(f"as tenant {other!r}: no candidate from {case.tenant!r}" if not leaked
-                else f"as tenant {other!r}: {len(leaked)} leaked: {leaked[:5]}"))
+    return _result(ctx, "change_tenant", True, not leaked,
+                   f"as tenant {other!r}: no candidate from {case.tenant!r}" if not leaked
+                   else f"as tenant {other!r}: {len(leaked)} leaked: {leaked[:5]}")
 
 
 def run_counterfactuals(contexts: Sequence[CaseContext], index_root: str, settings, loaded: dict[str, Any],

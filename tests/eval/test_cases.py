@@ -105,18 +105,18 @@ def test_resolution_failures_name_each_wrong_verdict():
                  rejected=[{"id": "comment", "reason": "condition_ended", "by": "deploy"},
                            {"id": "old", "reason": ["superseded_by"], "must_be_seen": False}])
     good = Decision(valid_at=dt.date(2026, 1, 19),
-                    selected=(SelectedEvidence(passage_id="policy@3#a", reason="governs"),
-                              SelectedEvidence(passage_id="deploy@1#s", reason="proves")),
+                    governing=(SelectedEvidence(passage_id="policy@3#a", reason="governs"),),
+                    supporting=(SelectedEvidence(passage_id="deploy@1#s", reason="proves"),),
                     rejected=(RejectedEvidence(passage_id="comment@1#top", reason="condition_ended", by="deploy@1#s"),))
     assert C.resolution_failures(case, good) == []  # 'old' was never delivered, and need not be
     wrong_by = good.model_copy(update={"rejected": (
         RejectedEvidence(passage_id="comment@1#top", reason="condition_ended", by="policy@3#a"),)})
     assert C.resolution_failures(case, wrong_by) == [
         "comment: rejected as condition_ended by policy@3#a, expected condition_ended by deploy"]
-    placeholder = Decision(valid_at=dt.date(2026, 1, 19), selected=tuple(
+    placeholder = Decision(valid_at=dt.date(2026, 1, 19), supporting=tuple(
         SelectedEvidence(passage_id=p, reason="supporting") for p in ("policy@3#a", "deploy@1#s", "comment@1#top")))
     assert C.resolution_failures(case, placeholder) == [
-        "comment: expected rejected (condition_ended), got selected"]
+        "comment: expected rejected (condition_ended), got supporting"]
     conflict = good.model_copy(update={"unresolved": (UnresolvedConflict(passage_ids=("policy@3#a", "x@1#y"),
                                                                          reason="equal authority"),)})
     assert C.resolution_failures(case.model_copy(update={"nothing_unresolved": True}), conflict)[-1].startswith(
@@ -161,7 +161,7 @@ def _pick(*ids):
 def test_runner_scores_boundaries_on_the_real_path(hash_root):
     cases = _pick("acme-e4471-cause", "globex-inc-3107-root-cause", "initech-cad-cutoff", "acme-refund-ord-4821")
     run = C.run_suite(cases, hash_root, counterfactuals=False)
-    out = {o.id: o for o in run.outcomes}
+    out = {o.case_id: o for o in run.outcomes}
     e4471 = out["acme-e4471-cause"]
     assert e4471.candidates and e4471.delivered and e4471.candidate_recall == 1.0
     assert len(e4471.queries) == 2 and all(q.generation == 1 for q in e4471.queries)
@@ -170,8 +170,9 @@ def test_runner_scores_boundaries_on_the_real_path(hash_root):
         sum(C._any_rel(cases[0].relevant_ids, p) for p in delivered) / len(delivered))
     assert out["initech-cad-cutoff"].abstained is True and out["initech-cad-cutoff"].precision is None
     assert run.summary["isolation"] == "pass"
-    assert run.summary["unanswerable"] == 1 and run.summary["honest_abstention_rate"] == 1.0
-    rows = {r["boundary"]: r for r in run.summary["boundaries"]}
+    dev = run.summary["splits"]["dev"]
+    assert dev["unanswerable"] == 1 and dev["honest_abstention_rate"] == 1.0
+    rows = {r["boundary"]: r for r in dev["boundaries"]}
     assert rows["candidates"]["of"] == 3  # unanswerable cases never enter the table
     assert rows["end_to_end"]["surviving"] == sum(o.first_lost is None for o in run.outcomes if o.answerable)
 
@@ -185,9 +186,9 @@ def test_minimum_evidence_missing_from_candidates_is_the_first_loss(hash_root):
     assert o.failures[0] == "treasury-accounts: not among the candidates"
 
 
-def select_all(passages, principal, valid_at=None, authority=None):
+def select_all(passages, principal, valid_at=None, authority=None, *, query=None, facts=None):
     """A resolver that decides nothing (every passage supporting), like the placeholder."""
-    return Decision(valid_at=valid_at or dt.date.today(), selected=tuple(
+    return Decision(valid_at=valid_at or dt.date.today(), supporting=tuple(
         SelectedEvidence(passage_id=p.passage_id, reason="supporting") for p in passages))
 
 
@@ -245,7 +246,7 @@ def test_isolation_gate_fails_on_an_acl_leak(hash_root):
 # --------------------------------------------------------------------------- counterfactual checks
 
 
-def date_aware(passages, principal, valid_at=None, authority=None):
+def date_aware(passages, principal, valid_at=None, authority=None, *, query=None, facts=None):
     """A minimal order-independent resolver: effective dates, explicit supersession,
     'until X' ended by a visible event whose description holds X's last word."""
     day = valid_at or dt.date.today()
@@ -269,14 +270,14 @@ def date_aware(passages, principal, valid_at=None, authority=None):
                 if any(word in ev.what and ev.on <= day for ev in q.envelope.events):
                     rejected.setdefault(p.passage_id, RejectedEvidence(passage_id=p.passage_id,
                                                                        reason="condition_ended", by=q.passage_id))
-    return Decision(valid_at=day, rejected=tuple(rejected[k] for k in sorted(rejected)), selected=tuple(
+    return Decision(valid_at=day, rejected=tuple(rejected[k] for k in sorted(rejected)), supporting=tuple(
         SelectedEvidence(passage_id=p.passage_id, reason="supporting") for p in ps if p.passage_id not in rejected))
 
 
-def first_wins(passages, principal, valid_at=None, authority=None):
+def first_wins(passages, principal, valid_at=None, authority=None, *, query=None, facts=None):
     """Order-dependent on purpose: the first passage governs, every other one is rejected."""
     ps = list(passages)
-    return Decision(valid_at=valid_at, selected=(SelectedEvidence(passage_id=ps[0].passage_id, reason="first"),),
+    return Decision(valid_at=valid_at, governing=(SelectedEvidence(passage_id=ps[0].passage_id, reason="first"),),
                     rejected=tuple(RejectedEvidence(passage_id=p.passage_id, reason="subordinate_to",
                                                     by=ps[0].passage_id) for p in ps[1:]))
 
@@ -319,11 +320,11 @@ def test_remove_source_frees_what_the_removed_source_defeated(acme_ctx, monkeypa
     ctx = acme_ctx(date_aware)
     deploy = next(p.passage_id for p in ctx.delivered if p.doc_id == "deploy-acme-cutover")
 
-    def stale(passages, principal, valid_at=None, authority=None):  # keeps citing the removed proof
+    def stale(passages, principal, valid_at=None, authority=None, **kw):  # keeps citing the removed proof
         d = date_aware(passages, principal, valid_at)
         comment = next(p.passage_id for p in passages if p.doc_id == "ticket-482-comment-17")
         return d.model_copy(update={
-            "selected": tuple(s for s in d.selected if s.passage_id != comment),
+            "supporting": tuple(s for s in d.supporting if s.passage_id != comment),
             "rejected": tuple(r for r in d.rejected if r.passage_id != comment) + (
                 RejectedEvidence(passage_id=comment, reason="condition_ended", by=deploy),)})
 
@@ -406,7 +407,8 @@ def test_cli_reports_and_writes_files(hash_root, tmp_path):
     assert {c["kind"] for c in data["counterfactuals"]} == set(CF.KINDS)
     assert (out / "funnel.png").stat().st_size > 1000
     md = (out / "cases.md").read_text()
-    assert "| Boundary | Cases surviving | Conditional rate | What failure means |" in md and "funnel.png" in md
+    assert "| Boundary | Outcomes surviving | Conditional rate | k=2 | k=4 | k=8 | What failure means |" in md
+    assert "## Resolution correct by width and split" in md and "funnel.png" in md
 
 
 @pytest.mark.slow

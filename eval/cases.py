@@ -396,12 +396,7 @@ def resolve_evidence(passages: Sequence[Passage], principal: Principal, valid_at
     counterfactuals): ``query`` lets the resolver tell governing from related evidence."""
     from quarry.core import resolve as resolver  # looked up per call: tests swap in doubles
 
-    try:
-        return resolver.resolve(list(passages), principal, valid_at, query=query)
-    except TypeError as e:  # until the graph resolver lands: a resolve() without query=
-        if "query" not in str(e):
-            raise
-        return resolver.resolve(list(passages), principal, valid_at)
+    return resolver.resolve(list(passages), principal, valid_at, query=query)
 
 
 # --------------------------------------------------------------------------- per-case outcome
@@ -507,14 +502,18 @@ def run_case(case: EvidenceCase, index, embedder, settings, second_stage=None,
                                  survivors=tuple(survivors(res, k)),
                                  delivered=tuple(e.passage_id for e in res.excerpts), generation=res.generation))
     # The path's own decision when it answers the case exactly (one query, same date);
-    # otherwise resolve over everything the run delivered, as of the case's date.
+    # otherwise resolve over everything the run delivered (and its evidence-graph
+    # neighbours, as one search does), as of the case's date.
     only = results[0].decision if len(results) == 1 else None
     if only is not None and only.valid_at == case.valid_at:
         decision = only
     else:
-        decision = resolve_evidence(list(delivered.values()), principal, case.valid_at, case_query(case))
-    # The evidence the decision was made over: the excerpts, plus whatever the path's own
-    # contradiction search folded in (counterfactuals re-resolve exactly this set).
+        from quarry.core.search import resolve_delivered
+
+        decision = resolve_delivered(index, principal, case_query(case), list(delivered.values()), case.valid_at,
+                                     settings, embedder)
+    # The evidence the decision was made over: the excerpts, plus whatever the graph or
+    # the contradiction search folded in (counterfactuals re-resolve exactly this set).
     evidence = dict(delivered)
     for pid in decision_verdicts(decision):
         if pid not in evidence and (p := index.passage(pid, principal)) is not None:

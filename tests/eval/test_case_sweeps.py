@@ -134,19 +134,6 @@ def test_resolve_helper_passes_the_joined_queries(monkeypatch):
     C.resolve_evidence([], case.principal(), DAY, C.case_query(case))
     assert seen["query"] == "first q second q"
 
-    def old(passages, principal, valid_at=None, authority=None):  # before the graph resolver
-        return Decision(valid_at=valid_at, related=(RelatedEvidence(passage_id="old@1#a"),))
-
-    monkeypatch.setattr("quarry.core.resolve.resolve", old)
-    assert C.resolve_evidence([], case.principal(), DAY, "q").related[0].passage_id == "old@1#a"
-
-    def broken(passages, principal, valid_at=None, authority=None, *, query=None, facts=None):
-        raise TypeError("unsupported operand")
-
-    monkeypatch.setattr("quarry.core.resolve.resolve", broken)
-    with pytest.raises(TypeError, match="unsupported operand"):
-        C.resolve_evidence([], case.principal(), DAY, "q")
-
 
 # --------------------------------------------------------------------------- the sweep on a real build
 

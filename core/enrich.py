@@ -92,7 +92,9 @@ _STATE = frozenset(tokenize("remains remain stays stay keeps keep continues cont
                             "pinned waived instead temporary temporarily holds hold exception suspended "
                             "frozen paused effect force"))
 _CLAUSE = r"(?P<cond>[^.;:!?\n]{2,120})"
-_CUT = re.compile(r",|\s(?:unless|and\s+then|after\s+which|when|at\s+which|whichever|or\s+until)\s", re.IGNORECASE)
+_CUT = re.compile(r",|\s(?:unless|and\s+then|and\s+that|after\s+which|when|at\s+which|whichever|or\s+until|which|who"
+                  r"|whereas|but)\s", re.IGNORECASE)
+_MAX_COND_WORDS = 10  # a stopping condition names one thing: a longer clause is prose, not a condition
 
 _OPEN_ENDED = re.compile(r"\buntil\s+(?:further\s+notice|otherwise\s+(?:notified|instructed|stated|announced|advised)"
                          r"|revoked|withdrawn|rescinded)\b", re.IGNORECASE)
@@ -111,7 +113,7 @@ _PENDING = re.compile(r"(?:(?:^|[,;(]\s*)pending\s+(?=(?:the|a|an|its|their|our|
                       r"|frozen|suspended|paused|deferred|on\s+hold|blocked|postponed|waived|applies|apply|remains?"
                       r"|stays?|continues?)\s+pending\s+)" + _CLAUSE, re.IGNORECASE)
 _ONCE_AGAIN = re.compile(r"\bonce\s+(?P<cond>[^.;:!?\n,]{2,100}?)\s*(?:,|\s(?=\S+\s+(?:again|resumes?)\b))"
-                         r"(?P<main>[^.;:!?\n]*?\b(?:applies\s+again|apply\s+again|resumes?|is\s+restored|are\s+restored"
+                         r"(?P<main>(?:[^.;:!?\n]|(?<=\d)[:.](?=\d))*?\b(?:applies\s+again|apply\s+again|resumes?|is\s+restored|are\s+restored"
                          r"|reverts?\s+to|returns?\s+to|is\s+reinstated|are\s+reinstated|takes\s+effect\s+again)\b)",
                          re.IGNORECASE)
 _AGAIN_ONCE = re.compile(r"\b(?:applies\s+again|apply\s+again|resumes?|is\s+restored|are\s+restored|reverts?\s+to"
@@ -129,7 +131,7 @@ _DONE = re.compile(r"\s+(?:(?:is|are|has\s+been|have\s+been|gets?|becomes?|was|w
                    re.IGNORECASE)
 # "until 31 March", "until the end of the quarter": a date is validity (find_effective), not an event.
 _WHEN = re.compile(r"(?:\d|(?:" + nlp.MONTH_NAMES + r")\b|(?:mon|tues|wednes|thurs|fri|satur|sun)day\b|(?:the\s+)?end\s+of"
-                   r"\s+(?:the\s+)?(?:day|week|month|quarter|year|financial|fiscal|q\d)|tomorrow|next\s+(?:week|month|year"
+                   r"\s+(?:the\s+)?(?:day|week|month|quarter|year|financial|fiscal|q\d)|(?:the\s+|this\s+|that\s+)?(?:day|night|week|month|year|quarter|shift)\b|tomorrow|next\s+(?:week|month|year"
                    r"|quarter)|midnight|noon|today|then\b|now\b)", re.IGNORECASE)
 _LEAD = re.compile(r"^(?:the\s+end\s+of\s+|completion\s+of\s+)", re.IGNORECASE)
 
@@ -191,6 +193,20 @@ def _conditions_in(s: str) -> list[tuple[int, str]]:
     return out
 
 
+_ABBREV_MONTH = re.compile(r"\b(?:jan|feb|mar|apr|jun|jul|aug|sep|sept|oct|nov|dec)\.$", re.IGNORECASE)
+
+
+def _rejoin(sents: list[str]) -> list[str]:
+    """Sentences with a date cut after an abbreviated month ("Jan." | "20, 2026") joined."""
+    out: list[str] = []
+    for s in sents:
+        if out and _ABBREV_MONTH.search(out[-1]) and s[:1].isdigit():
+            out[-1] = f"{out[-1]} {s}"
+        else:
+            out.append(s)
+    return out
+
+
 def find_condition(sents: list[str], pipeline: str = DEFAULT_PIPELINE) -> str | None:
     """The first stopping condition the sentences state (see the module doc), normalised."""
     for raw in sents:
@@ -201,7 +217,8 @@ def find_condition(sents: list[str], pipeline: str = DEFAULT_PIPELINE) -> str | 
         bare = [(m.start(), f"until {_clause(m.group('cond'))}") for m in _UNTIL.finditer(s)
                 if not _OPEN_ENDED.match(s, m.start()) and _STATE & set(tokenize(s[:m.start()]))]
         found += [b for b in bare if not any(abs(b[0] - f[0]) < 40 and f[1] == b[1] for f in found)]
-        found = [(at, c) for at, c in found if c.strip() != "until" and not _WHEN.match(c[6:])]
+        found = [(at, c) for at, c in found
+                 if c.strip() != "until" and not _WHEN.match(c[6:]) and len(c.split()) <= _MAX_COND_WORDS + 1]
         if not found:
             continue
         verb_at = _instruction_at(s, pipeline)
@@ -222,6 +239,11 @@ _COMPLETED = re.compile(
     r"(?P<subj>(?:[\w'-]+\s+){0,6}?)(?:was\s+|were\s+|has\s+been\s+|have\s+been\s+|had\s+been\s+|is\s+|are\s+|got\s+)?"
     + _EVENT_VERB + r"(?:\s+(?:successfully|fully|in\s+full))?\s+(?:on\s+|as\s+of\s+|at\s+|by\s+)?(?:\w+day,?\s+)?"
     r"(?P<date>" + DATE + ")", re.IGNORECASE)
+# "We completed the ERP migration on <date>": the object is what completed.
+_COMPLETED_OBJ = re.compile(
+    r"\b(?:we|they|the\s+team|ops|engineering|it)\s+(?:have\s+|has\s+|had\s+)?(?:successfully\s+)?(?P<verb>completed"
+    r"|finished|concluded|rolled\s+out|cut\s+over)\s+(?P<subj>(?:[\w'-]+\s+){1,6}?)(?:successfully\s+)?on\s+"
+    r"(?:\w+day,?\s+)?(?P<date>" + DATE + ")", re.IGNORECASE)
 _SUCCESS_FIRST = re.compile(r"\bsuccessfully\s+(?=completed|finished|concluded|went|rolled|cut)", re.IGNORECASE)
 _EVENT_DOC = re.compile(r"\b(?:rollout|roll-out|deployment|release|cutover|migration|change|go-live|upgrade)\s+"
                         r"(?:record|log|report|ticket|request|note|summary)\b", re.IGNORECASE)
@@ -288,7 +310,7 @@ def find_events(doc: SourceDocument, sents: list[str]) -> tuple[Event, ...]:
         if not _EVENT_TRIGGER.search(raw):
             continue
         s = _SUCCESS_FIRST.sub("", _clean(raw))
-        for m in _COMPLETED.finditer(s):
+        for m in (*_COMPLETED_OBJ.finditer(s), *_COMPLETED.finditer(s)):
             on = parse_date(m.group("date"))
             if on is not None and (ev := _event(m.group("subj"), m.group("verb"), on)):
                 out.setdefault((ev.what, on), ev)
@@ -307,22 +329,29 @@ _SUPERSEDE = re.compile(r"\b(?P<verb>superseded\s+by|replaced\s+by|succeeded\s+b
 _PASSIVE = re.compile(r"(?P<head>[^.;!?\n]*?)\b(?:is|are|was|were|has\s+been|have\s+been|hereby|now)\s+(?:hereby\s+)?"
                       r"(?:rescinded|withdrawn|retired|superseded|replaced|revoked|deprecated|no\s+longer\s+in\s+"
                       r"(?:force|effect))\b(?P<rest>[^.;!?\n]*)", re.IGNORECASE)
-_BY_VERBS = ("by", "favour", "favor")
 _BACKTICKED = re.compile(r"`([^`\s]+)`")
 _IDLIKE = re.compile(r"(?<![\w@#])([A-Za-z][A-Za-z0-9_.:/]*[-_/][A-Za-z0-9_./:-]*[A-Za-z0-9](?:@[A-Za-z0-9_.-]+)?)")
+# An id written without backticks must look like one: a digit, "@" or "_" in it, or a
+# document noun as its last part (``onboarding-guide``, ``travel-policy``).
+_ID_SHAPED = re.compile(r"[\d@_]|[-/](?:policy|policies|runbook|guide|sop|page|doc|handbook|manual|procedure|playbook"
+                        r"|standard|notice|faq|wiki|process|agreement|contract|terms|schedule|rates?|card)$", re.IGNORECASE)
 _DOC_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_./:-]{0,200}(?:@[A-Za-z0-9][A-Za-z0-9_.-]{0,40})?$")
 _SUP_TRIGGER = re.compile(r"\b(?:supersed|replac|succeeded|favou?r|rescind|withdr[ae]w|retire|revok|deprecat"
                           r"|no\s+longer)", re.IGNORECASE)
 
 
 def _ids_in(rest: str, own: str, first: bool = True) -> list[str]:
-    found = _BACKTICKED.findall(rest) or _IDLIKE.findall(rest)
+    ticked = _BACKTICKED.findall(rest)
+    found = ticked or _IDLIKE.findall(rest)
     ids = []
     for f in found:
         f = f.strip(".,)(")
-        if _DOC_ID.match(f) and any(c in f for c in "-_@") and not re.fullmatch(r"[\d./-]+", f):
-            if f.split("@")[0] != own and f not in ids:
-                ids.append(f)
+        if not (_DOC_ID.match(f) and any(c in f for c in "-_@") and not re.fullmatch(r"[\d./-]+", f)):
+            continue
+        if f not in ticked and not _ID_SHAPED.search(f):
+            continue  # "full-length", "non-initiating": a hyphenated word, not a doc id
+        if f.split("@")[0] != own and f not in ids:
+            ids.append(f)
     return ids[-1:] if not first else ids[:1]  # the id nearest the verb: "replaces X, which replaced Y" names X
 
 
@@ -333,7 +362,11 @@ def find_supersession(doc: SourceDocument, sents: list[str]) -> tuple[tuple[str,
         if not _SUP_TRIGGER.search(s):
             continue
         for m in _SUPERSEDE.finditer(s):
-            target = by if m.group("verb").lower().split()[-1] in _BY_VERBS or "by" in m.group("verb").lower() else sup
+            verb = m.group("verb").lower()
+            passive = verb.endswith(" by") or "favo" in verb
+            if passive and _ids_in(s[:m.start()], doc.doc_id):
+                continue  # "`a` is superseded by `b`": a link between two other documents
+            target = by if passive else sup
             for i in _ids_in(m.group("rest"), doc.doc_id):
                 if i not in target:
                     target.append(i)
@@ -361,7 +394,7 @@ _TO = re.compile(_SELF + r"\b(?:is\s+|are\s+|remains\s+)?(?:effective|in\s+force
                  + ")", re.IGNORECASE)
 _RANGE = re.compile(_SELF + r"\b(?:is\s+)?(?:effective|in\s+force|valid|applies)\s+from\s+(?P<a>" + DATE
                     + r")\s+(?:until|till|to|through)\s+(?P<b>" + DATE + ")", re.IGNORECASE)
-_ENDED = re.compile(r"(?:^|\bthis\s+" + _DOC_NOUN + r"\b)[^.]*?\b(?:is|are|was|has\s+been|will\s+be|stands)\s+(?:hereby\s+)?"
+_ENDED = re.compile(r"(?:^|\bthis\s+" + _DOC_NOUN + r"\b[^.]*?\b(?:is|are|was|has\s+been|will\s+be|stands)\s+(?:hereby\s+)?)"
                     r"(?P<what>rescinded|withdrawn|retired|revoked|no\s+longer\s+in\s+(?:force|effect)|no\s+longer"
                     r"\s+valid|cancelled|canceled)\s+(?:(?P<rel>as\s+of|on|from|effective|effective\s+from|with\s+effect"
                     r"\s+from|after|from\s+and\s+including)\s+)?(?P<date>" + DATE + ")", re.IGNORECASE)
@@ -395,7 +428,7 @@ def enrich(doc: SourceDocument, pipeline: str = DEFAULT_PIPELINE) -> SourceDocum
     """``doc`` with empty envelope fields filled from its text and named in ``extracted``.
     Returns ``doc`` itself when nothing was found. ``pipeline`` names the spaCy pipeline
     that tells instructions from statements (loaded once per process)."""
-    sents = line_sentences(doc.text)
+    sents = _rejoin(line_sentences(doc.text))
     found: dict[str, object] = {}
     if doc.condition is None and (c := find_condition(sents, pipeline)):
         found["condition"] = c

@@ -71,8 +71,14 @@ def parse_date(text: str) -> dt.date | None:
         if a <= 12 and b <= 12 and a != b:
             return None  # 03/04/2026: March or April depends on the writer's locale
         order = "DMY" if a > 12 or a == b else "MDY"
+    elif _YMD.fullmatch(t):  # numeric year-month-day: nothing for a language tool to read
+        y, mo, d = (int(x) for x in re.split(r"[-/]", t))
+        try:
+            return dt.date(y, mo, d)
+        except ValueError:
+            return None
     else:
-        order = "YMD" if _YMD.fullmatch(t) else "DMY"
+        order = "DMY"
     t = re.sub(r"(?i)\b(\d{1,2})(?:st|nd|rd|th)\b", r"\1", t).replace(" of ", " ")
     t = re.sub(r"(?i)\bsept\b", "sep", t)
     parsed = _dateparser().parse(t, languages=["en"], settings={

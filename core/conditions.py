@@ -116,7 +116,9 @@ def condition_met(cond: Terms, cond_scope: Iterable[str], event: Terms, event_sc
         return False
     # Near misses: another environment's or another site's completion.
     scope_words = {t for e in cond_scope for t in tokenize(e)}
-    other = event.qualifiers - cond.words - scope_words - (_PRODUCTION if not cond.qualifiers & _ENVIRONMENTS else set())
+    # Production is the default environment: a condition naming none is ended by it.
+    default_env = _PRODUCTION if not cond.qualifiers & _ENVIRONMENTS else set()
+    other = event.qualifiers - cond.words - scope_words - default_env
     if other:
         return False
     c_ents = cond.entities or frozenset(cond_scope)

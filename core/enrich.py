@@ -113,11 +113,13 @@ _PENDING = re.compile(r"(?:(?:^|[,;(]\s*)pending\s+(?=(?:the|a|an|its|their|our|
                       r"|frozen|suspended|paused|deferred|on\s+hold|blocked|postponed|waived|applies|apply|remains?"
                       r"|stays?|continues?)\s+pending\s+)" + _CLAUSE, re.IGNORECASE)
 _ONCE_AGAIN = re.compile(r"\bonce\s+(?P<cond>[^.;:!?\n,]{2,100}?)\s*(?:,|\s(?=\S+\s+(?:again|resumes?)\b))"
-                         r"(?P<main>(?:[^.;:!?\n]|(?<=\d)[:.](?=\d))*?\b(?:applies\s+again|apply\s+again|resumes?|is\s+restored|are\s+restored"
+                         r"(?P<main>(?:[^.;:!?\n]|(?<=\d)[:.](?=\d))*?\b(?:applies\s+again"
+                         r"|apply\s+again|resumes?|is\s+restored|are\s+restored"
                          r"|reverts?\s+to|returns?\s+to|is\s+reinstated|are\s+reinstated|takes\s+effect\s+again)\b)",
                          re.IGNORECASE)
 _AGAIN_ONCE = re.compile(r"\b(?:applies\s+again|apply\s+again|resumes?|is\s+restored|are\s+restored|reverts?\s+to"
-                         r"[^.;:!?\n]*?|returns?\s+to[^.;:!?\n]*?|is\s+reinstated|are\s+reinstated)\s+(?:once|when|after"
+                         r"[^.;:!?\n]*?|returns?\s+to[^.;:!?\n]*?"
+                         r"|is\s+reinstated|are\s+reinstated)\s+(?:once|when|after"
                          r"|as\s+soon\s+as)\s+" + _CLAUSE, re.IGNORECASE)
 _CEASES = re.compile(r"\b(?:ceases?\s+to\s+(?:apply|be\s+valid|have\s+effect)|stops?\s+applying|no\s+longer\s+applies"
                      r"|lapses?|expires?|falls?\s+away)\s+(?:when|once|after|as\s+soon\s+as|upon|on|at)\s+"
@@ -130,14 +132,18 @@ _DONE = re.compile(r"\s+(?:(?:is|are|has\s+been|have\s+been|gets?|becomes?|was|w
                    r"|\s+(?:goes|go|has\s+gone|have\s+gone|is|are)\s+live$|\s+(?:finishes|concludes|finish|conclude)$",
                    re.IGNORECASE)
 # "until 31 March", "until the end of the quarter": a date is validity (find_effective), not an event.
-_WHEN = re.compile(r"(?:\d|(?:" + nlp.MONTH_NAMES + r")\b|(?:mon|tues|wednes|thurs|fri|satur|sun)day\b|(?:the\s+)?end\s+of"
-                   r"\s+(?:the\s+)?(?:day|week|month|quarter|year|financial|fiscal|q\d)|(?:the\s+|this\s+|that\s+)?(?:day|night|week|month|year|quarter|shift)\b|tomorrow|next\s+(?:week|month|year"
+_WHEN = re.compile(r"(?:\d|(?:" + nlp.MONTH_NAMES + r")\b|(?:mon|tues|wednes|thurs|fri|satur|sun)day\b"
+                   r"|(?:the\s+)?end\s+of"
+                   r"\s+(?:the\s+)?(?:day|week|month|quarter|year|financial|fiscal|q\d)"
+                   r"|(?:the\s+|this\s+|that\s+)?(?:day|night|week|month|year|quarter|shift)\b"
+                   r"|tomorrow|next\s+(?:week|month|year"
                    r"|quarter)|midnight|noon|today|then\b|now\b)", re.IGNORECASE)
 _LEAD = re.compile(r"^(?:the\s+end\s+of\s+|completion\s+of\s+)", re.IGNORECASE)
 
 
 def _clause(text: str) -> str:
-    c = _CUT.split(text, maxsplit=1)[0].strip(" \"'()")
+    """A condition's clause up to its first cut, its completion predicate written "completes"."""
+    c = _LEAD.sub("", _CUT.split(text, maxsplit=1)[0].strip(" \"'()"))
     return _DONE.sub(" completes", c).strip()
 
 
@@ -214,20 +220,16 @@ def find_condition(sents: list[str], pipeline: str = DEFAULT_PIPELINE) -> str | 
             continue
         s = _clean(raw)
         found = _conditions_in(s)
-        bare = [(m.start(), f"until {_clause(m.group('cond'))}") for m in _UNTIL.finditer(s)
-                if not _OPEN_ENDED.match(s, m.start()) and _STATE & set(tokenize(s[:m.start()]))]
-        found += [b for b in bare if not any(abs(b[0] - f[0]) < 40 and f[1] == b[1] for f in found)]
+        found += [(m.start(), f"until {_clause(m.group('cond'))}") for m in _UNTIL.finditer(s)
+                  if not _OPEN_ENDED.match(s, m.start()) and _STATE & set(tokenize(s[:m.start()]))]
         found = [(at, c) for at, c in found
-                 if c.strip() != "until" and not _WHEN.match(c[6:]) and len(c.split()) <= _MAX_COND_WORDS + 1]
+                 if c != "until" and not _WHEN.match(c[6:]) and len(c.split()) <= _MAX_COND_WORDS + 1]
         if not found:
             continue
         verb_at = _instruction_at(s, pipeline)
         for at, cond in sorted(found):
-            if verb_at is not None and at > verb_at:
-                continue  # "retry until X": the duration of an instruction, not a condition on validity
-            if re.fullmatch(r"until\s+(?:\w+\s+)?completes|until\s+(?:\w+\s+)?ends", cond) and len(cond.split()) < 3:
-                continue
-            return _LEAD.sub("", cond) if not cond.startswith("until ") else "until " + _LEAD.sub("", cond[6:])
+            if verb_at is None or at < verb_at:  # "retry until X": how long to act, not how long a rule holds
+                return cond
     return None
 
 
@@ -334,7 +336,8 @@ _IDLIKE = re.compile(r"(?<![\w@#])([A-Za-z][A-Za-z0-9_.:/]*[-_/][A-Za-z0-9_./:-]
 # An id written without backticks must look like one: a digit, "@" or "_" in it, or a
 # document noun as its last part (``onboarding-guide``, ``travel-policy``).
 _ID_SHAPED = re.compile(r"[\d@_]|[-/](?:policy|policies|runbook|guide|sop|page|doc|handbook|manual|procedure|playbook"
-                        r"|standard|notice|faq|wiki|process|agreement|contract|terms|schedule|rates?|card)$", re.IGNORECASE)
+                        r"|standard|notice|faq|wiki|process|agreement|contract|terms|schedule|rates?|card)$",
+                        re.IGNORECASE)
 _DOC_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_./:-]{0,200}(?:@[A-Za-z0-9][A-Za-z0-9_.-]{0,40})?$")
 _SUP_TRIGGER = re.compile(r"\b(?:supersed|replac|succeeded|favou?r|rescind|withdr[ae]w|retire|revok|deprecat"
                           r"|no\s+longer)", re.IGNORECASE)
@@ -394,9 +397,11 @@ _TO = re.compile(_SELF + r"\b(?:is\s+|are\s+|remains\s+)?(?:effective|in\s+force
                  + ")", re.IGNORECASE)
 _RANGE = re.compile(_SELF + r"\b(?:is\s+)?(?:effective|in\s+force|valid|applies)\s+from\s+(?P<a>" + DATE
                     + r")\s+(?:until|till|to|through)\s+(?P<b>" + DATE + ")", re.IGNORECASE)
-_ENDED = re.compile(r"(?:^|\bthis\s+" + _DOC_NOUN + r"\b[^.]*?\b(?:is|are|was|has\s+been|will\s+be|stands)\s+(?:hereby\s+)?)"
+_ENDED = re.compile(r"(?:^|\bthis\s+" + _DOC_NOUN
+                    + r"\b[^.]*?\b(?:is|are|was|has\s+been|will\s+be|stands)\s+(?:hereby\s+)?)"
                     r"(?P<what>rescinded|withdrawn|retired|revoked|no\s+longer\s+in\s+(?:force|effect)|no\s+longer"
-                    r"\s+valid|cancelled|canceled)\s+(?:(?P<rel>as\s+of|on|from|effective|effective\s+from|with\s+effect"
+                    r"\s+valid|cancelled|canceled)\s+(?:(?P<rel>as\s+of|on|from"
+                    r"|effective|effective\s+from|with\s+effect"
                     r"\s+from|after|from\s+and\s+including)\s+)?(?P<date>" + DATE + ")", re.IGNORECASE)
 _EFF_TRIGGER = re.compile(r"\b(?:effective|effect|force|valid|applies|apply|expires|rescinded|withdrawn|retired"
                           r"|revoked|no\s+longer|cancell?ed|canceled)\b", re.IGNORECASE)

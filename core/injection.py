@@ -39,18 +39,21 @@ __all__ = ["instruction_shaped"]
 
 # A clause start: the text's start, after sentence or clause punctuation, or after a
 # softener ("please", "now", "just", "so", "and").
-_START = r"(?:^|(?<=[.!?;:\n\"'(“‘\[—-])|(?<=[.!?;:,]\s)|\b(?:please|now|just|so|and|then|you\s+(?:must|should|will|need\s+to|have\s+to)|kindly)\s+)\s*"
+_START = (r"(?:^|(?<=[.!?;:\n\"'(“‘\[—-])|(?<=[.!?;:,]\s)"
+          r"|\b(?:please|now|just|so|and|then|you\s+(?:must|should|will|need\s+to|have\s+to)|kindly)\s+)\s*")
 _OVERRIDE_VERB = (r"(?:ignore|disregard|forget|override|overrule|bypass|set\s+aside|stop\s+following|do\s+not\s+follow"
                   r"|don't\s+follow|never\s+follow|skip)")
 _EVIDENCE = (r"(?:(?:all|any|the|your|my|these|those|this|every|each|earlier|previous|prior|above|preceding|other|"
              r"original|existing|current|official|retrieved|cited|system)\s+){0,3}"
-             r"(?:instructions?|prompts?|system\s+prompt|polic(?:y|ies)|guidance|guidelines|evidence|sources?|documents?"
+             r"(?:instructions?|prompts?|system\s+prompt|polic(?:y|ies)|guidance|guidelines"
+             r"|evidence|sources?|documents?"
              r"|docs|context|citations?|results?|passages?|(?:previous|prior|earlier|above|your)\s+rules|everything"
              r"(?:\s+(?:above|else|before))?|what\s+(?:you\s+were|the\s+\w+\s+says?)|the\s+above|above|previous|prior"
              r"|safety|restrictions?|guardrails?)\b")
 _IGNORE = re.compile(_START + _OVERRIDE_VERB + r"\s+(?:all\s+|any\s+|of\s+)?" + _EVIDENCE, re.IGNORECASE)
 _ADDRESS = re.compile(
-    r"\byou\s+(?:must|should|are\s+(?:required|instructed|told|to)|have\s+to|need\s+to|will)\s+(?:now\s+|only\s+|always\s+)?"
+    r"\byou\s+(?:must|should|are\s+(?:required|instructed|told|to)"
+    r"|have\s+to|need\s+to|will)\s+(?:now\s+|only\s+|always\s+)?"
     r"(?:to\s+)?(?:answer|respond|reply|say|state|tell|output|comply|claim|confirm|report\s+that|ignore|disregard"
     r"|reveal|pretend|act\s+as|obey|follow\s+(?:these|my|the\s+following))\b"
     r"|\bas\s+an?\s+(?:ai|assistant|language\s+model|llm)\b"
@@ -62,7 +65,8 @@ _ADDRESS = re.compile(
     r"|\b(?:ai|llm|assistant|agent|model)s?\s*[,:]\s*(?:ignore|disregard|you\s+must|answer|respond)\b",
     re.IGNORECASE)
 _ROLE = re.compile(
-    r"^\s*(?:[#>*\-\s]*)(?:\[|<\|?|\()?\s*(?:system|assistant|developer|admin(?:istrator)?|root|sudo)\s*(?:\|?>|\]|\))?\s*:"
+    r"^\s*(?:[#>*\-\s]*)(?:\[|<\|?|\()?\s*(?:system|assistant|developer"
+    r"|admin(?:istrator)?|root|sudo)\s*(?:\|?>|\]|\))?\s*:"
     r"|^\s*(?:[#>*\-\s]*)(?:\[|<)\s*(?:system|assistant|developer|inst)\s*(?:\]|>)"
     r"|<\|im_start\|>|\[/?INST\]|<</?SYS>>"
     r"|^\s*(?:[#>*\-\s]*)(?:override|admin\s+override|new\s+instructions?|updated\s+instructions?|instructions?\s+for"

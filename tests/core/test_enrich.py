@@ -197,12 +197,14 @@ def _cond(text: str) -> str | None:
     ("The interim triage protocol remains in place until the new ward opens.", "until the new ward opens"),
     ("This freeze continues to be in effect until the Q3 close is signed off.", "until the Q3 close is signed off"),
     # while ... under way / in progress / ongoing
-    ("While the EHR migration is under way, clinicians record allergies on paper.", "until the EHR migration completes"),
+    ("While the EHR migration is under way, clinicians record allergies on paper.",
+     "until the EHR migration completes"),
     ("Orders ship from the Leeds depot while the warehouse relocation is in progress.",
      "until the warehouse relocation completes"),
     ("While the payroll system upgrade is ongoing, overtime is paid a month late.",
      "until the payroll system upgrade completes"),
-    ("While the ledger migration is in progress, route refund requests to the finance desk.",  # fronted: scopes the instruction
+    # fronted: the condition scopes the instruction itself
+    ("While the ledger migration is in progress, route refund requests to the finance desk.",
      "until the ledger migration completes"),
     ("The help desk answers in English only whilst the Lisbon office move is underway.",
      "until the Lisbon office move completes"),
@@ -210,7 +212,8 @@ def _cond(text: str) -> str | None:
     ("Expense claims above EUR 500 need CFO sign-off as long as the hiring freeze is in place.",
      "until the hiring freeze ends"),
     ("As long as the carrier embargo is active, parcels to Norway go by road.", "until the carrier embargo ends"),
-    ("Every shift swap needs two approvals so long as the staffing review is ongoing.", "until the staffing review completes"),
+    ("Every shift swap needs two approvals so long as the staffing review is ongoing.",
+     "until the staffing review completes"),
     ("The legacy API stays enabled as long as the mobile app migration is under way.",
      "until the mobile app migration completes"),
     ("Interest accrues at 2% as long as the rate review is open.", "until the rate review ends"),
@@ -228,7 +231,8 @@ def _cond(text: str) -> str | None:
     ("Pending the customs ruling, shipments of lithium cells stay in Rotterdam.", "until the customs ruling"),
     ("The deploy freeze applies pending sign-off from the release manager.", "until sign-off from the release manager"),
     # once ... applies again / resumes
-    ("Once the EHR migration is finished, the standard triage rota applies again.", "until the EHR migration completes"),
+    ("Once the EHR migration is finished, the standard triage rota applies again.",
+     "until the EHR migration completes"),
     ("Once the strike is over, next-day delivery resumes.", "until the strike completes"),
     ("Weekly payroll resumes once the bank integration is complete.", "until the bank integration completes"),
     ("Once the cutover is done, the 15:00 cutoff applies again.", "until the cutover completes"),
@@ -237,7 +241,8 @@ def _cond(text: str) -> str | None:
     ("This exception ceases to apply when the new contract is signed.", "until the new contract is signed"),
     ("The relocation allowance no longer applies once the employee moves into company housing.",
      "until the employee moves into company housing"),
-    ("The discount lapses when the customer migrates to the annual plan.", "until the customer migrates to the annual plan"),
+    ("The discount lapses when the customer migrates to the annual plan.",
+     "until the customer migrates to the annual plan"),
     ("The waiver stops applying after the fraud rule is retrained.", "until the fraud rule is retrained"),
     ("The surcharge ceases to apply upon completion of the bridge repair.", "until the bridge repair"),
     # until further notice: kept, it never ends (core.conditions)

@@ -171,3 +171,228 @@ def test_enrich_never_raises_and_is_idempotent(text):
     e = enrich(d)
     assert enrich(e) == e
     assert set(e.extracted) <= set(FIELDS)
+
+
+# ----------------------------------------------------------------------------- other words
+# Each phrasing class in several domains (HR, logistics, software operations, finance,
+# healthcare), with negatives next to it.
+
+def _cond(text: str) -> str | None:
+    return enrich(doc(text)).condition
+
+
+@pytest.mark.parametrize("text, expected", [
+    # until (a state word in the sentence)
+    ("New hires stay on the probation pay scale until the works council approves the new grid.",
+     "until the works council approves the new grid"),
+    ("Pallets remain in bay 4 until the racking inspection.", "until the racking inspection"),
+    ("The EUR cutoff remains 16:00 until the ehr migration is complete.", "until the ehr migration completes"),
+    ("Deploys to eu-west keep the canary gate until the `billing-v2` rollout has finished.",
+     "until the billing-v2 rollout completes"),
+    ("The card fee is waived until the new pricing goes live.", "until the new pricing completes"),
+    # remains in effect / in force / valid until
+    ("The temporary shipping surcharge remains in effect until the port strike ends.", "until the port strike ends"),
+    ("The remote-work allowance stays in force until the office refurbishment.", "until the office refurbishment"),
+    ("The manual approval rule is valid until the payments audit closes.", "until the payments audit closes"),
+    ("The interim triage protocol remains in place until the new ward opens.", "until the new ward opens"),
+    ("This freeze continues to be in effect until the Q3 close is signed off.", "until the Q3 close is signed off"),
+    # while ... under way / in progress / ongoing
+    ("While the EHR migration is under way, clinicians record allergies on paper.",
+     "until the EHR migration completes"),
+    ("Orders ship from the Leeds depot while the warehouse relocation is in progress.",
+     "until the warehouse relocation completes"),
+    ("While the payroll system upgrade is ongoing, overtime is paid a month late.",
+     "until the payroll system upgrade completes"),
+    # fronted: the condition scopes the instruction itself
+    ("While the ledger migration is in progress, route refund requests to the finance desk.",
+     "until the ledger migration completes"),
+    ("The help desk answers in English only whilst the Lisbon office move is underway.",
+     "until the Lisbon office move completes"),
+    # as long as
+    ("Expense claims above EUR 500 need CFO sign-off as long as the hiring freeze is in place.",
+     "until the hiring freeze ends"),
+    ("As long as the carrier embargo is active, parcels to Norway go by road.", "until the carrier embargo ends"),
+    ("Every shift swap needs two approvals so long as the staffing review is ongoing.",
+     "until the staffing review completes"),
+    ("The legacy API stays enabled as long as the mobile app migration is under way.",
+     "until the mobile app migration completes"),
+    ("Interest accrues at 2% as long as the rate review is open.", "until the rate review ends"),
+    # for the duration of
+    ("For the duration of the ERP migration, invoices are approved manually.", "until the ERP migration completes"),
+    ("Night shifts pay a 20% premium for the duration of the flu season.", "until the flu season completes"),
+    ("The depot runs a single loading dock for the duration of the roof repair.", "until the roof repair completes"),
+    ("Paging goes to the platform team for the duration of the Kafka upgrade.", "until the Kafka upgrade completes"),
+    ("During the course of the audit, card limits are halved.", "until the audit completes"),
+    # pending
+    ("Refunds above EUR 500 are held pending the security review.", "until the security review"),
+    ("Pending the audit, payouts to new merchants are capped at EUR 1,000.", "until the audit"),
+    ("Bonus payments are suspended pending the board's remuneration decision.",
+     "until the board's remuneration decision"),
+    ("Pending the customs ruling, shipments of lithium cells stay in Rotterdam.", "until the customs ruling"),
+    ("The deploy freeze applies pending sign-off from the release manager.", "until sign-off from the release manager"),
+    # once ... applies again / resumes
+    ("Once the EHR migration is finished, the standard triage rota applies again.",
+     "until the EHR migration completes"),
+    ("Once the strike is over, next-day delivery resumes.", "until the strike completes"),
+    ("Weekly payroll resumes once the bank integration is complete.", "until the bank integration completes"),
+    ("Once the cutover is done, the 15:00 cutoff applies again.", "until the cutover completes"),
+    ("The normal leave policy applies again once the peak season ends.", "until the peak season ends"),
+    # ceases to apply / no longer applies / lapses when
+    ("This exception ceases to apply when the new contract is signed.", "until the new contract is signed"),
+    ("The relocation allowance no longer applies once the employee moves into company housing.",
+     "until the employee moves into company housing"),
+    ("The discount lapses when the customer migrates to the annual plan.",
+     "until the customer migrates to the annual plan"),
+    ("The waiver stops applying after the fraud rule is retrained.", "until the fraud rule is retrained"),
+    ("The surcharge ceases to apply upon completion of the bridge repair.", "until the bridge repair"),
+    # until further notice: kept, it never ends (core.conditions)
+    ("The on-call rota is suspended until further notice.", "until further notice"),
+    ("Remote onboarding remains the default until further notice.", "until further notice"),
+    ("Shipments to Kyiv stay paused until otherwise notified.", "until further notice"),
+    ("Card limits remain halved until further notice.", "until further notice"),
+    ("The hiring freeze stays in effect until further notice.", "until further notice"),
+])
+def test_conditions_in_other_words(text, expected):
+    assert _cond(text) == expected
+
+
+@pytest.mark.parametrize("text", [
+    "Keep retrying as long as the webhook is running.",  # instructions: the duration of an action
+    "Hold the elevator button until the doors close.",
+    "Press and hold reset until the LED blinks.",
+    "Escalate to the on-call while the incident is in progress.",
+    "Watch the queue for the duration of the import.",
+    "The payout status is pending review.",  # adjectival "pending"
+    "Pending payouts appear in grey.",
+    "The incident commander owns customer communication until the incident is resolved.",  # no state word
+    "Once the job finishes, restart the consumer.",  # no "again": a procedure step
+    "The contract is valid until 31 December 2026.",  # a date is validity, not an event
+    "The offer remains open until the end of the quarter.",
+    "While revenue grew, margins are thin.",  # contrastive "while"
+    "Patients were followed for the duration of the day.",
+])
+def test_no_condition_in_instructions_and_near_phrasings(text):
+    assert _cond(text) is None
+
+
+def _events(text: str, **kw) -> tuple[Event, ...]:
+    return enrich(doc(text, **{"doc_type": "deployment", **kw})).events
+
+
+@pytest.mark.parametrize("text, what, on", [
+    ("The EHR migration was finished on 15 January 2026.", "ehr migration completed", D(2026, 1, 15)),
+    ("The new payroll system went live on January 15, 2026.", "new payroll system completed", D(2026, 1, 15)),
+    ("Database failover drill was done on 15 Jan 2026.", "database failover drill completed", D(2026, 1, 15)),
+    ("The Leeds depot relocation concluded on 2026/01/15.", "leeds depot relocation completed", D(2026, 1, 15)),
+    ("Acme was cut over on 2026-01-15.", "acme cutover completed", D(2026, 1, 15)),
+    ("The staging migration is complete as of 3 March 2026.", "staging migration completed", D(2026, 3, 3)),
+    ("We successfully completed the ERP migration on 4 February 2026.", "erp migration completed", D(2026, 2, 4)),
+    ("Phase 2 of the badge rollout finished on Monday, 2 March 2026.", "phase 2 of the badge rollout completed",
+     D(2026, 3, 2)),
+    ("The ledger backfill has been completed on 15th of January 2026.", "ledger backfill completed", D(2026, 1, 15)),
+    ("The `payout_batch_v3` migration completed on Jan. 20, 2026.", "payout_batch_v3 migration completed",
+     D(2026, 1, 20)),
+])
+def test_events_in_other_words(text, what, on):
+    assert _events(text) == (Event(what=what, on=on),)
+
+
+def test_events_from_a_completion_date_column():
+    text = ("# Change record\n\n| Step | Owner | Completed on |\n|---|---|---|\n| EHR migration | ops | 2026-01-15 |\n"
+            "| Badge rollout | hr | 3 Feb 2026 |\n| Archive purge | ops | pending |\n| Label printers | x | 4 March |")
+    assert _events(text, doc_type="page") == (Event(what="ehr migration completed", on=D(2026, 1, 15)),
+                                                Event(what="badge rollout completed", on=D(2026, 2, 3)))
+
+
+@pytest.mark.parametrize("text", [
+    "The billing upgrade completed on 15 January.",  # no year: never guessed
+    "The billing upgrade completed on 03/04/2026.",  # March or April: refused
+    "The billing upgrade is scheduled for 15 January 2026.",
+    "We expect the migration to be finished by next week.",
+])
+def test_no_event_without_a_full_completed_date(text):
+    assert _events(text) == ()
+
+
+def test_events_only_in_change_records():
+    assert _events("The EHR migration was finished on 15 January 2026.", doc_type="ticket") == ()
+    assert _events("# Migration log\n\nThe EHR migration was finished on 15 January 2026.", doc_type="page")
+    for t in ("change", "migration", "rollout", "release"):
+        assert _events("Cutover completed on 2026-01-15.", doc_type=t)
+
+
+@pytest.mark.parametrize("text, sup, by", [
+    ("This policy replaces `travel-policy-2024`.", ("travel-policy-2024",), ()),
+    ("This SOP supersedes SOP-114.", ("SOP-114",), ()),
+    ("This handbook rescinds `leave-policy@3` in full.", ("leave-policy@3",), ()),
+    ("It retires the old rate card (rate-card-2025).", ("rate-card-2025",), ()),
+    ("`expenses-faq` is withdrawn.", ("expenses-faq",), ()),
+    ("The old picking guide (picking-guide@2) is no longer in force.", ("picking-guide@2",), ()),
+    ("This runbook is retired in favour of `payments-runbook-v2`.", (), ("payments-runbook-v2",)),
+    ("This page was deprecated in favor of onboarding-guide.", (), ("onboarding-guide",)),
+    ("This guide is superseded by `ops-guide@4`.", (), ("ops-guide@4",)),
+    ("From March this policy is replaced by hr-policy_2026.", (), ("hr-policy_2026",)),
+])
+def test_supersession_in_other_words(text, sup, by):
+    e = enrich(doc(text))
+    assert (e.supersedes, e.superseded_by) == (sup, by)
+
+
+@pytest.mark.parametrize("text", [
+    "`a-doc` is superseded by `b-doc`.",  # a link between two other documents
+    "The full-length protein is replaced by a truncated form.",  # a hyphenated word is no doc id
+    "This policy was withdrawn.",  # itself, without a date: nothing to fill
+    "The old table is retired.",
+])
+def test_no_supersession_without_another_doc_id(text):
+    e = enrich(doc(text))
+    assert e.supersedes == () and e.superseded_by == ()
+
+
+@pytest.mark.parametrize("text, start, end", [
+    ("This policy is rescinded as of 1 March 2026.", None, D(2026, 2, 28)),  # not in force on 1 March
+    ("This notice was withdrawn on 2026-04-01.", None, D(2026, 3, 31)),
+    ("This runbook is retired with effect from 15 January 2026.", None, D(2026, 1, 14)),
+    ("This runbook is no longer in force after 31 March 2026.", None, D(2026, 3, 31)),
+    ("This rate card is no longer valid from January 1, 2027.", None, D(2026, 12, 31)),
+    ("This policy is valid through 31 December 2026.", None, D(2026, 12, 31)),
+    ("This agreement expires on 30 June 2027.", None, D(2027, 6, 30)),
+    ("This waiver is valid until 15 May 2026.", None, D(2026, 5, 15)),
+    ("Effective 1 March 2026, the per diem is EUR 60.", D(2026, 3, 1), None),
+    ("This procedure applies from 2 February 2026.", D(2026, 2, 2), None),
+    ("This policy is effective as of 5 Jan 2026.", D(2026, 1, 5), None),
+    ("This rate card is in force from 1 January 2026 until 31 March 2026.", D(2026, 1, 1), D(2026, 3, 31)),
+    ("Effective from: 2026/02/01", D(2026, 2, 1), None),
+])
+def test_validity_in_other_words(text, start, end):
+    e = enrich(doc(text))
+    assert (e.effective_from, e.effective_to) == (start, end)
+
+
+@pytest.mark.parametrize("text", [
+    "The per diem applies from 1 March.",  # no year
+    "The old guide was rescinded on 1 March 2026.",  # another document, no id
+    "Our vendor's contract expires soon.",
+    "The discount is valid until 03/04/2026.",  # ambiguous day and month
+])
+def test_no_validity_without_a_full_date_about_this_document(text):
+    e = enrich(doc(text))
+    assert (e.effective_from, e.effective_to) == (None, None)
+
+
+def test_parse_date_common_forms():
+    for s in ("2026-01-15", "2026/01/15", "15 January 2026", "January 15, 2026", "15 Jan 2026", "Jan. 15, 2026",
+              "15th of January 2026", "15/01/2026", "01/15/2026"):
+        assert parse_date(s) == D(2026, 1, 15), s
+    for s in ("15 January", "January 2026", "03/04/2026", "2026-13-01", "tomorrow", "may"):
+        assert parse_date(s) is None, s
+
+
+def test_import_of_core_stays_light():
+    import subprocess
+    import sys
+
+    code = "import sys, quarry.core.enrich, quarry.core.conditions, quarry.core.injection; " \
+           "print(any(m in sys.modules for m in ('spacy', 'dateparser', 'thinc', 'torch')))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

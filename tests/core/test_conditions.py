@@ -1,0 +1,110 @@
+"""Condition -> event matching (core.conditions): identifiers whole, stemmed content words,
+completion filler dropped, entities agreeing, and near misses (another environment, site,
+system, entity, identifier) never ending a condition. Conditions and events are written
+as the enricher writes them, and each pair is also run through the enricher from prose."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from quarry.core.conditions import condition_met, entity_stems, terms
+from quarry.core.enrich import enrich
+from quarry.core.records import SourceDocument
+
+pytestmark = pytest.mark.unit
+
+KNOWN = entity_stems(["acme", "globex", "initech", "northwind"])
+
+
+def met(cond: str, event: str, cond_scope=("acme",), event_scope=("acme",)) -> bool:
+    return condition_met(terms(cond, KNOWN), cond_scope, terms(event, KNOWN), event_scope)
+
+
+@pytest.mark.parametrize("cond, event", [
+    ("until cutover", "acme cutover completed"),
+    ("until cutover", "cutover completed"),
+    ("until the payout_batch_v2 migration completes", "payout_batch_v2 migration completed"),
+    ("until the ehr migration completes", "ehr migration completed"),
+    ("until the EHR migration completes", "the ehr migration was finished"),
+    ("until the warehouse relocation completes", "leeds warehouse relocation completed"),  # site in scope below
+    ("until the new payroll system completes", "new payroll system completed"),
+    ("until the security review", "security review completed"),
+    ("until the hiring freeze ends", "hiring freeze lifted completed"),
+    ("until the production migration completes", "production migration completed"),
+    ("until the migration completes", "production migration completed"),
+    ("until the Q2 2026 contract renewal", "q2 2026 contract renewal completed"),
+    ("until the billing-v2 rollout completes", "billing-v2 rollout completed"),
+])
+def test_condition_met(cond, event):
+    scope = ("acme", "leeds") if "leeds" in event else ("acme",)
+    assert met(cond, event, cond_scope=scope)
+
+
+@pytest.mark.parametrize("cond, event, why", [
+    ("until the payout_batch_v2 migration completes", "payout_batch_v3 migration completed", "another identifier"),
+    ("until the INC-2291 fix completes", "INC-2292 fix completed", "another identifier"),
+    ("until the production migration completes", "staging migration completed", "another environment"),
+    ("until the migration completes", "staging migration completed", "another environment"),
+    ("until the migration completes", "uat migration completed", "another environment"),
+    ("until the ehr migration completes", "billing migration completed", "another system"),
+    ("until the ehr migration completes", "northside clinic ehr migration completed", "another clinic"),
+    ("until the Leeds depot relocation completes", "bristol depot relocation completed", "another site"),
+    ("until the warehouse relocation completes", "leeds warehouse relocation completed", "a site not in scope"),
+    ("until the erp migration completes", "erp migration planning completed", "part of it, not it"),
+    ("until further notice", "further notice completed", "open-ended"),
+    ("until otherwise notified", "notification completed", "open-ended"),
+])
+def test_near_misses_never_end_a_condition(cond, event, why):
+    assert not met(cond, event), why
+
+
+def test_never_across_entities():
+    assert not met("until cutover", "globex cutover completed")
+    assert not met("until cutover", "cutover completed", cond_scope=("acme",), event_scope=("globex",))
+    assert met("until cutover", "cutover completed", cond_scope=("acme",), event_scope=("acme", "globex"))
+    assert not met("until acme's cutover", "cutover completed", cond_scope=(), event_scope=("globex",))
+
+
+def test_terms_fields():
+    t = terms("northside clinic staging ehr migration completed", KNOWN)
+    assert t.qualifiers == frozenset({"northsid", "stage"}) and not t.open_ended
+    assert terms("until further notice", KNOWN).open_ended
+
+
+D = dt.date
+
+
+def _doc(doc_id: str, text: str, **kw) -> SourceDocument:
+    return enrich(SourceDocument(doc_id=doc_id, tenant="acme", acl=("*",), text=text, entities=("acme",), **kw))
+
+
+@pytest.mark.parametrize("rule, record, ends", [
+    ("While the EHR migration is under way, clinicians record allergies on paper.",
+     "The EHR migration was finished on 15 January 2026.", True),
+    ("Refunds above EUR 500 are held pending the security review.",
+     "The security review was completed on 2 February 2026.", True),
+    ("Once the ledger cutover is done, the 15:00 cutoff applies again.",
+     "The ledger cutover went live on January 20, 2026.", True),
+    ("The EUR cutoff remains 16:00 until the production migration is complete.",
+     "The staging migration is complete as of 3 March 2026.", False),
+    ("Orders ship from the Leeds depot while the warehouse relocation is in progress.",
+     "The Bristol warehouse relocation concluded on 2026/01/15.", False),
+    ("The on-call rota is suspended until further notice.", "The rota review was done on 15 Jan 2026.", False),
+])
+def test_from_prose_to_a_decision(rule, record, ends):
+    cond_doc = _doc("rule", rule)
+    ev_doc = _doc("rec", record, doc_type="deployment")
+    assert cond_doc.condition and len(ev_doc.events) == 1
+    ev = ev_doc.events[0]
+    assert met(cond_doc.condition, ev.what) is ends
+
+
+@pytest.mark.parametrize("cond, part, whole", [
+    ("until the rollout completes", "phase 1 of the rollout completed", "rollout completed"),
+    ("until the erp migration completes", "erp migration dry-run completed", "erp migration completed"),
+    ("until the badge rollout completes", "badge rollout pilot completed", "badge rollout completed"),
+])
+def test_a_part_of_it_is_not_it(cond, part, whole):
+    assert not met(cond, part) and met(cond, whole)

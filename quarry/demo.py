@@ -43,7 +43,8 @@ UNANSWERABLE = "Can Globex settle payouts in Japanese yen (JPY)?"
 UNANSWERABLE_RETRY = "JPY yen payout currency"
 UNANSWERABLE_TERMS = ("jpy", "yen")  # what an answer would have to mention
 ACME_TENANT, ACME_GROUPS = "acme", ("all-staff",)
-ACME_QUESTION = "What is the EUR settlement cutoff for Acme?"
+ACME_QUESTION = "Which settlement cutoff applies to Acme's Monday EUR batch on 19 January?"  # seed 000 §11.7
+ACME_VALID_AT = "2026-01-19"
 ACME_SUBJECT = "EUR cutoff"  # the phrase a sentence stating the value holds
 _TIME = re.compile(r"\b\d{1,2}:\d{2}\b")
 
@@ -154,9 +155,10 @@ class Agent:
         print(f"  run {body['run_id']} (budget {body['budget']}, searches left: {body['searches_left']})")
         return body["run_id"]
 
-    def search(self, run: str, query: str, top_k: int = 4) -> dict[str, Any]:
-        print(f"  search({query!r}, top_k={top_k})")
-        r = self.http.post("/v1/search", headers=self._h(run), json={"query": query, "top_k": top_k})
+    def search(self, run: str, query: str, top_k: int = 4, valid_at: str | None = None) -> dict[str, Any]:
+        print(f"  search({query!r}, top_k={top_k}" + (f", valid_at={valid_at!r})" if valid_at else ")"))
+        body = {"query": query, "top_k": top_k, **({"valid_at": valid_at} if valid_at else {})}
+        r = self.http.post("/v1/search", headers=self._h(run), json=body)
         r.raise_for_status()
         body = r.json()
         _show_search(body)
@@ -240,7 +242,7 @@ def acme_case(agent: "Agent") -> dict[str, Any]:
     """The Acme question: the decision record, the honest answer, a rejected citation."""
     out: dict[str, Any] = {}
     run = agent.new_run()
-    body = agent.search(run, ACME_QUESTION, top_k=10)
+    body = agent.search(run, ACME_QUESTION, valid_at=ACME_VALID_AT)  # the default top_k: links, not ranks
     decision = body["decision"]
     out["decision"] = decision
     show_decision(decision)

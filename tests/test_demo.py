@@ -10,13 +10,11 @@ import sys
 
 import pytest
 
-from quarry.core import resolve as resolve_mod
 from quarry.core.citations import ABSTENTION_MESSAGE
 
 pytestmark = [pytest.mark.slow, pytest.mark.serve]
 
 # Lead: after merging the `resolve` branch this flag is False and the Acme assertions run.
-PLACEHOLDER = "INTERFACE ONLY" in (resolve_mod.__doc__ or "")
 
 
 def test_demo_runs_the_scripted_agent_over_http(tmp_path):
@@ -43,16 +41,14 @@ def test_demo_runs_the_scripted_agent_over_http(tmp_path):
     assert "reason code 'model_abstained' is only in the protected trace" in out
     assert out.count("searches left:") >= 6 and "stages: filter=" in out
     # the Acme question: the decision record, the honest response built from it
-    assert "5. relevance is not authority: 'What is the EUR settlement cutoff for Acme?'" in out
-    assert "decision record (valid at " in out and "    selected    settlement-policy@3#" in out
+    assert "5. relevance is not authority: \"Which settlement cutoff applies to Acme's Monday EUR batch on 19 January?\"" in out
+    assert "decision record (valid at " in out and "    governing   settlement-policy@3#" in out
     assert "honest response, from the record alone: 'The " in out
-    if not PLACEHOLDER:  # the real resolver: policy v3 governs, the superseded runbook is rejected
-        assert "rejected    settlement-runbook@2#" in out and "superseded_by by settlement-policy@3#" in out
-        assert "I therefore resolve the cutoff to 15:00" in out
-        # with the hashing embedder the ticket comment may not reach the top 10; when it is
-        # delivered it is rejected (condition ended) and citing it fails check 5
-        if "ticket-482-comment-17@1#" in out:
-            assert "rejected    ticket-482-comment-17@1#" in out and "condition_ended by deploy-acme-cutover@1#" in out
-            assert "the operator trace says 'cites_rejected_evidence'; failed checks [['not_rejected']]" in out
+    # policy v3 governs, the superseded runbook and the ended exception are rejected, at the
+    # default top_k: the evidence graph follows the links whatever the ranker delivered
+    assert "rejected    settlement-runbook@2#" in out and "superseded_by by settlement-policy@3#" in out
+    assert "I therefore resolve the cutoff to 15:00" in out
+    assert "rejected    ticket-482-comment-17@1#" in out and "condition_ended by deploy-acme-cutover@1#" in out
+    assert "the operator trace says 'cites_rejected_evidence'; failed checks [['not_rejected']]" in out
     assert "Serve and Ray stopped" in out
     assert not (tmp_path / "home").exists()  # the demo signs with its own key, writes nothing there

@@ -35,11 +35,11 @@ def test_search_prints_cited_results_for_the_principal(hashed_root, capsys):
     assert main(["search", "--index-root", hashed_root, "--tenant", "acme", "--groups", "all-staff",
                  "--top-k", "2", "E-4471"]) == 0
     out = capsys.readouterr().out
-    assert "ticket-517@" in out and "stages:" in out and "decision (valid at " in out and "  selected    " in out
+    assert "ticket-517@" in out and "stages:" in out and "decision (valid at " in out and "  governing   " in out
     assert main(["search", "--index-root", hashed_root, "--tenant", "acme", "--groups", "all-staff",
                  "--json", "treasury account details IBAN"]) == 0
     res = json.loads(capsys.readouterr().out)
-    assert {"selected", "rejected", "unresolved"} <= set(res["decision"]) and all(e["verdict"] for e in res["excerpts"])
+    assert {"governing", "supporting", "rejected", "unresolved", "related"} <= set(res["decision"]) and all(e["verdict"] for e in res["excerpts"])
     assert all(e["doc_id"] != "treasury-accounts" for e in res["excerpts"])  # finance-admins only
     assert main(["search", "--index-root", hashed_root, "--tenant", "acme", "--groups", "finance-admins",
                  "--json", "treasury account details IBAN"]) == 0

@@ -110,8 +110,12 @@ _CURRENCY_WORDS = {"euro": "EUR", "euros": "EUR", "dollar": "USD", "dollars": "U
 _MERIDIEM = frozenset({"am", "pm", "a.m.", "p.m.", "a.m", "p.m"})
 _SCOPE_LABELS = frozenset({"ORG", "GPE", "PERSON", "NORP", "LOC", "FAC"})
 # Prepositions whose object says when, not what about.
-_TEMPORAL_PREPS = frozenset({"until", "after", "before", "since", "during", "by", "within", "at", "in", "on",
-                             "from", "to", "every", "per", "for", "over", "under", "up", "than"})
+_TEMPORAL_PREPS = frozenset({"until", "after", "before", "since", "during", "by", "within", "at", "in",
+                             "every", "per", "up", "than"})
+# A value reached through one of these says how long / when: it belongs to the verb, not to a noun.
+_DURATION_PREPS = frozenset({"within", "after", "before", "every", "for", "until", "by", "in", "over"})
+# quantulum3's rule-based disambiguation reads "minutes" as arc minutes; in prose they are time.
+_UNIT_REMAP = {"minute of arc": "minute", "second of arc": "second"}
 # Verbs that only link a subject to its value: the subject noun is the predicate.
 _LINKING = frozenset({"be", "remain", "stay", "become", "equal", "total", "last", "run", "take"})
 # Calendar units are approximate (a month is 28-31 days): values within 2% are one value.
@@ -236,7 +240,7 @@ def _fmt(x: float) -> str:
 
 def _is_code_token(tok) -> bool:
     t = tok.text
-    return any(c.isalpha() for c in t) and any(c.isdigit() for c in t)
+    return (any(c.isalpha() for c in t) and any(c.isdigit() for c in t)) or t.count(".") >= 2  # E-4471, 2.3.1
 
 
 def _values(doc) -> list[_Value]:
@@ -326,11 +330,11 @@ def _values(doc) -> list[_Value]:
                 taken.update(v.tokens)
                 out.append(v)
             continue
-        base = _pint_base(q.unit.name)
+        unit_name = _UNIT_REMAP.get(q.unit.name, q.unit.name)
+        base = _pint_base(unit_name)
         if base is None:
             continue
         dim, factor, approx = base
-        unit_name = q.unit.name
         if dim == "[temperature]":
             try:
                 mag = float(_ureg().Quantity(q.value, unit_name.replace(" ", "_")).to("kelvin").magnitude)
@@ -354,6 +358,10 @@ def _count(doc, i: int, value: float, date_tokens: set[int]) -> _Value | None:
         return None  # "SAML 2.0", "tier 2", "Ticket 482": a label, not a count
     if head.lower_ in _MERIDIEM:
         return None
+    dur = _pint_base(head.lemma_.lower())
+    if dur is not None and dur[0] == "duration":  # "2 business days", "25 vacation days"
+        return _Value(frozenset({i, head.i}), f"{_fmt(value)} {head.lemma_.lower()}", "duration", value * dur[1],
+                      dur[2])
     if i == 0 or (i == 1 and doc[0].is_punct):
         if i + 1 < len(doc) and doc[i + 1].text in (".", ")"):
             return None  # list ordinal
@@ -437,11 +445,17 @@ def _anchor(doc, v: _Value):
             if obj is not None:
                 return obj, _phrase(obj, exclude | {obj.i}) + _holder(obj, exclude)
     child, t = r, r.head
+    via_when = False
     for _ in range(6):
         if t.i == child.i:
             return None
         if t.pos_ == "ADP" or t.dep_ in ("prep", "agent", "quantmod") or t.lower_ in ("least", "most", "up"):
+            via_when = via_when or t.lower_ in _DURATION_PREPS
             child, t = t, t.head
+            continue
+        if (via_when and t.pos_ in ("NOUN", "PROPN") and t.dep_ in ("dobj", "pobj", "nsubj", "nsubjpass")
+                and t.head.pos_ in ("VERB", "ADP")):
+            child, t = t, t.head  # "respond to tickets within 8 hours": the verb's, not the noun's
             continue
         if t.pos_ in ("NOUN", "PROPN") and t.i not in v.tokens:
             return t, _phrase(t, exclude) + _holder(t, exclude)
@@ -475,7 +489,7 @@ def _verb_anchor(doc, verb, child, exclude: set[int]):
     if lemma in _LINKING:
         adj = next((c for c in verb.children if c.dep_ in ("acomp", "advmod") and c.pos_ in ("ADJ", "ADV")
                     and c.lower_ not in ("least", "most", "up", "now", "still", "then", "only")
-                    and not _within(c, exclude) and c.i > child.i), None)
+                    and not _within(c, exclude)), None)
         if adj is not None and subj:  # "must be at least 12 characters long"
             return adj, _phrase(subj[0], exclude)
         if subj:
@@ -519,6 +533,12 @@ def _scope_of(doc, entities: Sequence[str]) -> tuple[set[str], set[int]]:
             continue
         names.add(" ".join(t.lower_ for t in words).removesuffix("'s"))
         ids.update(t.i for t in words)
+    for tok in doc:  # "Acme remains on ...", "Acme's cutoff": a named party the parser sees
+        if (tok.pos_ == "PROPN" and tok.dep_ in ("nsubj", "nsubjpass", "poss") and tok.i not in ids
+                and tok.text not in _CURRENCY_CODES and not (tok.text.isupper() and len(tok.text) <= 4)
+                and tok.lower_ not in _TIMEZONES and not _is_code_token(tok)):
+            names.add(tok.lower_.removesuffix("'s"))
+            ids.add(tok.i)
     return names, ids
 
 
@@ -531,7 +551,7 @@ def _sentence_statements(doc, entities: Sequence[str]) -> list[Statement]:
             continue
         pred, toks = got
         subject = []
-        for t in [pred, *toks]:
+        for t in ([pred] if pred.pos_ in ("NOUN", "PROPN") else []) + toks:
             if t.i in scope_ids or t.i in v.tokens or t.is_stop or t.is_punct or t.like_num:
                 continue
             lem = t.lemma_.lower() if t.text not in _CURRENCY_CODES else t.text.lower()
@@ -609,9 +629,10 @@ def _qualifiers(s: Statement) -> frozenset[str]:
 
 
 def subject_keys(s: Statement) -> frozenset[str]:
-    """Keys an index can block statements by: the predicate (only statements that share
-    it are compared)."""
-    return frozenset({s.predicate})
+    """Keys an index can block statements by: the predicate and the subject lemmas. Two
+    statements that :func:`conflicts` can match share the predicate; a ``similarity``
+    callable may also match statements that share only a subject lemma."""
+    return frozenset({s.predicate, *s.subject})
 
 
 def same_subject(a: Statement, b: Statement, similarity: Callable[[str, str], float] | None = None,
@@ -646,9 +667,14 @@ def _same_value(a: Statement, b: Statement) -> bool:
 def _compatible(a: Statement, b: Statement) -> bool:
     if a.unit == b.unit:
         return True
-    # EUR 15 vs USD 15 for the same subject: amounts in different currencies conflict.
     ca, cb = a.unit.split("/", 1), b.unit.split("/", 1)
-    return (ca[0].startswith("currency:") and cb[0].startswith("currency:") and ca[1:] == cb[1:])
+    # "EUR 50,000 per tenant" and "EUR 20,000" (the rate left unsaid) compare; a time rate
+    # must be on both sides (its magnitude is per day).
+    rate_ok = ca[1:] == cb[1:] or (not ca[1:] and cb[1:] != ["duration"]) or (not cb[1:] and ca[1:] != ["duration"])
+    if ca[0] == cb[0]:
+        return rate_ok
+    # EUR 15 vs USD 15 for the same subject: amounts in different currencies conflict.
+    return ca[0].startswith("currency:") and cb[0].startswith("currency:") and rate_ok
 
 
 def conflicts(a: Statement, b: Statement, similarity: Callable[[str, str], float] | None = None) -> bool:
@@ -658,7 +684,7 @@ def conflicts(a: Statement, b: Statement, similarity: Callable[[str, str], float
         return False
     if a.scope and b.scope and not set(a.scope) & set(b.scope):
         return False
-    if a.unit != b.unit:
+    if a.unit.split("/")[0] != b.unit.split("/")[0]:
         return True  # another currency
     return not _same_value(a, b)
 

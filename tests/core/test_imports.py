@@ -17,7 +17,7 @@ pytestmark = pytest.mark.unit
 
 CORE_MODULES = sorted(f"quarry.core.{m.name}" for m in pkgutil.iter_modules(quarry.core.__path__))
 HEAVY = ("ray", "pyspark", "torch", "sentence_transformers", "transformers", "quarry.eval", "quarry.serve",
-         "quarry.jobs")
+         "quarry.jobs", "spacy", "thinc", "quantulum3", "pint", "dateparser")
 
 
 def test_every_core_module_is_found():

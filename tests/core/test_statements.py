@@ -1,0 +1,109 @@
+"""core.statements: value statements from a parse, and the conflict rule over them.
+
+Loads the spaCy pipeline once per session (a few seconds); everything else is pure."""
+
+from pathlib import Path
+
+import pytest
+
+from quarry.core.statements import Statement, conflict, conflicts, statements, subject_keys
+
+pytestmark = pytest.mark.unit
+
+CORPUS = Path(__file__).resolve().parents[2] / "quarry" / "sample_corpus" / "acme"
+
+
+def clash(a: str, b: str, ea=(), eb=()) -> bool:
+    return conflict(statements(a, ea), statements(b, eb)) is not None
+
+
+def body(path: Path) -> str:
+    return path.read_text().split("---", 2)[2]
+
+
+def test_brief_examples():
+    assert clash("Passwords expire after 90 days.", "We rotate passwords every 180 days.")
+    assert not clash("Refunds are issued within 5 business days.",
+                     "Support tickets are answered within 2 business days.")
+
+
+def test_a_statement_names_its_subject_predicate_and_value():
+    (s,) = statements("Passwords expire after 90 days.")
+    assert (s.subject, s.predicate, s.value, s.unit, s.magnitude) == (("password",), "expire", "90 day", "duration", 90.0)
+    assert "password" in subject_keys(s) or "expire" in subject_keys(s)
+
+
+def test_units_are_normalised():
+    assert not clash("The free trial lasts 2 weeks.", "The free trial lasts 14 days.")
+    assert clash("The free trial lasts 3 weeks.", "The free trial lasts 30 days.")
+    assert not clash("Access tokens expire after 24 hours.", "Access tokens expire after 1 day.")
+    assert not clash("Each chargeback costs €15.", "We charge EUR 15 for each chargeback.")
+    assert clash("Each chargeback costs €15.", "We charge EUR 20 for each chargeback.")
+
+
+def test_clock_times():
+    assert clash("The settlement cutoff is 15:00.", "The settlement cutoff is 16:00.")
+    assert not clash("Phone support closes at 17:00.", "Phone support closes at 5 p.m.")
+    assert clash("Phone support closes at 17:00.", "Phone support closes at 6 pm.")
+    (s,) = statements("The EUR cutoff is 15:00 CET.")
+    assert (s.unit, s.value, s.magnitude) == ("time_of_day", "15:00", 900.0)
+    assert statements("Phone support is closed on Monday.") == ()
+    assert not clash("The EUR cutoff is 15:00 CET.", "The EUR cutoff moves on Monday.")
+
+
+@pytest.mark.parametrize("text", [
+    "The invoice was issued on 12 March 2025.",
+    "Parental leave was extended in 2024.",
+    "We support SAML 2.0 for single sign-on.",
+    "Version 2.3.1 fixes the export bug.",
+    "Batch E-4471 was re-settled.",
+    "Host acme-9 was drained.",
+    "1. Stop the reconciliation job.",
+    "The maintenance window is on 2026-01-15.",
+    "Ticket 482 was escalated to tier 2.",
+])
+def test_dates_years_versions_and_ids_are_not_statements(text):
+    assert statements(text) == ()
+
+
+def test_scope():
+    assert not clash("Acme uses a 16:00 settlement cutoff.", "Globex uses a 17:00 settlement cutoff.",
+                     ("acme",), ("globex",))
+    assert not clash("Acme uses a 16:00 settlement cutoff.", "Globex uses a 17:00 settlement cutoff.")
+    assert clash("All tenants use the 15:00 settlement cutoff.", "Acme uses a 16:00 settlement cutoff.",
+                 (), ("acme",))
+    (s,) = statements("Acme's cutoff is 16:00.", ["Acme"])
+    assert s.scope == ("acme",)
+
+
+def test_sample_corpus_acme_cutoff():
+    policy = statements(body(CORPUS / "policies" / "settlement-policy-v3.md"), ["acme", "globex", "initech"])
+    ticket = statements(body(CORPUS / "tickets" / "ticket-482-comment-17.md"), ["acme"])
+    runbook = statements(body(CORPUS / "runbooks" / "settlement-runbook-v2.md"), ["acme"])
+    got = conflict(policy, ticket)
+    assert got is not None and {got[0].value, got[1].value} == {"15:00", "16:00"}
+    got = conflict(policy, runbook)
+    assert got is not None and {got[0].value, got[1].value} == {"15:00", "16:00"}
+
+
+def test_json_round_trip():
+    for s in statements("Acme tenants use the 16:00 EUR cutoff; the Pro plan costs €40 per month.", ["acme"]):
+        assert Statement.from_json(s.to_json()) == s
+    with pytest.raises(ValueError):
+        Statement.from_json('{"subject": []}')
+
+
+def test_conflicts_needs_compatible_units():
+    a, = statements("The Team plan includes 10 seats.")
+    b, = statements("The Team plan includes 10 projects.")
+    assert a.unit == "count:seat" and not conflicts(a, b)
+
+
+def test_import_of_core_does_not_load_spacy():
+    import subprocess
+    import sys
+
+    code = ("import sys, quarry.core, quarry.core.statements, quarry.core.resolve\n"
+            "print(','.join(m for m in ('spacy', 'thinc', 'torch', 'quantulum3', 'pint', 'dateparser') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""

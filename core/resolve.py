@@ -409,9 +409,10 @@ def follow_up_queries(decision: Decision, passages: Sequence[Passage], limit: in
         p = by_id[sel.passage_id]
         facts = statements(p.text) + predicates(p.text)
         for fact in facts:
-            if any(len(fact.subject & s) >= MIN_SHARED or fact.subject <= s for s in seen):
+            subj = frozenset(fact.subject)
+            if any(len(subj & s) >= MIN_SHARED or subj <= s for s in seen):
                 continue  # the same subject already has its query
-            seen.append(fact.subject)
+            seen.append(subj)
             scope = list(p.envelope.entities[:1]) if len(p.envelope.entities) == 1 else []
             words = [w.lower() for w in (*scope, *fact.words)]
             out.append(" ".join(dict.fromkeys(words + list(CONTRADICTION_TERMS))))

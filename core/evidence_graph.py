@@ -91,6 +91,27 @@ class EvidenceSet:
     follow_ups: tuple = ()  # quarry.core.stage_records.FollowUp of the contradiction search
 
 
+def best_passage(candidates: Sequence[Passage], like: frozenset[str]) -> str:
+    """The passage of a document that best states what defeats or proves another: most
+    words shared with ``like`` in its section heading, then in its text, then the smallest
+    id. Deterministic word overlap, never a relevance score; the graph and the resolver
+    choose with this one rule, so the same passage is named whatever was delivered."""
+    def key(p: Passage) -> tuple:
+        heading = set(tokenize(p.heading_path[-1])) if p.heading_path else set()
+        return -len(like & heading), -len(like & set(tokenize(p.text))), p.passage_id
+    return min(candidates, key=key).passage_id
+
+
+def passage_cue(p: Passage) -> frozenset[str]:
+    """The words of a passage that the passage superseding it should share."""
+    return frozenset(tokenize(" ".join(p.heading_path[-1:]) + " " + p.text))
+
+
+def event_cue(ev_terms, on: dt.date) -> frozenset[str]:
+    """The words a passage stating an event holds: its terms and its date."""
+    return frozenset(ev_terms.words | ev_terms.identifiers | {on.isoformat()})
+
+
 def _key(env: Envelope) -> str:
     return f"{env.doc_id}@{env.version}"
 
@@ -105,11 +126,12 @@ class EvidenceGraph:
     """The links of one tenant generation, over tenant-wide row ids (``pack_row``)."""
 
     def __init__(self, envelopes: Mapping[str, Envelope], rows_of: Mapping[str, Sequence[int]],
-                 facts: Mapping[int, PassageFacts], words_of):
+                 facts: Mapping[int, PassageFacts], words_of, passage_of):
         self.rows_of = {k: tuple(sorted(v)) for k, v in rows_of.items()}  # doc key -> rows
         self.key_of = {r: k for k, rows in self.rows_of.items() for r in rows}
         self.facts = dict(facts)
         self.words_of = words_of  # row -> stemmed words (heading + text): choosing a passage of a linked doc
+        self.passage_of = passage_of  # row -> Passage
         self.envelopes = dict(envelopes)
         self.links: dict[str, set[str]] = {k: set() for k in self.rows_of}  # doc key -> linked doc keys (both ways)
         self.link_kind: dict[tuple[str, str], str] = {}
@@ -150,14 +172,17 @@ class EvidenceGraph:
 
     def _conditions(self) -> None:
         known = entity_stems(e for env in self.envelopes.values() for e in env.entities)
-        events = [(k, env, terms(ev.what, known)) for k, env in sorted(self.envelopes.items()) for ev in env.events]
+        events = [(k, env, ev, terms(ev.what, known)) for k, env in sorted(self.envelopes.items())
+                  for ev in env.events]
+        self.stopping: dict[tuple[str, str], list[frozenset[str]]] = {}  # (conditioned, event doc) -> cues
         for k, env in sorted(self.envelopes.items()):
             if not env.condition:
                 continue
             cond = terms(env.condition, known)
-            for ek, eenv, et in events:
+            for ek, eenv, ev, et in events:
                 if ek != k and condition_met(cond, env.entities, et, eenv.entities):
                     self._link(k, ek, "condition")
+                    self.stopping.setdefault((k, ek), []).append(event_cue(et, ev.on))
 
     # -- reads ------------------------------------------------------------------------
     def _best_rows(self, key: str, like: frozenset[str], n: int) -> list[int]:
@@ -183,11 +208,18 @@ class EvidenceGraph:
         if key is not None:
             for other in sorted(self.links.get(key, ())):
                 kind = self.link_kind.get((key, other))
-                if kind == "condition":
+                if kind == "condition" and (key, other) in self.stopping:  # the record proving the event:
+                    # the passage the resolver will name, for each event that can end the condition
+                    cands = [self.passage_of(r) for r in self.rows_of[other]]
+                    by_id = {p.passage_id: r for p, r in zip(cands, self.rows_of[other])}
+                    out += [by_id[best_passage(cands, cue)] for cue in self.stopping[(key, other)]]
+                elif kind == "condition":  # an event record: the conditioned passages it may end
                     env = self.envelopes[other]
-                    cue = frozenset(tokenize(" ".join(e.what for e in env.events) + " " + (env.condition or "")))
-                    out += self._best_rows(other, cue | like, 1)
-                else:
+                    out += self._best_rows(other, frozenset(tokenize(env.condition or "")) | like, PER_LINK)
+                else:  # supersession: the passage the resolver names as ``by``, and the closest in subject
+                    cands = [self.passage_of(r) for r in self.rows_of[other]]
+                    by_id = {p.passage_id: r for p, r in zip(cands, self.rows_of[other])}
+                    out.append(by_id[best_passage(cands, passage_cue(self.passage_of(row)))])
                     out += self._best_rows(other, like, PER_LINK)
         for s in stated:
             found: list[int] = []
@@ -229,7 +261,11 @@ def graph_of(index) -> EvidenceGraph:
         si, r = unpack_row(gid)
         return index.shards[si].row_words(r)
 
-    g = EvidenceGraph(envelopes, rows_of, facts, words_of)
+    def passage_of(gid: int) -> Passage:
+        si, r = unpack_row(gid)
+        return index.shards[si].passage(r)
+
+    g = EvidenceGraph(envelopes, rows_of, facts, words_of, passage_of)
     index._evidence_graph = g
     return g
 

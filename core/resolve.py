@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 
 from quarry.core.conditions import Terms, condition_met, entity_stems, terms
 from quarry.core.filters import validity
-from quarry.core.evidence_graph import PassageFacts, facts_of
+from quarry.core.evidence_graph import PassageFacts, best_passage, event_cue, facts_of, passage_cue
 from quarry.core.records import (
     DEFAULT_AUTHORITY, Decision, Envelope, Event, Passage, Principal, RejectedEvidence, RejectReason,
     RelatedEvidence, SelectedEvidence, UnresolvedConflict,
@@ -96,16 +96,6 @@ def _key(env: Envelope) -> str:
     return f"{env.doc_id}@{env.version}"
 
 
-def _best_passage(candidates: Sequence[Passage], like: frozenset[str]) -> str:
-    """The passage of a document that best states what defeats another: most words shared
-    with ``like`` in its section heading, then in its text, then the smallest id.
-    Deterministic word overlap; never a relevance score."""
-    def key(p: Passage) -> tuple:
-        heading = set(tokenize(p.heading_path[-1])) if p.heading_path else set()
-        return -len(like & heading), -len(like & set(tokenize(p.text))), p.passage_id
-    return min(candidates, key=key).passage_id
-
-
 # ----------------------------------------------------------------------------- rules
 
 def _dates(st: _State) -> None:
@@ -153,8 +143,7 @@ def _supersession(st: _State, by_doc: dict[str, list[Passage]]) -> None:
         start, _, new_key, how = max(winners)
         expired = old.effective_to is not None and old.effective_to < st.day
         for p in by_doc[old_key]:
-            like = frozenset(tokenize(" ".join(p.heading_path[-1:]) + " " + p.text))
-            by = _best_passage(by_doc[new_key], like)
+            by = best_passage(by_doc[new_key], passage_cue(p))
             since = f" in force from {start.isoformat()}" if start != dt.date.min else ""
             detail = (f"{'later version ' if how == 'version' else ''}{new_key}{since} supersedes {old_key}"
                       + (f"; effective_to {old.effective_to.isoformat()}" if expired else ""))
@@ -184,7 +173,7 @@ def _conditions(st: _State, by_doc: dict[str, list[Passage]]) -> None:
             if not condition_met(cond, env.entities, ev_terms, envs[ev_key].entities):
                 continue
             bearers = [p for p in by_doc[ev_key] if p.passage_id not in st.rejected]
-            by = _best_passage(bearers, ev_terms.words | ev_terms.identifiers | {on.isoformat()})
+            by = best_passage(bearers, event_cue(ev_terms, on))
             for p in by_doc[key]:
                 if p.passage_id not in st.rejected:
                     st.reject(p.passage_id, "condition_ended", by,

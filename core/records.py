@@ -282,7 +282,7 @@ class Excerpt(Frozen):
 # -- evidence resolution (DESIGN §4 step 7): the decision record ---------------------
 
 RejectReason = Literal["superseded_by", "not_yet_effective", "no_longer_effective", "condition_ended",
-                       "subordinate_to"]
+                       "subordinate_to", "untrusted_instruction"]
 # governing: answers the question; supporting: proves an event or a link the decision rests
 # on; rejected / unresolved: as their records say; related: delivered, neither governs nor
 # conflicts (an excerpt, never selected).

@@ -264,31 +264,35 @@ def _components(pairs: list[tuple[str, str]]) -> list[tuple[str, ...]]:
 
 # ----------------------------------------------------------------------------- entry point
 
-def _topic(p: Passage, f: PassageFacts) -> tuple[frozenset[str], frozenset[str]]:
-    """What a passage is about, as stems: (its statements' words, its title, heading
-    trail, condition and events). Compared with the question's words, never with a score."""
+def _overlaps(q: frozenset[str], p: Passage, f: PassageFacts) -> tuple[int, int]:
+    """How much of the question a passage speaks to, in stems shared with it: (best over
+    its statements' words and predicate, its title, heading trail, condition, events and
+    text). Word overlap with the question, never a relevance score or a rank."""
     e = p.envelope
-    stated = frozenset(tokenize(" ".join(w for s in f.statements for w in s.words)))
-    about = frozenset(tokenize(" ".join([e.title, *p.heading_path, e.condition or "",
-                                         *(ev.what for ev in e.events)])))
-    return stated, about
+    stated = max((len(q & frozenset(tokenize(" ".join((*s.words, s.predicate))))) for s in f.statements), default=0)
+    about = frozenset(tokenize(" ".join([e.title, *p.heading_path, e.condition or "", *(ev.what for ev in e.events),
+                                         p.text])))
+    return stated, len(q & about)
 
 
-def _question_scope(st: _State, facts: Mapping[str, PassageFacts], query: str | None,
-                    pairs: Sequence[tuple[str, str]], groups: Sequence[tuple[str, ...]]) -> tuple[set[str], set[str]]:
-    """(passages on the question, passages in the question's evidence).
+def _question_scope(st: _State, facts: Mapping[str, PassageFacts], query: str | None, alive: Sequence[str],
+                    shown: set[str], pairs: Sequence[tuple[str, str]], groups: Sequence[tuple[str, ...]]
+                    ) -> tuple[set[str], set[str]]:
+    """(survivors that answer the question, passages in the question's evidence).
 
-    On the question: a passage whose statements share at least ``ON_QUESTION`` words with
-    the question, or, when none does, whose title, headings, condition or events do. The
-    question's evidence: every passage connected to one on the question through a link the
-    decision used (a rejection's ``by``, a conflict). Without a query every passage is on it."""
+    Survivors answer in tiers, the first tier that holds any: those stating a value whose
+    words share ``ON_QUESTION`` stems with the question; else those whose text, title or
+    headings do; else the delivered survivors. The question's evidence is every passage
+    connected to one on the question (either test, survivor or not) through a link the
+    decision used: a rejection's ``by``, a conflict. Without a query every passage is on it."""
     if query is None:
-        return set(st.by_id), set(st.by_id)
+        return set(alive), set(st.by_id)
     q = frozenset(tokenize(query))
-    topics = {pid: _topic(p, facts[pid]) for pid, p in st.by_id.items()}
-    on = {pid for pid, (stated, _) in topics.items() if len(q & stated) >= ON_QUESTION}
-    if not on:
-        on = {pid for pid, (stated, about) in topics.items() if len(q & (stated | about)) >= ON_QUESTION}
+    over = {pid: _overlaps(q, p, facts[pid]) for pid, p in st.by_id.items()}
+    answers = ({pid for pid in alive if over[pid][0] >= ON_QUESTION}
+               or {pid for pid in alive if over[pid][1] >= ON_QUESTION}
+               or {pid for pid in alive if pid in shown})
+    on = answers | {pid for pid, (a, b) in over.items() if a >= ON_QUESTION or b >= ON_QUESTION}
     edges: dict[str, set[str]] = {pid: set() for pid in st.by_id}
     links = [(pid, r.by) for pid, r in st.rejected.items() if r.by] + list(pairs) + [
         (g[0], x) for g in groups for x in g[1:]]
@@ -303,7 +307,7 @@ def _question_scope(st: _State, facts: Mapping[str, PassageFacts], query: str | 
             if y not in scope:
                 scope.add(y)
                 todo.append(y)
-    return on, scope
+    return answers, scope
 
 
 def resolve(
@@ -342,17 +346,21 @@ def resolve(
     _conditions(st, by_doc)
     groups, pairs = _conflicts(st, facts)
     in_conflict = {pid for g in groups for pid in g}
-    on, scope = _question_scope(st, facts, query, pairs, groups)
     shown = set(by_id) if delivered is None else set(delivered) & set(by_id)
+    for pid in sorted(by_id):  # an instruction to disregard the evidence never governs
+        if facts[pid].instruction and pid not in st.rejected and pid not in in_conflict:
+            st.reject(pid, "untrusted_instruction", None, "instruction-shaped text: it tells the reader to "
+                      "disregard or override evidence")
+    alive = [pid for pid in sorted(by_id) if pid not in st.rejected and pid not in in_conflict]
+    answers, scope = _question_scope(st, facts, query, alive, shown, pairs, groups)
 
     def sel(pid: str, reason: str) -> SelectedEvidence:
         return SelectedEvidence(passage_id=pid, reason=reason, validity=validity(by_id[pid].envelope, day))
 
-    survivors = [pid for pid in sorted(by_id) if pid not in st.rejected and pid not in in_conflict]
     governing, supporting = [], []
-    for pid in survivors:
+    for pid in alive:
         notes = "; ".join(sorted(st.governs.get(pid, ())))
-        if pid in on and not facts[pid].instruction:
+        if pid in answers:
             governing.append(sel(pid, notes or "answers the question"))
         elif pid in scope and notes:
             supporting.append(sel(pid, notes))

@@ -45,9 +45,12 @@ from quarry.core.records import (
     RelatedEvidence, SelectedEvidence, UnresolvedConflict,
 )
 from quarry.core.statements import MIN_SHARED, conflict, predicates, statements
+from quarry.core.text import line_sentences
 from quarry.core.tokenizer import tokenize
 
 
+ANSWER_AUTHORITY = False
+SENTENCE_TIER = True
 ON_QUESTION = 2  # words a passage's statements (or title and headings) share with the question
 
 
@@ -264,12 +267,25 @@ def _components(pairs: list[tuple[str, str]]) -> list[tuple[str, ...]]:
 
 # ----------------------------------------------------------------------------- entry point
 
+def _value_sentences(p: Passage, f: PassageFacts) -> list[frozenset[str]]:
+    """Stems of the sentences that state the passage's values: for each statement, the
+    sentence sharing most of its words (the first on a tie)."""
+    sents = [frozenset(tokenize(x)) for x in line_sentences(p.text)]
+    out = []
+    for s in f.statements:
+        words = frozenset(tokenize(" ".join((*s.words, s.predicate))))
+        if sents:
+            out.append(max(sents, key=lambda x: len(x & words)) | words)
+    return out
+
+
 def _overlaps(q: frozenset[str], p: Passage, f: PassageFacts) -> tuple[int, int]:
     """How much of the question a passage speaks to, in stems shared with it: (best over
-    its statements' words and predicate, its title, heading trail, condition, events and
+    the sentences stating its values, its title, heading trail, condition, events and
     text). Word overlap with the question, never a relevance score or a rank."""
     e = p.envelope
-    stated = max((len(q & frozenset(tokenize(" ".join((*s.words, s.predicate))))) for s in f.statements), default=0)
+    stated = max((len(q & s) for s in _value_sentences(p, f)), default=0) if SENTENCE_TIER else max(
+        (len(q & frozenset(tokenize(" ".join((*s.words, s.predicate))))) for s in f.statements), default=0)
     about = frozenset(tokenize(" ".join([e.title, *p.heading_path, e.condition or "", *(ev.what for ev in e.events),
                                          p.text])))
     return stated, len(q & about)
@@ -357,6 +373,14 @@ def resolve(
     def sel(pid: str, reason: str) -> SelectedEvidence:
         return SelectedEvidence(passage_id=pid, reason=reason, validity=validity(by_id[pid].envelope, day))
 
+    # A record that proves an event or a link the decision rests on supports the answer
+    # (the proving passage; its other passages are related), unless nothing else answers.
+    proving = {_key(by_id[pid].envelope) for pid in alive if any(n.startswith("proves") for n in st.governs.get(pid, ()))}
+    if any(_key(by_id[pid].envelope) not in proving for pid in answers):
+        answers = {pid for pid in answers if _key(by_id[pid].envelope) not in proving}
+    if ANSWER_AUTHORITY and answers:  # agreeing answers of lower authority corroborate; the highest governs
+        top = max(st.rank[pid] for pid in answers)
+        answers = {pid for pid in answers if st.rank[pid] == top}
     governing, supporting = [], []
     for pid in alive:
         notes = "; ".join(sorted(st.governs.get(pid, ())))

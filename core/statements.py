@@ -94,7 +94,7 @@ _CANON = {w: g[0] for g in SYNONYMS for w in g}
 
 # Words that never tell two subjects apart (quantifiers, generic heads, time zones).
 _GENERIC = frozenset("""
-each every all any new current standard default minimum maximum max min total per our your their its
+each every all any new current default minimum maximum max min total per our your their its
 this that these those other same such only also least most more less first next last following
 cet cest utc gmt et est edt pt pst uk local time timezone zone
 """.split())
@@ -119,7 +119,11 @@ _LINKING = frozenset({"be", "remain", "stay", "become", "equal", "total", "last"
 _CALENDAR_TOLERANCE = 0.02
 _NUMBER_WORDS = frozenset("one two three four five six seven eight nine ten eleven twelve fifteen twenty "
                           "thirty forty fifty sixty hundred thousand half dozen".split())
-_HAS_NUMBER = re.compile(r"\d|\b(?:" + "|".join(sorted(_NUMBER_WORDS)) + r")\b", re.IGNORECASE)
+_NUMBER_WORD = re.compile(r"\b(?:" + "|".join(sorted(_NUMBER_WORDS)) + r")\b", re.IGNORECASE)
+# A run of word characters holding a digit ("15:00", "30-day", "€40", but also "p53", "IL-23").
+_DIGIT_RUN = re.compile(r"[\w.,:%-]*?\d[\w.,:%-]*")
+_LETTER = re.compile(r"[^\W\d_]")
+_CITATION = re.compile(r"\[\d+(?:\s*[,–-]\s*\d+)*\]")  # "[9]", "[3, 4]", "[12-15]"
 
 
 @dataclass(frozen=True)
@@ -575,6 +579,9 @@ def _sentence_statements(doc, entities: Sequence[str]) -> list[Statement]:
         if got is None:
             continue
         pred, toks = got
+        # "25 vacation days", "10 sick days": what the counted noun is qualified by is part of the subject
+        toks = toks + [c for i in v.tokens for c in doc[i].children
+                       if c.dep_ in ("compound", "amod") and c.i not in v.tokens and c.pos_ in ("NOUN", "ADJ")]
         if not any(c.isalpha() for c in pred.text):
             continue  # a table cell's "|" parsed as a word: table rows are not read yet
         subject = []
@@ -607,7 +614,20 @@ def _sentences(text: str) -> tuple[str, ...]:  # statements and predicates read 
 
 def _numeric_sentences(text: str) -> list[str]:
     """Only sentences that hold a number are parsed (the rest state no value)."""
-    return [s for s in _sentences(text) if _HAS_NUMBER.search(s)]
+    return [s for s in _sentences(text) if _may_state_value(s)]
+
+
+def _may_state_value(sentence: str) -> bool:
+    """A number stands on its own somewhere in the sentence: not a citation ("[9]") and not
+    after the letters of an identifier ("p53", "IL-23", "PC12", "E-4471"), which
+    :func:`_is_code_token` never reads as a value either."""
+    s = _CITATION.sub(" ", sentence)
+    for m in _DIGIT_RUN.finditer(s):
+        run = m.group(0)
+        first = next(k for k, c in enumerate(run) if c.isdigit())
+        if not _LETTER.search(run, 0, first):
+            return True
+    return _NUMBER_WORD.search(s) is not None
 
 
 def statements_batch(texts: Sequence[str], entities: Sequence[Sequence[str]] = (),

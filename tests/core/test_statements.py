@@ -107,3 +107,42 @@ def test_import_of_core_does_not_load_spacy():
             "print(','.join(m for m in ('spacy', 'thinc', 'torch', 'quantulum3', 'pint', 'dateparser') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+def test_units_come_from_pint_for_the_word_after_the_number():
+    (s,) = statements("Each workspace gets 1 TB of storage.")
+    assert (s.unit, s.magnitude) == ("[information]", 1e12)
+    assert not clash("Each workspace gets 1 TB of storage.", "Workspaces get 1000 GB of storage.")
+    assert clash("Each workspace gets 100 GB of storage.", "Workspaces are limited to 50 GB of storage.")
+    assert not clash("Requests time out after 30 seconds.", "Requests time out after half a minute.")
+    assert clash("Samples are stored at -80 °C.", "Samples are stored at -20 °C.")
+
+
+def test_noun_and_verb_forms_of_one_predicate():
+    assert clash("The probation period is 6 months.", "New hires are on probation for 3 months.")
+    assert clash("The webhook retry interval is 30 minutes.", "Webhooks are retried every 10 minutes.")
+    assert clash("The maximum upload size is 25 MB.", "Uploads are limited to 100 MB.")
+    assert clash("Invoices are payable within 30 days.", "Invoices must be paid within 45 days of receipt.")
+    assert clash("Card payments settle within 2 business days.", "Card payments take 3 business days to settle.")
+
+
+def test_a_verb_of_its_own_or_a_qualifier_of_its_own_is_another_subject():
+    assert not clash("Backups run every 6 hours.", "Backups are retained for 90 days.")
+    assert not clash("The minimum order value is $25.", "Orders below USD 20 are not accepted.")
+    assert clash("Orders over €50 ship for free.", "Free shipping applies to orders over EUR 60.")
+    assert not clash("Employees get 25 vacation days per year.", "Employees get 10 sick days per year.")
+    assert not clash("Standard shipping takes 3-5 business days.", "Express shipping takes 1 business day.")
+
+
+def test_capitalised_plural_subject_is_not_a_party():
+    (s,) = statements("Webhooks are retried every 10 minutes.")
+    assert s.scope == () and s.subject == ("webhooks",)
+
+
+def test_sentences_without_a_free_standing_number_are_not_parsed():
+    from quarry.core.statements import _may_state_value
+
+    assert not _may_state_value("Expression of p53 and IL-23 in PC12 cells rose [9].")
+    assert _may_state_value("New accounts get a 30-day free trial.")
+    assert _may_state_value("Each chargeback costs €15.")
+    assert statements("Expression of p53 and IL-23 in PC12 cells rose [9].") == ()

@@ -49,8 +49,8 @@ from quarry.core.text import line_sentences
 from quarry.core.tokenizer import tokenize
 
 
-ANSWER_AUTHORITY = False
-SENTENCE_TIER = True
+AGREEING = True
+SENTENCE_TIER = False
 ON_QUESTION = 2  # words a passage's statements (or title and headings) share with the question
 
 
@@ -190,7 +190,14 @@ def _specific(a: Envelope, b: Envelope) -> bool:
     return bool(a.entities) and (not b.entities or set(a.entities) < set(b.entities))
 
 
-def _conflicts(st: _State, facts: Mapping[str, PassageFacts]) -> tuple[list[tuple[str, ...]], list[tuple[str, str]]]:
+def _for(env: Envelope, asked: frozenset[str], passages) -> bool:
+    """Whether a passage of scope ``env.entities`` can answer a question naming ``asked``:
+    it is unscoped, the question names no entity, or it names one of the passage's."""
+    return not env.entities or not asked or bool(asked & set(env.entities))
+
+
+def _conflicts(st: _State, facts: Mapping[str, PassageFacts], asked: frozenset[str] | None = None
+               ) -> tuple[list[tuple[str, ...]], list[tuple[str, str]]]:
     """Decide conflicts among survivors; returns the undecided groups and every
     conflicting pair (decided or not).
 
@@ -200,7 +207,9 @@ def _conflicts(st: _State, facts: Mapping[str, PassageFacts]) -> tuple[list[tupl
     labelling of that graph (Dung 1995): a passage is in when all its attackers are out,
     out when an attacker is in; what remains (mutual attacks, cycles) is unresolved. So a
     passage beaten only by a passage that is itself beaten stands, and the result does not
-    depend on the order pairs are visited.
+    depend on the order pairs are visited. ``asked`` are the entities the question names
+    (None: no question): an entity-specific passage beats a general one only for a
+    question about its entity.
     """
     alive = sorted(pid for pid in st.by_id if pid not in st.rejected)
     stated = {pid: facts[pid].statements for pid in alive}
@@ -219,6 +228,8 @@ def _conflicts(st: _State, facts: Mapping[str, PassageFacts]) -> tuple[list[tupl
             elif _specific(ea, eb) or _specific(eb, ea):
                 win, lose = (a, b) if _specific(ea, eb) else (b, a)
                 ew = st.by_id[win].envelope
+                if asked is not None and not asked & set(ew.entities):
+                    continue  # the exception is another entity's: it does not speak to this question
                 attacks[lose][win] = (f"scope: {_key(ew)} is specific to {','.join(ew.entities)} and in force at "
                                       f"{st.day.isoformat()}")
             elif st.rank[a] == st.rank[b]:
@@ -291,6 +302,18 @@ def _overlaps(q: frozenset[str], p: Passage, f: PassageFacts) -> tuple[int, int]
     return stated, len(q & about)
 
 
+def _without_echoes(answers: set[str], st: _State, facts: Mapping[str, PassageFacts]) -> set[str]:
+    """Answers less one that only repeats, at a lower authority, a value another answer
+    states for the same subject (an incident ticket quoting the policy's cutoff)."""
+    from quarry.core.statements import same_subject
+
+    def echoes(a: str, b: str) -> bool:
+        return st.rank[a] < st.rank[b] and any(
+            same_subject(x, y) and x.unit == y.unit and x.value == y.value
+            for x in facts[a].statements for y in facts[b].statements)
+    return {a for a in answers if not any(echoes(a, b) for b in answers if b != a)}
+
+
 def _question_scope(st: _State, facts: Mapping[str, PassageFacts], query: str | None, alive: Sequence[str],
                     shown: set[str], pairs: Sequence[tuple[str, str]], groups: Sequence[tuple[str, ...]]
                     ) -> tuple[set[str], set[str]]:
@@ -360,7 +383,11 @@ def resolve(
     _dates(st)
     _supersession(st, by_doc)
     _conditions(st, by_doc)
-    groups, pairs = _conflicts(st, facts)
+    asked = None
+    if query is not None:
+        known = entity_stems(e for p in by_id.values() for e in p.envelope.entities)
+        asked = frozenset(known[t] for t in tokenize(query) if t in known)
+    groups, pairs = _conflicts(st, facts, asked)
     in_conflict = {pid for g in groups for pid in g}
     shown = set(by_id) if delivered is None else set(delivered) & set(by_id)
     for pid in sorted(by_id):  # an instruction to disregard the evidence never governs
@@ -368,7 +395,12 @@ def resolve(
             st.reject(pid, "untrusted_instruction", None, "instruction-shaped text: it tells the reader to "
                       "disregard or override evidence")
     alive = [pid for pid in sorted(by_id) if pid not in st.rejected and pid not in in_conflict]
-    answers, scope = _question_scope(st, facts, query, alive, shown, pairs, groups)
+    # a passage scoped to entities the question does not name answers a question about others
+    # only when the question names none (then only passages of no narrower scope answer)
+    # and a record that starts (effective, else published) after valid_at cannot answer as of it
+    candidates = [pid for pid in alive if (asked is None or _for(by_id[pid].envelope, asked, by_id.values()))
+                  and not ((start := _start(by_id[pid].envelope)) is not None and start > day)]
+    answers, scope = _question_scope(st, facts, query, candidates, shown, pairs, groups)
 
     def sel(pid: str, reason: str) -> SelectedEvidence:
         return SelectedEvidence(passage_id=pid, reason=reason, validity=validity(by_id[pid].envelope, day))
@@ -378,9 +410,8 @@ def resolve(
     proving = {_key(by_id[pid].envelope) for pid in alive if any(n.startswith("proves") for n in st.governs.get(pid, ()))}
     if any(_key(by_id[pid].envelope) not in proving for pid in answers):
         answers = {pid for pid in answers if _key(by_id[pid].envelope) not in proving}
-    if ANSWER_AUTHORITY and answers:  # agreeing answers of lower authority corroborate; the highest governs
-        top = max(st.rank[pid] for pid in answers)
-        answers = {pid for pid in answers if st.rank[pid] == top}
+    if AGREEING and answers and query is not None:  # a lower authority stating the same value for the same subject only agrees
+        answers = _without_echoes(answers, st, facts)
     governing, supporting = [], []
     for pid in alive:
         notes = "; ".join(sorted(st.governs.get(pid, ())))

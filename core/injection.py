@@ -43,8 +43,8 @@ _START = (r"(?:^|(?<=[.!?;:\n\"'(“‘\[—-])|(?<=[.!?;:,]\s)"
           r"|\b(?:please|now|just|so|and|then|you\s+(?:must|should|will|need\s+to|have\s+to)|kindly)\s+)\s*")
 _OVERRIDE_VERB = (r"(?:ignore|disregard|forget|override|overrule|bypass|set\s+aside|stop\s+following|do\s+not\s+follow"
                   r"|don't\s+follow|never\s+follow|skip)")
-_EVIDENCE = (r"(?:(?:all|any|the|your|my|these|those|this|every|each|earlier|previous|prior|above|preceding|other|"
-             r"original|existing|current|official|retrieved|cited|system)\s+){0,3}"
+# up to three words before the evidence noun ("the dangerous goods policy", "all previous instructions")
+_EVIDENCE = (r"(?:[\w'-]+\s+){0,3}"
              r"(?:instructions?|prompts?|system\s+prompt|polic(?:y|ies)|guidance|guidelines"
              r"|evidence|sources?|documents?"
              r"|docs|context|citations?|results?|passages?|(?:previous|prior|earlier|above|your)\s+rules|everything"

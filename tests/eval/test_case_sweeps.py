@@ -102,7 +102,12 @@ def test_related_is_neither_selected_nor_rejected():
                                                                       outdated="superseded_by"),)})
     assert C.resolution_failures(case, outdated) == []  # outdated related: never citable, counts as rejected
     only_related = Decision(valid_at=DAY, related=(RelatedEvidence(passage_id="policy@3#a"),))
-    assert C.resolution_failures(_case(), only_related) == ["policy: expected selected, got related"]
+    # a case naming governing (or selected) evidence needs it governing or supporting; a
+    # case written before the record had those fields meant "kept" by selected
+    assert C.resolution_failures(_case(governing=["policy"]), only_related) == [
+        "policy: expected governing, got related", "policy: expected selected, got related"]
+    assert C.resolution_failures(_case(selected=["policy"]), only_related) == ["policy: expected selected, got related"]
+    assert C.resolution_failures(_case(), only_related) == []
     # a must-reject id needs a real rejection with its code
     must = _case(rejected=[{"id": "faq", "reason": "superseded_by"}])
     assert C.resolution_failures(must, outdated) == [

@@ -45,7 +45,9 @@ _FILLER = frozenset(tokenize(
     "until till unless complete completes completed completion finish finishes finished done end ends "
     "ended happen happens happened occur occurs occurred take takes took taken place has have been "
     "its it is are was were successfully fully concluded concludes conclude finalised finalized over live went "
-    "gone goes go"
+    "gone goes go "
+    # the condition's own framing: what it waits for is the thing, not that it is under way
+    "while whilst during pending under way underway progress ongoing duration course"
 ))
 # Environments: another environment's completion is a near miss, not the stopping event.
 _ENVIRONMENTS = frozenset(tokenize("production prod staging stage dev development test testing qa uat sandbox "

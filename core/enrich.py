@@ -403,11 +403,18 @@ _ENDED = re.compile(r"(?:^|\bthis\s+" + _DOC_NOUN
                     r"\s+valid|cancelled|canceled)\s+(?:(?P<rel>as\s+of|on|from"
                     r"|effective|effective\s+from|with\s+effect"
                     r"\s+from|after|from\s+and\s+including)\s+)?(?P<date>" + DATE + ")", re.IGNORECASE)
-_EFF_TRIGGER = re.compile(r"\b(?:effective|effect|force|valid|applies|apply|expires|rescinded|withdrawn|retired"
+# "`other-policy` is rescinded with effect from 1 February 2026": this document's rescission
+# (its own rule) takes effect then, so it is in force from that date.
+_OTHER_ENDS = re.compile(r"\b(?:is|are|was|were|will\s+be)\s+(?:hereby\s+)?(?:rescinded|withdrawn|retired|revoked"
+                         r"|replaced|superseded)\b[^.]*?\b(?:with\s+effect\s+from|effective\s+from|effective\s+as\s+of"
+                         r"|effective|as\s+of|from|on)\s+(?P<date>" + DATE + ")", re.IGNORECASE)
+_EFF_TRIGGER = re.compile(r"\b(?:effective|effect|force|valid|applies|apply|expires|rescinded|withdrawn|retired|replaced|superseded"
                           r"|revoked|no\s+longer|cancell?ed|canceled)\b", re.IGNORECASE)
 
 
-def find_effective(sents: list[str]) -> tuple[dt.date | None, dt.date | None]:
+def find_effective(sents: list[str], own: str | None = None) -> tuple[dt.date | None, dt.date | None]:
+    """(effective_from, effective_to) this document states; ``own`` is its doc id, so a
+    sentence ending another document from a date makes this one effective then."""
     start = end = None
     for raw in sents:
         if not _EFF_TRIGGER.search(raw):
@@ -419,6 +426,8 @@ def find_effective(sents: list[str]) -> tuple[dt.date | None, dt.date | None]:
         if end is None and (m := _ENDED.search(s)):
             if (d := parse_date(m.group("date"))) is not None:
                 end = d if (m.group("rel") or "").lower() == "after" else d - dt.timedelta(days=1)
+        if start is None and own and (m := _OTHER_ENDS.search(s)) and _ids_in(s, own):
+            start = parse_date(m.group("date"))
         if start is None and (m := _FROM.search(s)) and not (_ENDED.search(s)):
             start = parse_date(m.group("date"))
         if end is None and (m := _TO.search(s)):
@@ -444,7 +453,7 @@ def enrich(doc: SourceDocument, pipeline: str = DEFAULT_PIPELINE) -> SourceDocum
         found["supersedes"] = sup
     if not doc.superseded_by and by:
         found["superseded_by"] = by
-    start, end = find_effective(sents) if doc.effective_from is None or doc.effective_to is None else (None, None)
+    start, end = find_effective(sents, doc.doc_id) if doc.effective_from is None or doc.effective_to is None else (None, None)
     if doc.effective_from is None and start is not None:
         found["effective_from"] = start
     if doc.effective_to is None and end is not None:

@@ -108,3 +108,16 @@ def test_from_prose_to_a_decision(rule, record, ends):
 ])
 def test_a_part_of_it_is_not_it(cond, part, whole):
     assert not met(cond, part) and met(cond, whole)
+
+
+@pytest.mark.parametrize("cond,event,met", [
+    ("while the austin office refurbishment is under way", "austin office refurbishment completed", True),
+    ("while the ledger migration is in progress", "ledger migration completed", True),
+    ("for the duration of the wms migration", "wms migration completed", True),
+    ("while the austin office refurbishment is under way", "leeds office refurbishment completed", False),
+])
+def test_front_matter_conditions_in_other_words_match_their_event(cond, event, met):
+    from quarry.core.conditions import condition_met, entity_stems, terms
+
+    known = entity_stems(["austin", "leeds"])
+    assert condition_met(terms(cond, known), (), terms(event, known), ()) is met

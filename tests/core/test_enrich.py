@@ -396,3 +396,15 @@ def test_import_of_core_stays_light():
            "print(any(m in sys.modules for m in ('spacy', 'dateparser', 'thinc', 'torch')))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("text", [
+    "The travel policy (`acme-travel-policy`) is rescinded with effect from 1 February 2026.",
+    "`fleet-sop-v2` was withdrawn as of 2026-02-01; drivers follow this procedure instead.",
+    "The old rota (`ward-rota-2025`) will be replaced from 1 February 2026.",
+])
+def test_a_document_ending_another_from_a_date_is_in_force_from_then(text):
+    from quarry.core.enrich import enrich
+
+    d = enrich(SourceDocument(doc_id="new-rule", tenant="t", acl=("all-staff",), doc_type="policy", text=text))
+    assert d.effective_from == dt.date(2026, 2, 1) and "effective_from" in d.extracted

@@ -734,7 +734,7 @@ def _sentence_statements(doc, entities: Sequence[str], header: Sequence[str] = (
             pred_tok = pred
             subject = _lemmas(([pred] if pred.pos_ in ("NOUN", "PROPN") else []) + toks, scope_ids | value_ids)
             predicate = _predicate_key(pred)
-            if pred.pos_ in ("VERB", "AUX") and predicate == pred.lemma_.lower() and _limit_marked(doc, v):
+            if pred.pos_ in ("VERB", "AUX") and pred.lemma_.lower() not in _CANON and _limit_marked(doc, v):
                 predicate = _CANON["limit"]  # "cartons can go up to 35 kg": a bound, whatever the verb
         subject = list(dict.fromkeys(subject))
         if pred_tok is not None and pred_tok.pos_ in ("VERB", "AUX", "ADJ") and not [

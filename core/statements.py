@@ -85,7 +85,7 @@ SYNONYMS: tuple[tuple[str, ...], ...] = (
     ("pay", "payable", "payment term", "due"),
     ("limit", "allow", "cap", "maximum", "max", "exceed", "allowance", "weigh", "up"),
     ("length", "long"),
-    ("submit", "submission", "deadline", "cutoff", "cut-off"),
+    ("submit", "submission", "deadline", "cutoff", "cut-off", "close"),
     ("notify", "notification", "inform"),
     ("retry", "retry interval"),
     ("settle", "settlement"),
@@ -95,6 +95,7 @@ SYNONYMS: tuple[tuple[str, ...], ...] = (
     ("entitle", "get", "receive", "include", "give"),
     ("interest", "interest rate", "pay interest"),
     ("store", "stored"),
+    ("package", "parcel", "carton", "box", "packet"),
 )
 _CANON = {w: g[0] for g in SYNONYMS for w in g}
 
@@ -118,6 +119,16 @@ _TEMPORAL_PREPS = frozenset({"until", "after", "before", "since", "during", "by"
 _DURATION_PREPS = frozenset({"within", "after", "before", "every", "for", "until", "by", "in", "over"})
 # "Orders over EUR 50 ship free": a threshold on the noun; the clause states what happens.
 _THRESHOLD_PREPS = frozenset({"over", "above", "below", "under"})
+# Words after a value that qualify it, never what it is a value of: "30 kg gross", "35 kg each".
+_QUALIFIERS = frozenset("gross net each apiece total combined overall inclusive exclusive max maximum min minimum "
+                        "apart later earlier".split())
+# Discourse adverbs that never state what a linking verb's value is: "the limit is actually 50 kg".
+_DISCOURSE = frozenset("actually really currently now still then only also just even already usually normally "
+                       "typically generally always".split())
+# A clause these mark is a reference point: "48 hours before the vehicle arrives" is when to book.
+_REFERENCE_MARKS = frozenset({"before", "after", "until", "since", "once", "when"})
+_SPAN_NOUNS = frozenset({"duration", "course", "remainder", "rest", "length"})
+_ORDINAL = re.compile(r"(\d{1,2})(?:st|nd|rd|th)", re.IGNORECASE)
 _WHEN_WORDS = frozenset({"today", "now", "tomorrow", "tonight", "yesterday", "currently"})
 # Verbs that only link a subject to its value: the subject noun is the predicate.
 _LINKING = frozenset({"be", "remain", "stay", "become", "equal", "total", "last", "run", "take", "apply"})
@@ -307,6 +318,19 @@ def _values(doc) -> list[_Value]:
         taken.update(span)
         out.append(_Value(frozenset(span), f"{minutes // 60:02d}:{minutes % 60:02d}", "time_of_day", float(minutes)))
 
+    # 1b. Days of the month: "the 18th of the month", "the 22nd of each month" (a recurring
+    #     day, unlike a date, which names its month).
+    for tok in doc:
+        m = _ORDINAL.fullmatch(tok.text)
+        if tok.i in taken or m is None or tok.i + 3 >= len(doc):
+            continue
+        a, b, c = doc[tok.i + 1], doc[tok.i + 2], doc[tok.i + 3]
+        if a.lower_ == "of" and b.lower_ in ("the", "each", "every", "a") and c.lemma_.lower() == "month":
+            span = [tok.i, a.i, b.i, c.i]
+            taken.update(span)
+            n = int(m.group(1))
+            out.append(_Value(frozenset(span), f"day {n}", "day_of_month", float(n)))
+
     # 2. Amounts: a number next to a currency code, sign or word.
     for tok in doc:
         if tok.i in taken or not tok.like_num or _is_code_token(tok):
@@ -447,13 +471,22 @@ def _args(verb, exclude: set[int], skip: Iterable = ()) -> list:
     for c in verb.children:
         if c.i in exclude or c.i in skip_ids:
             continue
-        if c.dep_ in ("nsubj", "nsubjpass", "dobj", "attr") and c.pos_ in ("NOUN", "PROPN"):
+        if c.dep_ in ("nsubj", "nsubjpass", "dobj", "attr") and _nounish(c):
             out += _phrase(c, exclude)
         elif c.dep_ in ("prep", "dative") and c.lower_ not in _TEMPORAL_PREPS:
             for g in c.children:
+                if g.dep_ == "pobj" and g.lemma_.lower() in _SPAN_NOUNS:
+                    continue  # "for the duration of the migration": when, not what about
                 if g.dep_ == "pobj" and g.i not in exclude and g.pos_ in ("NOUN", "PROPN"):
                     out += _phrase(g, exclude)
     return out
+
+
+def _nounish(tok) -> bool:
+    """A noun, or a plural noun the small model tagged as a verb ("inspects returns within 7
+    days": "returns" as the object of a verb)."""
+    return tok.pos_ in ("NOUN", "PROPN") or (tok.pos_ == "VERB" and tok.tag_ == "VBZ"
+                                              and tok.dep_ in ("dobj", "nsubj", "nsubjpass", "pobj"))
 
 
 def _within(tok, ids: set[int]) -> bool:
@@ -468,7 +501,8 @@ def _anchor(doc, v: _Value):
     # days of receipt", where it is the point the span counts from, nor in "25% of the fee").
     counted_from = r.dep_ == "pobj" and r.head.lower_ in _DURATION_PREPS
     for c in r.children:
-        if c.dep_ == "prep" and c.lower_ == "of" and not counted_from and v.unit != "percent":
+        if (c.dep_ == "prep" and c.lower_ == "of" and not counted_from and v.unit != "percent"
+                and c.i not in v.tokens):
             obj = next((g for g in c.children if g.dep_ == "pobj" and g.pos_ == "NOUN"), None)
             if obj is not None:
                 return obj, _phrase(obj, exclude | {obj.i}) + _holder(obj, exclude)
@@ -477,11 +511,19 @@ def _anchor(doc, v: _Value):
     for _ in range(6):
         if t.i == child.i:
             return None
+        if t.lower_ in _QUALIFIERS and t.i > r.i and t.pos_ in ("ADJ", "ADV", "DET", "PRON"):
+            child, t = t, t.head  # "30 kg gross per package": a qualifier of the value
+            continue
+        if (t.pos_ in ("VERB", "AUX") and t.dep_ == "advcl" and t.head.pos_ in ("VERB", "AUX", "NOUN")
+                and any(c.dep_ == "mark" and c.lower_ in _REFERENCE_MARKS and c.i > child.i for c in t.children)):
+            via_when = True  # "48 hours before the vehicle arrives": the clause is the reference point
+            child, t = t, t.head
+            continue
         if t.pos_ == "ADP" or t.dep_ in ("prep", "agent", "quantmod") or t.lower_ in ("least", "most", "up"):
             via_when = via_when or t.lower_ in _DURATION_PREPS or t.lower_ in _THRESHOLD_PREPS
             child, t = t, t.head
             continue
-        if (via_when and t.pos_ in ("NOUN", "PROPN") and t.dep_ in ("dobj", "pobj", "nsubj", "nsubjpass")
+        if (via_when and _nounish(t) and t.dep_ in ("dobj", "pobj", "nsubj", "nsubjpass")
                 and t.head.pos_ in ("VERB", "ADP")):
             child, t = t, t.head  # "respond to tickets within 8 hours": the verb's, not the noun's
             continue
@@ -489,11 +531,27 @@ def _anchor(doc, v: _Value):
             child, t = t, t.head  # "17:00 today": when, not what
             continue
         if t.pos_ in ("NOUN", "PROPN") and t.i not in v.tokens:
+            obj = _imperative_object(doc, t, exclude)
+            if obj is not None:  # "Book the slot ... 24 hours before arrival": a verb the tagger read as a noun
+                return t, _phrase(obj, exclude)
             return t, _phrase(t, exclude) + _holder(t, exclude)
         if t.pos_ in ("VERB", "AUX", "ADJ"):
             return _verb_anchor(doc, t, child, exclude)
         child, t = t, t.head
     return None
+
+
+def _imperative_object(doc, tok, exclude: set[int]):
+    """The object of a sentence-initial imperative the small model tags as a noun ("Book the
+    slot", "Submit the form"): the root, a bare singular noun first in the sentence, followed
+    by a determiner and a noun it heads."""
+    first = next((t for t in doc if not t.is_punct), None)
+    if first is None or tok.i != first.i or tok.dep_ != "ROOT" or tok.tag_ != "NN" or tok.i + 1 >= len(doc):
+        return None
+    if doc[tok.i + 1].pos_ not in ("DET", "PRON"):
+        return None
+    return next((c for c in tok.children if c.dep_ in ("appos", "dobj", "compound") and c.i > tok.i
+                 and c.pos_ == "NOUN" and c.i not in exclude), None)
 
 
 def _holder(noun, exclude: set[int]) -> list:
@@ -520,7 +578,7 @@ def _verb_anchor(doc, verb, child, exclude: set[int]):
             and not _within(c, exclude)]
     if lemma in _LINKING:
         adj = next((c for c in verb.children if c.dep_ in ("acomp", "advmod") and c.pos_ in ("ADJ", "ADV")
-                    and c.lower_ not in ("least", "most", "up", "now", "still", "then", "only")
+                    and c.lower_ not in ("least", "most", "up") and c.lower_ not in _DISCOURSE
                     and not _within(c, exclude)), None)
         if adj is not None and subj:  # "must be at least 12 characters long"
             return adj, _phrase(subj[0], exclude)
@@ -531,6 +589,11 @@ def _verb_anchor(doc, verb, child, exclude: set[int]):
             return subj[0], _phrase(subj[0], exclude) + _args(verb, exclude, skip=subj)
         attr = next((c for c in verb.children if c.dep_ == "attr" and c.pos_ in ("NOUN",) and not _within(c, exclude)), None)
         return (attr, _phrase(attr, exclude)) if attr is not None else None
+    if child.dep_ == "dobj":  # "Porto keeps the 22nd as its payroll cutoff": the value is the cutoff
+        role = next((g for c in verb.children if c.dep_ == "prep" and c.lower_ == "as"
+                     for g in c.children if g.dep_ == "pobj" and g.pos_ == "NOUN" and g.i not in exclude), None)
+        if role is not None:
+            return role, _phrase(role, exclude)
     words = _args(verb, exclude)
     if not words and verb.dep_ in ("xcomp", "ccomp", "advcl", "relcl") and verb.head.pos_ in ("VERB", "AUX", "NOUN"):
         words = _args(verb.head, exclude) if verb.head.pos_ != "NOUN" else _phrase(verb.head, exclude)
@@ -577,40 +640,150 @@ def _scope_of(doc, entities: Sequence[str]) -> tuple[set[str], set[int]]:
     return names, ids
 
 
-def _sentence_statements(doc, entities: Sequence[str]) -> list[Statement]:
+def _limit_marked(doc, v: _Value) -> bool:
+    """The value is stated as a bound: "up to 35 kg", "at most 30 kg"."""
+    for i in v.tokens:
+        for c in doc[i].children:
+            if c.lower_ == "up" and c.i + 1 < len(doc) and doc[c.i + 1].lower_ == "to":
+                return True
+            if c.lower_ == "most" and c.i > 0 and doc[c.i - 1].lower_ == "at":
+                return True
+    return False
+
+
+def _paren_spans(doc) -> list[tuple[int, int]]:
+    """(index of "(", index of its ")") for each parenthesis of the sentence."""
+    spans, open_at = [], None
+    for t in doc:
+        if t.text == "(" and open_at is None:
+            open_at = t.i
+        elif t.text == ")" and open_at is not None:
+            spans.append((open_at, t.i))
+            open_at = None
+    return spans
+
+
+def _equivalents(doc, values: list[_Value]) -> dict[int, int]:
+    """Values in a parenthesis right after another value: the same amount restated ("GBP 35
+    per day (EUR 40, USD 45)", "GBP 5,000 (EUR 5,800 in Porto)"), keyed by index, to the
+    index of the value they restate."""
+    out: dict[int, int] = {}
+    for a, b in _paren_spans(doc):
+        main = next((k for k, w in enumerate(values) if max(w.tokens) == a - 1), None)
+        if main is None:
+            continue
+        for k, w in enumerate(values):
+            if a < min(w.tokens) and max(w.tokens) < b:
+                out[k] = main
+    return out
+
+
+def _table_cells(doc) -> list[tuple[int, int]]:
+    """(first, last) token index of each cell of a table row "| a | b |"."""
+    bars = [t.i for t in doc if t.text == "|"]
+    return [(x + 1, y - 1) for x, y in zip(bars, bars[1:]) if y - 1 >= x + 1]
+
+
+def _lemmas(toks, skip: set[int]) -> list[str]:
+    out = []
+    for t in toks:
+        if t.i in skip or t.is_stop or t.is_punct or t.like_num or t.text == "|":
+            continue
+        lem = t.lemma_.lower() if t.text not in _CURRENCY_CODES else t.text.lower()
+        if lem in _GENERIC and lem not in _CANON or not any(c.isalpha() for c in lem):
+            continue
+        out.append(lem)
+    return out
+
+
+def _sentence_statements(doc, entities: Sequence[str], header: Sequence[str] = ()) -> list[Statement]:
+    """The statements of one parsed sentence; ``header`` holds the column names of the
+    table a row sentence ("| Meals | GBP 35 per day |") belongs to."""
     out = []
     scope_names, scope_ids = _scope_of(doc, entities)
-    for v in _values(doc):
+    values = _values(doc)
+    value_ids = {i for w in values for i in w.tokens}
+    equiv = _equivalents(doc, values)
+    cells = _table_cells(doc) if doc.text.lstrip().startswith("|") else []
+    # entities named inside an equivalent's parenthesis scope that value only
+    paren_ids = {t.i for a, b in _paren_spans(doc) for t in doc[a:b + 1]
+                 if any(a < min(values[k].tokens) < b for k in equiv)}
+    main_scope = tuple(sorted({n for n in scope_names
+                               if not any(doc[i].lower_.removesuffix("'s") == n for i in scope_ids - paren_ids)} ^
+                              scope_names)) if paren_ids else tuple(sorted(scope_names))
+    made: dict[int, Statement] = {}
+    for k, v in enumerate(values):
+        if k in equiv:
+            continue
         got = _anchor(doc, v)
+        cell = next(((a, b) for a, b in cells if a <= min(v.tokens) <= b), None) if cells else None
+        if cell is not None and cells and cell != cells[0]:
+            got = _table_anchor(doc, v, got, cells, cell, header)
         if got is None:
             continue
         pred, toks = got
         # "25 vacation days", "10 sick days": what the counted noun is qualified by is part of the subject
         toks = toks + [c for i in v.tokens for c in doc[i].children
                        if c.dep_ in ("compound", "amod") and c.i not in v.tokens and c.pos_ in ("NOUN", "ADJ")]
-        if not any(c.isalpha() for c in pred.text):
-            continue  # a table cell's "|" parsed as a word: table rows are not read yet
-        subject = []
-        for t in ([pred] if pred.pos_ in ("NOUN", "PROPN") else []) + toks:
-            if t.i in scope_ids or t.i in v.tokens or t.is_stop or t.is_punct or t.like_num:
-                continue
-            lem = t.lemma_.lower() if t.text not in _CURRENCY_CODES else t.text.lower()
-            if lem in _GENERIC and lem not in _CANON or not any(c.isalpha() for c in lem):
-                continue
-            subject.append(lem)
+        if isinstance(pred, str):
+            predicate, subject = pred, _lemmas(toks, scope_ids | value_ids)
+            pred_tok = None
+        else:
+            if not any(c.isalpha() for c in pred.text):
+                continue  # a "|" parsed as a word
+            pred_tok = pred
+            subject = _lemmas(([pred] if pred.pos_ in ("NOUN", "PROPN") else []) + toks, scope_ids | value_ids)
+            predicate = _predicate_key(pred)
+            if pred.pos_ in ("VERB", "AUX") and pred.lemma_.lower() not in _CANON and _limit_marked(doc, v):
+                predicate = _CANON["limit"]  # "cartons can go up to 35 kg": a bound, whatever the verb
         subject = list(dict.fromkeys(subject))
-        predicate = _predicate_key(pred)
-        if pred.pos_ in ("VERB", "AUX", "ADJ") and not [s for s in subject if s != pred.lemma_.lower()]:
+        if pred_tok is not None and pred_tok.pos_ in ("VERB", "AUX", "ADJ") and not [
+                s for s in subject if s != pred_tok.lemma_.lower()]:
             continue  # "it expires after 30 days": no subject
-        lo = min(t.i for t in [pred, *toks]) if toks else pred.i
-        hi = max(t.i for t in [pred, *toks]) if toks else pred.i
+        if v.unit == "day_of_month" and _concept("submit") not in {_concept(w) for w in (predicate, *subject)}:
+            continue  # "paid on the 25th of each month": a date; "the cutoff is the 18th of the month": a value
+        span_toks = [t for t in ([pred_tok] if pred_tok is not None else []) + toks]
+        lo = min(t.i for t in span_toks) if span_toks else min(v.tokens)
+        hi = max(t.i for t in span_toks) if span_toks else max(v.tokens)
         words = tuple(t.text for t in doc[min(lo, min(v.tokens)):max(hi, max(v.tokens)) + 1]
                       if t.i not in v.tokens and not t.is_stop and not t.is_punct and not t.like_num
                       and any(c.isalpha() for c in t.text))
-        out.append(Statement(subject=tuple(subject), predicate=predicate, value=v.value, unit=v.unit,
-                             magnitude=v.magnitude,
-                             scope=tuple(sorted(scope_names)), words=words))
-    return out
+        made[k] = Statement(subject=tuple(subject), predicate=predicate, value=v.value, unit=v.unit,
+                            magnitude=v.magnitude, scope=main_scope, words=words)
+    for k, v in enumerate(values):
+        if k in equiv and equiv[k] in made:
+            # an equivalent states the same value, unless the parenthesis names whom it is for
+            close = next((b for a, b in _paren_spans(doc) if a < min(v.tokens) < b), len(doc))
+            nxt = min((min(w.tokens) for w in values if min(w.tokens) > max(v.tokens)), default=close)
+            nxt = min(nxt, close)
+            names = sorted({doc[i].lower_.removesuffix("'s") for i in scope_ids if max(v.tokens) < i < nxt})
+            if names:
+                m = made[equiv[k]]
+                made[k] = Statement(subject=m.subject, predicate=m.predicate, value=v.value, unit=v.unit,
+                                    magnitude=v.magnitude, scope=tuple(names), words=m.words)
+    return [made[k] for k in sorted(made)]
+
+
+def _table_anchor(doc, v: _Value, got, cells, cell, header: Sequence[str]):
+    """(predicate, subject tokens) for a value in a table row: the row's first cell names what
+    it is a value of; the column's header, when it is a predicate word ("Limit", "Price"), is
+    the predicate, else the anchor found inside the value's own cell, else the row label."""
+    a0, b0 = cells[0]
+    label = [t for t in doc[a0:b0 + 1] if not t.is_punct]
+    if not label:
+        return got
+    col = cells.index(cell)
+    # a column named by a short noun phrase ("Limit", "Max weight"), not a clause ("What you get")
+    words = header[col].split() if col < len(header) else []
+    head_word = words[-1].lower() if 0 < len(words) <= 2 else ""
+    in_cell = got is not None and not isinstance(got[0], str) and cell[0] <= got[0].i <= cell[1]
+    inner = [t for t in got[1] if cell[0] <= t.i <= cell[1]] if in_cell else []
+    if head_word in _CANON:
+        return _CANON[head_word], label + ([got[0]] if in_cell and got[0].pos_ == "NOUN" else []) + inner
+    if in_cell:
+        return got[0], label + inner
+    nouns = [t for t in label if t.pos_ in ("NOUN", "PROPN", "VERB")]
+    return (nouns[-1] if nouns else label[-1]), label
 
 
 @lru_cache(maxsize=20_000)
@@ -621,6 +794,30 @@ def _sentences(text: str) -> tuple[str, ...]:  # statements and predicates read 
 def _numeric_sentences(text: str) -> list[str]:
     """Only sentences that hold a number are parsed (the rest state no value)."""
     return [s for s in _sentences(text) if _may_state_value(s)]
+
+
+_TABLE_SEPARATOR = re.compile(r"\|?\s*:?-{3,}:?\s*(?:\|\s*:?-{3,}:?\s*)*\|?")
+
+
+def _row_cells(sentence: str) -> tuple[str, ...]:
+    return tuple(c.strip() for c in sentence.strip().strip("|").split("|"))
+
+
+def _numeric_sentences_with_headers(text: str) -> list[tuple[str, tuple[str, ...]]]:
+    """:func:`_numeric_sentences`, each with the column names of the table it is a row of
+    (a row followed by a ``| --- |`` separator is a header)."""
+    sents = _sentences(text)
+    out, header = [], ()
+    for k, s in enumerate(sents):
+        row = s.lstrip().startswith("|")
+        if not row:
+            header = ()
+        elif k + 1 < len(sents) and _TABLE_SEPARATOR.fullmatch(sents[k + 1].strip()):
+            header = _row_cells(s)
+            continue
+        if _may_state_value(s):
+            out.append((s, header if row else ()))
+    return out
 
 
 def _may_state_value(sentence: str) -> bool:
@@ -645,14 +842,16 @@ def statements_batch(texts: Sequence[str], entities: Sequence[Sequence[str]] = (
     nlp = load_nlp(nlp_name)
     owners: list[int] = []
     sents: list[str] = []
+    headers: list[tuple[str, ...]] = []
     for k, text in enumerate(texts):
-        for s in _numeric_sentences(text):
+        for s, header in _numeric_sentences_with_headers(text):
             owners.append(k)
             sents.append(s)
+            headers.append(header)
     out: list[list[Statement]] = [[] for _ in texts]
     with _LOCK:  # one pipeline per process: one stream through it at a time
-        for k, doc in zip(owners, nlp.pipe(sents, batch_size=batch_size)):
-            out[k] += _sentence_statements(doc, entities[k] if entities else ())
+        for k, header, doc in zip(owners, headers, nlp.pipe(sents, batch_size=batch_size)):
+            out[k] += _sentence_statements(doc, entities[k] if entities else (), header)
     return [tuple(x) for x in out]
 
 
@@ -759,7 +958,9 @@ def conflicts(a: Statement, b: Statement, similarity: Callable[[str, str], float
     if a.scope and b.scope and not set(a.scope) & set(b.scope):
         return False
     if a.unit.split("/")[0] != b.unit.split("/")[0]:
-        return True  # another currency
+        # another currency; but a scoped amount in another currency than a general one is
+        # the local equivalent ("EUR 5,800 in Porto" for "GBP 5,000")
+        return set(a.scope) == set(b.scope)
     return not _same_value(a, b)
 
 

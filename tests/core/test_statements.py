@@ -146,3 +146,110 @@ def test_sentences_without_a_free_standing_number_are_not_parsed():
     assert _may_state_value("New accounts get a 30-day free trial.")
     assert _may_state_value("Each chargeback costs €15.")
     assert statements("Expression of p53 and IL-23 in PC12 cells rose [9].") == ()
+
+
+# ----------------------------------------------------------------------------- rules of statements3
+
+def test_a_qualifier_after_the_unit_keeps_the_statement():
+    (s,) = statements("Packages may weigh at most 30 kg gross per package.")
+    assert (s.predicate, s.unit, s.magnitude) == ("limit", "[mass]/package", 30.0)
+    assert statements("Each pallet may weigh at most 800 kg net.")
+
+
+def test_up_to_and_at_most_are_a_limit():
+    (s,) = statements("Cartons of lithium batteries can go up to 35 kg each.")
+    assert s.predicate == "limit"
+    assert clash("Cartons of lithium batteries can go up to 35 kg each.",
+                 "Packages may weigh at most 30 kg gross per package.")
+    assert clash("Failed webhooks are retried up to 5 times.", "Failed webhooks are retried at most 8 times.")
+    assert clash("Uploaded files can reach up to 50 MB.", "Uploaded files are limited to 20 MB.")
+
+
+def test_a_discourse_adverb_is_not_the_predicate():
+    (s,) = statements("The meal limit is actually GBP 80 per day.")
+    assert s.predicate == "limit" and "meal" in s.subject
+    assert clash("The download limit is actually 5 GB per day.", "The download limit is 2 GB per day.")
+
+
+def test_an_imperative_object_is_the_subject_and_a_before_clause_a_reference_point():
+    (a,) = statements("Book the slot in the customer portal at least 24 hours before arrival.")
+    (b,) = statements("Book your slot at least 48 hours before the vehicle arrives.")
+    assert "slot" in a.subject and b.subject == ("slot",) and b.predicate == "book"
+    assert conflicts(a, b)
+    assert clash("Cancel your appointment at least 24 hours before the clinic opens.",
+                 "Cancel your appointment at least 48 hours before it starts.")
+
+
+def test_table_rows_read_their_label_and_header():
+    table = "| Item | Limit |\n| --- | --- |\n| Meals while travelling | GBP 35 per day |\n| Hotel, London | GBP 210 per night |\n"
+    got = statements(table)
+    assert [(s.predicate, s.value.split("/")[0]) for s in got] == [("limit", "GBP 35"), ("limit", "GBP 210")]
+    assert "meal" in got[0].subject and "hotel" in got[1].subject
+    assert clash("The meal limit is GBP 80 per day for everyone.", table)
+    benefits = "| Benefit | What you get |\n| --- | --- |\n| Parental leave | 18 weeks at full pay |\n"
+    assert clash("Staff get 16 weeks of fully paid parental leave.", benefits)
+    plans = "| Plan | Price |\n| --- | --- |\n| Team plan | EUR 12 per seat |\n| Business plan | EUR 20 per seat |\n"
+    assert not clash("The Team plan costs EUR 12 per seat.", plans) or conflict(
+        statements("The Team plan costs EUR 12 per seat."), statements(plans))[1].value != "EUR 12/seat"
+
+
+def test_parenthetical_equivalents_and_distinct_allowances_do_not_conflict():
+    policy = "| Item | Limit |\n| --- | --- |\n| Meals while travelling | GBP 35 per day (EUR 40, USD 45) |\n"
+    assert [s.value for s in statements(policy)] == ["GBP 35/day"]
+    assert conflict(statements(policy), statements(policy)) is None
+    reloc = "Relocation support is capped at GBP 5,000 per move (EUR 5,800 in Porto, USD 6,300 in Austin)."
+    got = statements(reloc, ["porto", "austin"])
+    assert [(s.value, s.scope) for s in got] == [("GBP 5000/move", ()), ("EUR 5800", ("porto",)),
+                                                 ("USD 6300", ("austin",))]
+    assert conflict(got, got) is None
+    wellbeing = "Every employee may claim a wellbeing allowance of GBP 150 (EUR 175, USD 190) for gym memberships."
+    assert [s.value for s in statements(wellbeing)] == ["GBP 150"]
+    assert not clash(wellbeing, reloc, (), ["porto", "austin"])
+    assert not clash(wellbeing, policy)
+    assert not clash("Each lab may order reagents up to USD 500 (EUR 460) per month.",
+                     "The conference allowance is USD 1,200 (EUR 1,100) per year.")
+    assert not clash("Samples are shipped at most 200 miles (320 km).", "Samples are shipped at most 200 miles.")
+
+
+def test_a_day_of_the_month_is_a_deadline_value():
+    policy = ("Sites on the unified payroll platform close monthly payroll inputs (new starters, leavers, overtime) "
+              "on the 18th of the month at 17:00 site time.")
+    ticket = "Porto keeps the 22nd of the month as its payroll input cutoff until the migration is finished."
+    assert clash(policy, ticket, (), ["porto"])
+    assert clash("Timesheets must be submitted by the 5th of each month.",
+                 "The timesheet submission deadline is the 3rd of the month.")
+    assert not clash("Salaries are paid on the 25th of each month.", "Salaries are paid on the 28th of each month.")
+
+
+def test_a_plural_noun_tagged_as_a_verb_and_for_the_duration_of():
+    a = "Returns are inspected within 3 working days of receipt."
+    b = "For the duration of the WMS migration, Rotterdam inspects returns within 7 working days of receipt."
+    assert clash(a, b, (), ["rotterdam"])
+
+
+def test_dev_corpus_pairs_conflict():
+    from quarry.core.sources import load_documents
+
+    root = Path(__file__).resolve().parents[2]
+    docs = {}
+    for c in ("eval/corpora/hr", "eval/corpora/logistics"):
+        if (root / c).is_dir():
+            docs.update({d.doc_id: d for d in load_documents(str(root / c))[0]})
+    if not docs:
+        pytest.skip("dev corpora not present")
+
+    def st(n):
+        return statements(docs[n].text, docs[n].entities)
+
+    for a, b in [("brightpath-help-parental-leave", "brightpath-help-benefits-overview"),
+                 ("brightpath-ticket-hr-377-comment-2", "brightpath-expenses-policy"),
+                 ("brightpath-payroll-calendar-policy", "brightpath-ticket-hr-311-comment-4"),
+                 ("tidewater-ticket-ops-915-comment-1", "tidewater-dangerous-goods-policy"),
+                 ("tidewater-wiki-packing-tips", "tidewater-dangerous-goods-policy"),
+                 ("tidewater-returns-policy", "tidewater-ticket-ops-902-comment-3"),
+                 ("tidewater-help-booking-slots", "tidewater-help-inbound-faq")]:
+        assert conflict(st(a), st(b)) is not None, (a, b)
+    names = ["brightpath-expenses-policy", "brightpath-relocation-policy", "brightpath-wellbeing-allowance-2025"]
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            assert conflict(st(a), st(b)) is None, (a, b)

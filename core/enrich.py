@@ -408,14 +408,22 @@ _ENDED = re.compile(r"(?:^|\bthis\s+" + _DOC_NOUN
 _OTHER_ENDS = re.compile(r"\b(?:is|are|was|were|will\s+be)\s+(?:hereby\s+)?(?:rescinded|withdrawn|retired|revoked"
                          r"|replaced|superseded)\b[^.]*?\b(?:with\s+effect\s+from|effective\s+from|effective\s+as\s+of"
                          r"|effective|as\s+of|from|on)\s+(?P<date>" + DATE + ")", re.IGNORECASE)
+# "The allowance is a pilot and is valid through 31 December 2025": the sentence's subject,
+# the noun phrase before the verb, is checked against the document's title.
+_TITLED = re.compile(r"^(?:the|our|this)\s+(?P<subj>(?:[\w-]+\s+){0,2}[\w-]+)\s+(?:is|are|remains|stays)\b[^.]*?\b"
+                     r"(?:valid|effective|in\s+force|applies|available)\s+(?P<dir>until|till|through|thru|to|from"
+                     r"|as\s+of)\s+(?P<date>" + DATE + ")", re.IGNORECASE)
 _EFF_TRIGGER = re.compile(r"\b(?:effective|effect|force|valid|applies|apply|expires|rescinded|withdrawn|retired|replaced|superseded"
                           r"|revoked|no\s+longer|cancell?ed|canceled)\b", re.IGNORECASE)
 
 
-def find_effective(sents: list[str], own: str | None = None) -> tuple[dt.date | None, dt.date | None]:
+def find_effective(sents: list[str], own: str | None = None, title: str = "") -> tuple[dt.date | None, dt.date | None]:
     """(effective_from, effective_to) this document states; ``own`` is its doc id, so a
-    sentence ending another document from a date makes this one effective then."""
+    sentence ending another document from a date makes this one effective then; a
+    sentence whose subject is what the ``title`` names ("The allowance is valid through
+    ...", in "Wellbeing allowance 2025") speaks of this document."""
     start = end = None
+    named = frozenset(tokenize(title))
     for raw in sents:
         if not _EFF_TRIGGER.search(raw):
             continue
@@ -432,6 +440,12 @@ def find_effective(sents: list[str], own: str | None = None) -> tuple[dt.date | 
             start = parse_date(m.group("date"))
         if end is None and (m := _TO.search(s)):
             end = parse_date(m.group("date") or m.group("date2"))
+        if (m := _TITLED.search(s)) and set(tokenize(m.group("subj"))) & named:
+            d = parse_date(m.group("date"))
+            if m.group("dir").lower().startswith(("until", "till", "through", "thru", "to")):
+                end = end or d
+            else:
+                start = start or d
     return start, end
 
 
@@ -453,7 +467,7 @@ def enrich(doc: SourceDocument, pipeline: str = DEFAULT_PIPELINE) -> SourceDocum
         found["supersedes"] = sup
     if not doc.superseded_by and by:
         found["superseded_by"] = by
-    start, end = find_effective(sents, doc.doc_id) if doc.effective_from is None or doc.effective_to is None else (None, None)
+    start, end = find_effective(sents, doc.doc_id, doc.title) if doc.effective_from is None or doc.effective_to is None else (None, None)
     if doc.effective_from is None and start is not None:
         found["effective_from"] = start
     if doc.effective_to is None and end is not None:

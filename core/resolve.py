@@ -45,12 +45,9 @@ from quarry.core.records import (
     RelatedEvidence, SelectedEvidence, UnresolvedConflict,
 )
 from quarry.core.statements import MIN_SHARED, conflict, predicates, statements
-from quarry.core.text import line_sentences
 from quarry.core.tokenizer import tokenize
 
 
-AGREEING = True
-SENTENCE_TIER = False
 ON_QUESTION = 2  # words a passage's statements (or title and headings) share with the question
 
 
@@ -68,6 +65,7 @@ class _State:
     by_id: dict[str, Passage]
     rejected: dict[str, _Rejection] = field(default_factory=dict)
     governs: dict[str, set[str]] = field(default_factory=dict)  # passage id -> reasons it governs
+    on_tier: set[str] | None = None  # the passages on the question (its tier), when there is a question
 
     def reject(self, pid: str, reason: RejectReason, by: str | None, detail: str, note: str | None = None) -> None:
         self.rejected[pid] = _Rejection(reason, by, detail)
@@ -278,25 +276,12 @@ def _components(pairs: list[tuple[str, str]]) -> list[tuple[str, ...]]:
 
 # ----------------------------------------------------------------------------- entry point
 
-def _value_sentences(p: Passage, f: PassageFacts) -> list[frozenset[str]]:
-    """Stems of the sentences that state the passage's values: for each statement, the
-    sentence sharing most of its words (the first on a tie)."""
-    sents = [frozenset(tokenize(x)) for x in line_sentences(p.text)]
-    out = []
-    for s in f.statements:
-        words = frozenset(tokenize(" ".join((*s.words, s.predicate))))
-        if sents:
-            out.append(max(sents, key=lambda x: len(x & words)) | words)
-    return out
-
-
 def _overlaps(q: frozenset[str], p: Passage, f: PassageFacts) -> tuple[int, int]:
     """How much of the question a passage speaks to, in stems shared with it: (best over
-    the sentences stating its values, its title, heading trail, condition, events and
+    its statements' words and predicate; its title, heading trail, condition, events and
     text). Word overlap with the question, never a relevance score or a rank."""
     e = p.envelope
-    stated = max((len(q & s) for s in _value_sentences(p, f)), default=0) if SENTENCE_TIER else max(
-        (len(q & frozenset(tokenize(" ".join((*s.words, s.predicate))))) for s in f.statements), default=0)
+    stated = max((len(q & frozenset(tokenize(" ".join((*s.words, s.predicate))))) for s in f.statements), default=0)
     about = frozenset(tokenize(" ".join([e.title, *p.heading_path, e.condition or "", *(ev.what for ev in e.events),
                                          p.text])))
     return stated, len(q & about)
@@ -319,19 +304,27 @@ def _question_scope(st: _State, facts: Mapping[str, PassageFacts], query: str | 
                     ) -> tuple[set[str], set[str]]:
     """(survivors that answer the question, passages in the question's evidence).
 
-    Survivors answer in tiers, the first tier that holds any: those stating a value whose
-    words share ``ON_QUESTION`` stems with the question; else those whose text, title or
-    headings do; else the delivered survivors. The question's evidence is every passage
-    connected to one on the question (either test, survivor or not) through a link the
-    decision used: a rejection's ``by``, a conflict. Without a query every passage is on it."""
+    Passages are on the question in tiers, the first tier that holds a passage not
+    rejected: those stating a value whose words share ``ON_QUESTION`` stems with the
+    question; else those whose text, title or headings do; else the delivered survivors.
+    The survivors on it answer (so when every passage on it is in an unresolved conflict,
+    nothing governs). The question's evidence is every passage connected to one on it
+    through a link the decision used: a rejection's ``by``, a conflict. Without a query
+    every passage is on it."""
     if query is None:
         return set(alive), set(st.by_id)
     q = frozenset(tokenize(query))
     over = {pid: _overlaps(q, p, facts[pid]) for pid, p in st.by_id.items()}
-    answers = ({pid for pid in alive if over[pid][0] >= ON_QUESTION}
-               or {pid for pid in alive if over[pid][1] >= ON_QUESTION}
-               or {pid for pid in alive if pid in shown})
-    on = answers | {pid for pid, (a, b) in over.items() if a >= ON_QUESTION or b >= ON_QUESTION}
+    tier = next((t for t in (0, 1) if any(over[pid][t] >= ON_QUESTION for pid in alive)), None)
+    if tier is None:
+        answers = {pid for pid in alive if pid in shown}
+        on = set(answers)
+    else:
+        on = {pid for pid, o in over.items() if o[tier] >= ON_QUESTION}
+        answers = on & set(alive)
+        st.on_tier = set(on)
+        # the question's evidence grows from whatever speaks to it by either test
+        on |= {pid for pid, o in over.items() if o[0] >= ON_QUESTION or o[1] >= ON_QUESTION}
     edges: dict[str, set[str]] = {pid: set() for pid in st.by_id}
     links = [(pid, r.by) for pid, r in st.rejected.items() if r.by] + list(pairs) + [
         (g[0], x) for g in groups for x in g[1:]]
@@ -407,10 +400,12 @@ def resolve(
 
     # A record that proves an event or a link the decision rests on supports the answer
     # (the proving passage; its other passages are related), unless nothing else answers.
-    proving = {_key(by_id[pid].envelope) for pid in alive if any(n.startswith("proves") for n in st.governs.get(pid, ()))}
+    asks = frozenset(tokenize(query)) if query is not None else frozenset()
+    proving = {_key(by_id[pid].envelope) for pid in alive if any(n.startswith("proves") for n in st.governs.get(pid, ()))
+               and not any(len(asks & frozenset(tokenize(ev.what))) >= ON_QUESTION for ev in by_id[pid].envelope.events)}
     if any(_key(by_id[pid].envelope) not in proving for pid in answers):
         answers = {pid for pid in answers if _key(by_id[pid].envelope) not in proving}
-    if AGREEING and answers and query is not None:  # a lower authority stating the same value for the same subject only agrees
+    if answers and query is not None:  # a lower authority stating the same value for the same subject only agrees
         answers = _without_echoes(answers, st, facts)
     governing, supporting = [], []
     for pid in alive:
@@ -425,7 +420,7 @@ def resolve(
         UnresolvedConflict(passage_ids=g, reason="equal authority ("
                            + ", ".join(sorted({f"{by_id[p].envelope.authority} {st.rank[p]}" for p in g}))
                            + ") on different values for the same subject")
-        for g in groups if any(p in scope for p in g)
+        for g in groups if any(p in (st.on_tier if st.on_tier is not None else scope) for p in g)
     )
     placed = {s.passage_id for s in (*governing, *supporting)} | {r.passage_id for r in rejected} | {
         p for u in unresolved for p in u.passage_ids}

@@ -408,3 +408,21 @@ def test_a_document_ending_another_from_a_date_is_in_force_from_then(text):
 
     d = enrich(SourceDocument(doc_id="new-rule", tenant="t", acl=("all-staff",), doc_type="policy", text=text))
     assert d.effective_from == dt.date(2026, 2, 1) and "effective_from" in d.extracted
+
+
+@pytest.mark.parametrize("title,text,field,day", [
+    ("Wellbeing allowance 2025", "The allowance is a pilot and is valid through 31 December 2025.", "effective_to",
+     dt.date(2025, 12, 31)),
+    ("Winter fuel surcharge", "The surcharge is valid from 1 November 2025 for all depots.", "effective_from",
+     dt.date(2025, 11, 1)),
+    ("Night shift rota", "Our night shift rota remains valid until 2026-03-31.", "effective_to", dt.date(2026, 3, 31)),
+])
+def test_validity_stated_of_what_the_title_names(title, text, field, day):
+    d = enrich(SourceDocument(doc_id="x", tenant="t", acl=("all-staff",), title=title, text=text))
+    assert getattr(d, field) == day
+
+
+def test_validity_of_something_else_is_not_this_documents():
+    d = enrich(SourceDocument(doc_id="x", tenant="t", acl=("all-staff",), title="Wellbeing allowance 2025",
+                              text="The parking permit is valid through 31 December 2025."))
+    assert d.effective_to is None

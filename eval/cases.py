@@ -634,10 +634,30 @@ def summarize(outcomes: Sequence[CaseOutcome]) -> dict[str, Any]:
         "isolation": "pass" if not leaks else "FAIL",
         "leaks": leaks,
         "boundaries": boundary_table(outcomes),
+        "same_at_every_width": width_invariance(outcomes),
         "first_lost": {b: sum(1 for o in ans if o.first_lost == b) for b, _, _ in BOUNDARIES},
         "failing_cases": [{"id": o.id, "case": o.case_id, "width": o.width, "principal": principal_label(o.groups),
                            "failures": list(o.leaks) + list(o.failures)}
                           for o in outcomes if o.failures or o.leaks],
+    }
+
+
+def width_invariance(outcomes: Sequence[CaseOutcome]) -> dict[str, int]:
+    """Over (case, principal) run at more than one width: how many give the same
+    governing documents, the same rejections (document, reason) and the same unresolved
+    groups at every width. Resolution is meant not to depend on width."""
+    runs: dict[tuple, dict[int, Decision]] = {}
+    for o in outcomes:
+        runs.setdefault((o.case_id, o.groups), {})[o.width] = o.decision
+    multi = [r for r in runs.values() if len(r) > 1]
+
+    def same(view) -> int:
+        return sum(1 for r in multi if len({view(d) for d in r.values()}) == 1)
+    return {
+        "runs": len(multi),
+        "governing": same(lambda d: frozenset(doc_of(x.passage_id) for x in d.governing)),
+        "rejected": same(lambda d: frozenset((doc_of(x.passage_id), x.reason) for x in d.rejected)),
+        "unresolved": same(lambda d: frozenset(frozenset(doc_of(p) for p in u.passage_ids) for u in d.unresolved)),
     }
 
 

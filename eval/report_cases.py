@@ -174,6 +174,12 @@ def to_markdown(run, plot_name: str | None = None) -> str:
             _frac(row[sp]["correct"], row[sp]["of"]) if sp in row else "" for sp in s["splits"]) + " |")
     lines.append("| all | " + " | ".join(_frac(v["resolution_correct"], v["answerable"])
                                           for v in s["splits"].values()) + " |")
+    lines += ["", "The same decision at every width (case x principal run at several widths; documents):", "",
+              "| | " + " | ".join(s["splits"]) + " |", "|---|" + "---:|" * len(s["splits"])]
+    for part in ("governing", "rejected", "unresolved"):
+        lines.append(f"| {part} | " + " | ".join(
+            _frac(v["same_at_every_width"][part], v["same_at_every_width"]["runs"]) for v in s["splits"].values())
+            + " |")
     lines += ["", "Honest abstention: the decision selects (as governing or supporting) no passage holding every "
               "decisive term of the case (an empty result, or such passages only rejected, unresolved or related)."]
     if plot_name:

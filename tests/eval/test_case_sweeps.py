@@ -365,3 +365,17 @@ cases:
         "alpha": 1, "beta": 1, "gamma": 1}
     md = (tmp_path / "rep" / "cases.md").read_text()
     assert "## Split: test" in md and "## Split: dev" not in md
+
+
+def test_width_invariance_counts_runs_whose_decision_is_the_same_at_every_width():
+    def outcome(case_id, width, governing, rejected=()):
+        d = Decision(valid_at=DAY, governing=tuple(_sel(p) for p in governing),
+                     rejected=tuple(RejectedEvidence(passage_id=p, reason="superseded_by") for p in rejected))
+        return C.CaseOutcome(id=f"{case_id}@k{width}", case_id=case_id, split="dev", width=width, groups=("g",),
+                             kinds=("lookup",), tenant="t", answerable=True, queries=(), candidates=True,
+                             candidate_recall=1.0, second_stage=True, delivered=True, resolution=True,
+                             first_lost=None, precision=1.0, abstained=None, decision=d)
+    outs = [outcome("a", 2, ["p@1#x"]), outcome("a", 4, ["p@1#y"]),  # another passage of the same document
+            outcome("b", 2, ["p@1#x"]), outcome("b", 4, ["p@1#x", "q@1#x"], ["old@1#x"]),
+            outcome("c", 4, ["p@1#x"])]  # one width only: not counted
+    assert C.width_invariance(outs) == {"runs": 2, "governing": 1, "rejected": 1, "unresolved": 2}

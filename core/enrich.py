@@ -101,6 +101,7 @@ _OPEN_ENDED = re.compile(r"\buntil\s+(?:further\s+notice|otherwise\s+(?:notified
 _IN_EFFECT_UNTIL = re.compile(r"\b(?:remains?|stays?|is|are|continues?\s+to\s+be)\s+(?:in\s+(?:effect|force|place)"
                               r"|valid|active|applicable)\s+(?:until|till)\s+" + _CLAUSE, re.IGNORECASE)
 _UNTIL = re.compile(r"\b(?:until|till)\s+" + _CLAUSE, re.IGNORECASE)
+_FRONT_UNTIL = re.compile(r"^\W*(?:until|till)\s+(?P<cond>[^.;:!?\n,]{2,120}),", re.IGNORECASE)
 _ONGOING = (r"(?:under\s*way|in\s+progress|ongoing|running|being\s+\w+|not\s+yet\s+(?:complete|completed|finished"
             r"|done))")
 _IN_PLACE = r"(?:in\s+(?:place|effect|force)|active|open|on)"
@@ -222,6 +223,9 @@ def find_condition(sents: list[str], pipeline: str = DEFAULT_PIPELINE) -> str | 
         found = _conditions_in(s)
         found += [(m.start(), f"until {_clause(m.group('cond'))}") for m in _UNTIL.finditer(s)
                   if not _OPEN_ENDED.match(s, m.start()) and _STATE & set(tokenize(s[:m.start()]))]
+        # a fronted "Until X, <rule>" limits the rule that follows, whatever its verb
+        if (m := _FRONT_UNTIL.match(s)) and not _OPEN_ENDED.match(s):
+            found.append((0, f"until {_clause(m.group('cond'))}"))
         found = [(at, c) for at, c in found
                  if c != "until" and not _WHEN.match(c[6:]) and len(c.split()) <= _MAX_COND_WORDS + 1]
         if not found:

@@ -426,3 +426,15 @@ def test_validity_of_something_else_is_not_this_documents():
     d = enrich(SourceDocument(doc_id="x", tenant="t", acl=("all-staff",), title="Wellbeing allowance 2025",
                               text="The parking permit is valid through 31 December 2025."))
     assert d.effective_to is None
+
+
+@pytest.mark.parametrize("text,cond", [
+    ("Until the Acme cutover completes, the settlement batch for Acme runs daily at 16:00 UTC.",
+     "until the Acme cutover completes"),
+    ("Until the new scanner is installed, goods-in counts pallets by hand.", "until the new scanner is installed"),
+    ("Till the ward refurbishment ends, visiting is limited to two people.", "until the ward refurbishment ends"),
+])
+def test_a_fronted_until_clause_limits_the_rule_that_follows(text, cond):
+    from quarry.core.enrich import find_condition
+
+    assert find_condition([text]) == cond

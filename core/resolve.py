@@ -24,10 +24,19 @@ may read:
    *authority* (the configurable table, ``DEFAULT_AUTHORITY``). The loser is
    ``subordinate_to`` the winner; equal authority leaves both ``unresolved``.
 
-Everything else stays ``selected`` as "supporting"; a passage that defeated another says
-so in its reason. Relevance never enters, and every choice sorts by stable keys, so the
-order passages arrive in never changes the decision. Reasons and details are built from
-ids, dates and codes only, never passage text, so they may go into traces.
+5. **Instructions.** An instruction-shaped passage (``core.injection``) loses every
+   conflict it is in; one that nothing else defeated is ``untrusted_instruction``.
+
+The record then scopes to the question (``query``): surviving passages on it are
+``governing``; what proves an event or a link the decision rests on is ``supporting``;
+rejections and conflicts are reported for the question's evidence; other delivered
+passages are ``related`` (``outdated`` when a rule rejects them). An entity-specific
+passage beats a general one only for a question naming its entity. Relevance scores and
+ranks never enter, and every choice sorts by stable keys, so the order passages arrive in
+never changes the decision. Reasons and details are built from ids, dates and codes only,
+never passage text, so they may go into traces. The evidence graph
+(``core.evidence_graph``) supplies the linked passages, so the decision does not hinge on
+what the ranker delivered.
 """
 
 from __future__ import annotations
@@ -188,7 +197,7 @@ def _specific(a: Envelope, b: Envelope) -> bool:
     return bool(a.entities) and (not b.entities or set(a.entities) < set(b.entities))
 
 
-def _for(env: Envelope, asked: frozenset[str], passages) -> bool:
+def _for(env: Envelope, asked: frozenset[str]) -> bool:
     """Whether a passage of scope ``env.entities`` can answer a question naming ``asked``:
     it is unscoped, the question names no entity, or it names one of the passage's."""
     return not env.entities or not asked or bool(asked & set(env.entities))
@@ -304,13 +313,13 @@ def _question_scope(st: _State, facts: Mapping[str, PassageFacts], query: str | 
                     ) -> tuple[set[str], set[str]]:
     """(survivors that answer the question, passages in the question's evidence).
 
-    Passages are on the question in tiers, the first tier that holds a passage not
-    rejected: those stating a value whose words share ``ON_QUESTION`` stems with the
-    question; else those whose text, title or headings do; else the delivered survivors.
-    The survivors on it answer (so when every passage on it is in an unresolved conflict,
-    nothing governs). The question's evidence is every passage connected to one on it
-    through a link the decision used: a rejection's ``by``, a conflict. Without a query
-    every passage is on it."""
+    Passages are on the question in tiers, the first tier that holds a survivor: those
+    stating a value whose words share ``ON_QUESTION`` stems with the question; else those
+    whose text, title or headings do; else the delivered survivors. The survivors in that
+    tier answer; unresolved conflicts are reported when a side is in it. The question's
+    evidence, whose rejections are reported, is every passage connected through a link the
+    decision used (a rejection's ``by``, a conflict) to one that speaks to the question by
+    either test. Without a query every passage is on it."""
     if query is None:
         return set(alive), set(st.by_id)
     q = frozenset(tokenize(query))
@@ -391,7 +400,7 @@ def resolve(
     # a passage scoped to entities the question does not name answers a question about others
     # only when the question names none (then only passages of no narrower scope answer)
     # and a record that starts (effective, else published) after valid_at cannot answer as of it
-    candidates = [pid for pid in alive if (asked is None or _for(by_id[pid].envelope, asked, by_id.values()))
+    candidates = [pid for pid in alive if (asked is None or _for(by_id[pid].envelope, asked))
                   and not ((start := _start(by_id[pid].envelope)) is not None and start > day)]
     answers, scope = _question_scope(st, facts, query, candidates, shown, pairs, groups)
 

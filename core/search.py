@@ -4,9 +4,10 @@
 2. :func:`apply_second_stage`: a ranker's output (ids, scores, ranks) applied to the
    fused candidates, or the fused top-k when none ran;
 3. :func:`expansion`: survivors expanded to parent sections under a token ceiling;
-4. resolution: :func:`plan_resolution` (``resolve`` + the contradiction queries), each
-   follow-up through :func:`first_stage` under the same principal and filters
-   (:func:`follow_up_request`, :func:`follow_up_found`), then :func:`conclude_resolution`;
+4. resolution: :func:`gather_evidence` (the delivered passages, their evidence-graph
+   neighbours under the same principal and ``valid_at``, their stored facts; the
+   contradiction search through :func:`first_stage` only when the graph links nothing),
+   then :func:`resolve_stage`, a pure function of that evidence;
 5. :func:`assemble`: the response, each excerpt carrying its verdict.
 
 :func:`search` runs them in-process (``quarry search``, evaluation, tests). The Serve

@@ -112,14 +112,9 @@ def event_cue(ev_terms, on: dt.date) -> frozenset[str]:
     return frozenset(ev_terms.words | ev_terms.identifiers | {on.isoformat()})
 
 
-def _key(env: Envelope) -> str:
+def doc_key(env: Envelope) -> str:
+    """``doc_id@version``: one version of one document (the graph's and resolver's node)."""
     return f"{env.doc_id}@{env.version}"
-
-
-def _version_key(v: str) -> tuple:
-    import re
-
-    return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in re.findall(r"\d+|[^\d.]+", v))
 
 
 class EvidenceGraph:
@@ -163,8 +158,7 @@ class EvidenceGraph:
                 targets = ([ref] if ref in self.envelopes else []) if "@" in ref else by_doc.get(ref, [])
                 for t in targets:
                     self._link(k, t, "supersession")
-        for doc, keys in by_doc.items():  # version order of one doc_id
-            keys = sorted(keys, key=lambda k: _version_key(self.envelopes[k].version))
+        for keys in by_doc.values():  # the versions of one doc_id (the resolver orders them)
             for a in keys:
                 for b in keys:
                     if a != b:

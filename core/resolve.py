@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 
 from quarry.core.conditions import Terms, condition_met, entity_stems, terms
 from quarry.core.filters import validity
-from quarry.core.evidence_graph import PassageFacts, best_passage, event_cue, facts_of, passage_cue
+from quarry.core.evidence_graph import PassageFacts, best_passage, doc_key, event_cue, facts_of, passage_cue
 from quarry.core.records import (
     DEFAULT_AUTHORITY, Decision, Envelope, Event, Passage, Principal, RejectedEvidence, RejectReason,
     RelatedEvidence, SelectedEvidence, UnresolvedConflict,
@@ -102,10 +102,6 @@ def _rank(env: Envelope, table: Mapping[str, int] | None) -> int:
     return table.get(env.authority, table.get("unknown", 0))
 
 
-def _key(env: Envelope) -> str:
-    return f"{env.doc_id}@{env.version}"
-
-
 # ----------------------------------------------------------------------------- rules
 
 def _dates(st: _State) -> None:
@@ -121,11 +117,11 @@ def _dates(st: _State) -> None:
 
 def _supersedes(newer: Envelope, older: Envelope) -> str | None:
     """How ``newer`` supersedes ``older`` ("link" or "version"), or None."""
-    if _key(newer) == _key(older):
+    if doc_key(newer) == doc_key(older):
         return None
-    if any(s in (older.doc_id, _key(older)) and not (s == newer.doc_id) for s in newer.supersedes):
+    if any(s in (older.doc_id, doc_key(older)) and not (s == newer.doc_id) for s in newer.supersedes):
         return "link"
-    if any(s in (newer.doc_id, _key(newer)) and not (s == older.doc_id) for s in older.superseded_by):
+    if any(s in (newer.doc_id, doc_key(newer)) and not (s == older.doc_id) for s in older.superseded_by):
         return "link"
     if newer.doc_id == older.doc_id and _version_key(newer.version) > _version_key(older.version):
         return "version"
@@ -225,19 +221,19 @@ def _conflicts(st: _State, facts: Mapping[str, PassageFacts], asked: frozenset[s
     for i, a in enumerate(alive):
         for b in alive[i + 1:]:
             ea, eb = st.by_id[a].envelope, st.by_id[b].envelope
-            if _key(ea) == _key(eb) or not stated[a] or not stated[b] or conflict(stated[a], stated[b]) is None:
+            if doc_key(ea) == doc_key(eb) or not stated[a] or not stated[b] or conflict(stated[a], stated[b]) is None:
                 continue
             pairs.append((a, b))
             ia, ib = facts[a].instruction, facts[b].instruction
             if ia != ib:
                 win, lose = (b, a) if ia else (a, b)
-                attacks[lose][win] = f"untrusted instruction in {_key(st.by_id[lose].envelope)}"
+                attacks[lose][win] = f"untrusted instruction in {doc_key(st.by_id[lose].envelope)}"
             elif _specific(ea, eb) or _specific(eb, ea):
                 win, lose = (a, b) if _specific(ea, eb) else (b, a)
                 ew = st.by_id[win].envelope
                 if asked is not None and not asked & set(ew.entities):
                     continue  # the exception is another entity's: it does not speak to this question
-                attacks[lose][win] = (f"scope: {_key(ew)} is specific to {','.join(ew.entities)} and in force at "
+                attacks[lose][win] = (f"scope: {doc_key(ew)} is specific to {','.join(ew.entities)} and in force at "
                                       f"{st.day.isoformat()}")
             elif st.rank[a] == st.rank[b]:
                 attacks[a][b] = attacks[b][a] = "equal authority"
@@ -380,7 +376,7 @@ def resolve(
     st = _State(day=day, rank={pid: _rank(p.envelope, authority) for pid, p in by_id.items()}, by_id=by_id)
     by_doc: dict[str, list[Passage]] = {}
     for pid in sorted(by_id):
-        by_doc.setdefault(_key(by_id[pid].envelope), []).append(by_id[pid])
+        by_doc.setdefault(doc_key(by_id[pid].envelope), []).append(by_id[pid])
 
     _dates(st)
     _supersession(st, by_doc)
@@ -410,10 +406,10 @@ def resolve(
     # A record that proves an event or a link the decision rests on supports the answer
     # (the proving passage; its other passages are related), unless nothing else answers.
     asks = frozenset(tokenize(query)) if query is not None else frozenset()
-    proving = {_key(by_id[pid].envelope) for pid in alive if any(n.startswith("proves") for n in st.governs.get(pid, ()))
+    proving = {doc_key(by_id[pid].envelope) for pid in alive if any(n.startswith("proves") for n in st.governs.get(pid, ()))
                and not any(len(asks & frozenset(tokenize(ev.what))) >= ON_QUESTION for ev in by_id[pid].envelope.events)}
-    if any(_key(by_id[pid].envelope) not in proving for pid in answers):
-        answers = {pid for pid in answers if _key(by_id[pid].envelope) not in proving}
+    if any(doc_key(by_id[pid].envelope) not in proving for pid in answers):
+        answers = {pid for pid in answers if doc_key(by_id[pid].envelope) not in proving}
     if answers and query is not None:  # a lower authority stating the same value for the same subject only agrees
         answers = _without_echoes(answers, st, facts)
     governing, supporting = [], []

@@ -19,18 +19,18 @@ from pathlib import Path
 from typing import Any
 
 
-from quarry.core import layout
-from quarry.core.chunking import ChunkSettings
-from quarry.core.contextualize import make_contextualizer
-from quarry.core.embedder_factory import build_embedder, check_embedder
+from quarry.core.index import layout
+from quarry.core.ingest.chunking import ChunkSettings
+from quarry.core.ingest.contextualize import make_contextualizer
+from quarry.core.embed.factory import build_embedder, check_embedder
 from quarry.core.errors import UsageError
-from quarry.core.index import TenantIndex, lexical_text
-from quarry.core.metrics import doc_ranking, mean, ndcg_at_k, recall_at_k
-from quarry.core.pipeline import build_corpus
-from quarry.core.ranker_train import train_and_gate
+from quarry.core.index.shards import TenantIndex, lexical_text
+from quarry.core.rank.metrics import doc_ranking, mean, ndcg_at_k, recall_at_k
+from quarry.core.ingest.pipeline import build_corpus
+from quarry.core.rank.train import train_and_gate
 from quarry.core.records import Principal, SearchRequest
-from quarry.core.search import SearchSettings, first_stage, lexical_leg
-from quarry.core.sources import load_beir_corpus, load_beir_queries, load_qrels
+from quarry.core.search.stages import SearchSettings, first_stage, lexical_leg
+from quarry.core.ingest.sources import load_beir_corpus, load_beir_queries, load_qrels
 from quarry.eval.expected import check as check_expected
 from quarry.eval.expected import load_expected
 
@@ -111,7 +111,7 @@ def _score(rankings: dict[str, list[str]], ds: Dataset) -> dict[str, float]:
 
 def run_stages(index, ds: Dataset, embedder, second_stage=None) -> dict[str, dict[str, float]]:
     """Lexical, dense and hybrid (and rerank when a second stage is given) over the queries,
-    all from one :func:`quarry.core.search.first_stage` call per query (each leg's own
+    all from one :func:`quarry.core.search.stages.first_stage` call per query (each leg's own
     ranking rides in its record)."""
     settings = SearchSettings(lexical_width=WIDTH, dense_width=WIDTH, candidate_width=WIDTH)
     principal = Principal(tenant=index.tenant, subject="eval")

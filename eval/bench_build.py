@@ -31,10 +31,10 @@ GOAL_SCALE_RATIO = 4.4
 
 def _plain_embed_throughput(docs, spec: str, batch_size: int) -> dict:
     """The same model, same passages, same batch size, in this process (no Spark)."""
-    from quarry.core.chunking import chunk_document
-    from quarry.core.contextualize import ExtractiveContextualizer, with_context
-    from quarry.core.embedding import passage_text_for_embedding
-    from quarry.core.embedder_factory import build_embedder
+    from quarry.core.ingest.chunking import chunk_document
+    from quarry.core.ingest.contextualize import ExtractiveContextualizer, with_context
+    from quarry.core.embed.embedders import passage_text_for_embedding
+    from quarry.core.embed.factory import build_embedder
 
     ctx = ExtractiveContextualizer()
     texts = []
@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", dest="json_out", default=None, help="also write the raw figures as JSON")
     args = ap.parse_args(argv)
 
-    from quarry.core.sources import load_beir_corpus
+    from quarry.core.ingest.sources import load_beir_corpus
     from quarry.jobs.build import BuildSettings, run_build, write_source_jsonl
     from quarry.jobs.report import peak_rss_mb
     from quarry.jobs.spark import get_spark

@@ -3,7 +3,7 @@
 No trained cross-encoder can be installed here (DESIGN §8), but compute cost does not
 depend on the weights, so this builds a cross-encoder with the MiniLM-L6 architecture
 (6 layers, hidden 384, 12 heads) and random weights, with the packaged all-MiniLM-L6-v2
-tokenizer, and times :class:`quarry.core.cross_encoder.CrossEncoderReranker` on realistic
+tokenizer, and times :class:`quarry.core.rank.cross_encoder.CrossEncoderReranker` on realistic
 (query, passage) pairs cut to each target length. It measures speed only, never quality.
 
     python -m quarry.eval.bench_crossencoder --json out.json
@@ -31,8 +31,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from quarry.core.cross_encoder import CrossEncoderReranker
-from quarry.core.rerank import RerankInput
+from quarry.core.rank.cross_encoder import CrossEncoderReranker
+from quarry.core.rank.rerank import RerankInput
 
 TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 SCIFACT = Path("/work/shared/data/beir/scifact")

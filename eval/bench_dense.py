@@ -36,7 +36,7 @@ def exact_filtered(vecs: np.ndarray, mask: np.ndarray, q: np.ndarray, k: int) ->
 def backends(vecs: np.ndarray, want_gpu: bool):
     import faiss
 
-    from quarry.core.dense_gpu import choose_backend
+    from quarry.core.index.dense_gpu import choose_backend
 
     n, dim = vecs.shape
     flat = faiss.IndexFlatIP(dim)

@@ -15,8 +15,8 @@ import numpy as np
 
 def sample_texts(n: int) -> list[str]:
     """Passages of the shipped sample corpus, cycled to ``n`` (numbered so none repeat)."""
-    from quarry.core.chunking import chunk_document
-    from quarry.core.sources import SAMPLE_CORPUS, load_documents
+    from quarry.core.ingest.chunking import chunk_document
+    from quarry.core.ingest.sources import SAMPLE_CORPUS, load_documents
 
     docs, _ = load_documents(SAMPLE_CORPUS)
     base = [p.text for d in docs for p in chunk_document(d)[0]]
@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--save", default=None, help="write the embeddings here (.npy)")
     args = ap.parse_args(argv)
 
-    from quarry.core.embedding import SentenceTransformerEmbedder
+    from quarry.core.embed.embedders import SentenceTransformerEmbedder
 
     texts = sample_texts(args.texts)
     emb = SentenceTransformerEmbedder(args.model, device=args.device, batch_size=args.batch_size).load()

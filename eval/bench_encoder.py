@@ -53,14 +53,14 @@ def interleaved(fns: dict[str, Any], xs: list[str], before=None) -> dict[str, li
 
 
 def clear_text_caches() -> None:
-    from quarry.core import statements
+    from quarry.core.evidence import statements
 
     for fn in (statements.statements, statements.predicates, statements._sentences):
         fn.cache_clear()
 
 
 def load_encoders(encoders: list[str], manifest: dict[str, Any]) -> dict[str, tuple[Any, float]]:
-    from quarry.core.embedder_factory import embedder_for_index
+    from quarry.core.embed.factory import embedder_for_index
 
     out = {}
     for e in encoders:
@@ -74,7 +74,7 @@ def load_encoders(encoders: list[str], manifest: dict[str, Any]) -> dict[str, tu
 
 def measure_encoders(loaded: dict[str, tuple[Any, float]], queries: list[str], index=None, ds=None) -> list[dict]:
     from quarry.core.records import Principal, SearchRequest
-    from quarry.core.search import hybrid_search
+    from quarry.core.search.stages import hybrid_search
     from quarry.eval.beir import run_stages
 
     for emb, _ in loaded.values():  # warm-up
@@ -229,8 +229,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     import torch
 
-    from quarry.core.embedder_factory import EmbedderSpec, build_embedder
-    from quarry.core.index import TenantIndex
+    from quarry.core.embed.factory import EmbedderSpec, build_embedder
+    from quarry.core.index.shards import TenantIndex
     from quarry.eval.beir import ensure_index, load_dataset
     from quarry.serve import launch
 

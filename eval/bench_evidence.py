@@ -27,9 +27,9 @@ DEFAULT_DATASET = REPO.parent / "shared" / "data" / "beir" / "scifact"
 
 
 def _build(root: str, tenant: str, docs, embeddings, with_evidence: bool) -> float:
-    from quarry.core.contextualize import ExtractiveContextualizer
-    from quarry.core.index import build_tenant_index
-    from quarry.core.pipeline import prepare
+    from quarry.core.ingest.contextualize import ExtractiveContextualizer
+    from quarry.core.index.shards import build_tenant_index
+    from quarry.core.ingest.pipeline import prepare
 
     t0 = time.perf_counter()
     passages, parents = prepare(docs, ExtractiveContextualizer(), enrich_envelopes=with_evidence)
@@ -55,13 +55,13 @@ def main(argv: list[str] | None = None) -> int:
 
     import numpy as np
 
-    from quarry.core.contextualize import ExtractiveContextualizer
-    from quarry.core.embedder_factory import build_embedder
-    from quarry.core.pipeline import prepare
-    from quarry.core.embedding import passage_text_for_embedding
-    from quarry.core.evidence_graph import graph_of
-    from quarry.core.index import TenantIndex
-    from quarry.core.sources import load_beir_corpus
+    from quarry.core.ingest.contextualize import ExtractiveContextualizer
+    from quarry.core.embed.factory import build_embedder
+    from quarry.core.ingest.pipeline import prepare
+    from quarry.core.embed.embedders import passage_text_for_embedding
+    from quarry.core.evidence.graph import graph_of
+    from quarry.core.index.shards import TenantIndex
+    from quarry.core.ingest.sources import load_beir_corpus
 
     docs = load_beir_corpus(args.dataset, "bench", limit=args.limit)
     embedder = build_embedder(args.embedder)

@@ -29,18 +29,18 @@ import tempfile
 import time
 from pathlib import Path
 
-from quarry.core import layout
-from quarry.core.changes import Change
-from quarry.core.compact import compact
-from quarry.core.delta import apply_local
-from quarry.core.embedding import HashingEmbedder
-from quarry.core.index import TenantIndex
-from quarry.core.metrics import doc_ranking, mean, ndcg_at_k
-from quarry.core.pipeline import build_corpus
+from quarry.core.index import layout
+from quarry.core.changes.log import Change
+from quarry.core.changes.compact import compact
+from quarry.core.changes.delta import apply_local
+from quarry.core.embed.embedders import HashingEmbedder
+from quarry.core.index.shards import TenantIndex
+from quarry.core.rank.metrics import doc_ranking, mean, ndcg_at_k
+from quarry.core.ingest.pipeline import build_corpus
 from quarry.core.records import Principal, SearchRequest
-from quarry.core.search import SearchSettings, hybrid_search
-from quarry.core.sources import load_beir_corpus, load_beir_queries, load_qrels
-from quarry.core.text import split_sentences
+from quarry.core.search.stages import SearchSettings, hybrid_search
+from quarry.core.ingest.sources import load_beir_corpus, load_beir_queries, load_qrels
+from quarry.core.text.units import split_sentences
 
 TENANT = "scifact"
 

@@ -1,5 +1,5 @@
 """Load benchmark for ``POST /v1/search`` over loopback HTTP, against the same search
-called in-process through ``quarry.core.search.hybrid_search``.
+called in-process through ``quarry.core.search.stages.hybrid_search``.
 
     python -m quarry.eval.bench_serve [--requests 200] [--concurrency 1,4,16] [--out eval/results/serve.md]
 
@@ -71,10 +71,10 @@ def workload(n: int) -> list[tuple[str, str]]:
 # ----------------------------------------------------------------------------- setup
 
 def build_index(root: str, embedder: str | None) -> None:
-    from quarry.core.contextualize import ExtractiveContextualizer
-    from quarry.core.embedder_factory import build_embedder
-    from quarry.core.pipeline import build_corpus
-    from quarry.core.sources import SAMPLE_CORPUS, load_documents
+    from quarry.core.ingest.contextualize import ExtractiveContextualizer
+    from quarry.core.embed.factory import build_embedder
+    from quarry.core.ingest.pipeline import build_corpus
+    from quarry.core.ingest.sources import SAMPLE_CORPUS, load_documents
 
     emb = build_embedder(embedder)
     docs, _ = load_documents(SAMPLE_CORPUS)
@@ -83,13 +83,13 @@ def build_index(root: str, embedder: str | None) -> None:
 
 def promote_learned(root: str, embedder) -> dict[str, str]:
     """Train a small LightGBM ranker per tenant and record an enabled gate decision."""
-    from quarry.core.gate import evaluate_gate, record_decision
-    from quarry.core.index import TenantIndex
-    from quarry.core.layout import current_generation
-    from quarry.core.ranker_model import LearnedRanker
-    from quarry.core.ranker_train import label_candidates, mine_candidates
+    from quarry.core.rank.gate import evaluate_gate, record_decision
+    from quarry.core.index.shards import TenantIndex
+    from quarry.core.index.layout import current_generation
+    from quarry.core.rank.model import LearnedRanker
+    from quarry.core.rank.train import label_candidates, mine_candidates
     from quarry.core.records import Principal
-    from quarry.core.search import SearchSettings
+    from quarry.core.search.stages import SearchSettings
 
     ids = {}
     for tenant in sorted(QUERIES):
@@ -107,8 +107,8 @@ def promote_learned(root: str, embedder) -> dict[str, str]:
 
 
 def make_embedder(root: str):
-    from quarry.core.index import TenantIndex
-    from quarry.core.embedder_factory import embedder_for_index
+    from quarry.core.index.shards import TenantIndex
+    from quarry.core.embed.factory import embedder_for_index
 
     return embedder_for_index(TenantIndex.load(root, "globex").manifest)
 
@@ -118,11 +118,11 @@ def make_embedder(root: str):
 def in_process_search(root: str, embedder, width: int, stage_kind: str, ce_dir: str | None, graph_hops: int = 3):
     """(tenant, query) -> one in-process search, as the HTTP path runs it (same index,
     embedder, settings, second stage and principal), warmed up."""
-    from quarry.core.index import TenantIndex
+    from quarry.core.index.shards import TenantIndex
     from quarry.core.records import Principal, SearchRequest
-    from quarry.core.cross_encoder import CrossEncoderReranker
-    from quarry.core.rerank import RerankInput, apply_rerank
-    from quarry.core.search import SearchSettings, hybrid_search
+    from quarry.core.rank.cross_encoder import CrossEncoderReranker
+    from quarry.core.rank.rerank import RerankInput, apply_rerank
+    from quarry.core.search.stages import SearchSettings, hybrid_search
 
     import torch
 
@@ -133,7 +133,7 @@ def in_process_search(root: str, embedder, width: int, stage_kind: str, ce_dir: 
     idx = {t: TenantIndex.load(root, t) for t in QUERIES}
     stages: dict[str, Any] = {t: None for t in QUERIES}
     if stage_kind == "learned":
-        from quarry.core.gate import load_second_stage
+        from quarry.core.rank.gate import load_second_stage
 
         stages = {t: load_second_stage(root, t, idx[t].generation)[0] for t in QUERIES}
     elif stage_kind == "cross-encoder":
@@ -168,7 +168,7 @@ def in_process(one, requests: list[tuple[str, str]]) -> dict[str, Any]:
 
 def _tokens(secret: str, requests: list[tuple[str, str]]) -> dict[str, str]:
     """One benchmark token per tenant in the workload."""
-    from quarry.serve.auth import mint_token
+    from quarry.serve.http.auth import mint_token
 
     return {t: mint_token(t, "bench", GROUPS, secret=secret, ttl_s=3600) for t in sorted({t for t, _ in requests})}
 
@@ -459,10 +459,10 @@ def main(argv: list[str] | None = None) -> int:
             results.append(run_config(
                 "cross-encoder (MiniLM-L6-size, random weights, CPU)", root, secret, args,
                 {"reranker_enabled": True, "learned_ranker": False,
-                 "reranker_factory": "quarry.core.cross_encoder:CrossEncoderReranker",
+                 "reranker_factory": "quarry.core.rank.cross_encoder:CrossEncoderReranker",
                  "reranker_options": {"model": ce_dir, "max_length": 256}}, embedder, "cross-encoder",
                 args.ce_candidates, ce_dir, n_requests=args.ce_requests, mode=mode))
-    from quarry.core.index import TenantIndex
+    from quarry.core.index.shards import TenantIndex
 
     meta = {
         "command": "python -m quarry.eval.bench_serve " + " ".join(argv if argv is not None else sys.argv[1:]),

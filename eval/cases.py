@@ -376,7 +376,7 @@ def _run_search(index, principal: Principal, request: SearchRequest, embedder, s
                 second_stage=None) -> SearchResult:
     """The one call into the search path: the composed in-process ``search()``, the same
     stages as serving, with the decision record filled."""
-    from quarry.core.search import search
+    from quarry.core.search.stages import search
 
     return search(index, principal, request, embedder, settings, second_stage=second_stage)
 
@@ -399,7 +399,7 @@ def resolve_evidence(passages: Sequence[Passage], principal: Principal, valid_at
                      query: str | None) -> Decision:
     """The one call into ``core.resolve.resolve`` for evaluation (the runner and the
     counterfactuals): ``query`` lets the resolver tell governing from related evidence."""
-    from quarry.core import resolve as resolver  # looked up per call: tests swap in doubles
+    from quarry.core.evidence import resolve as resolver  # looked up per call: tests swap in doubles
 
     return resolver.resolve(list(passages), principal, valid_at, query=query)
 
@@ -513,7 +513,7 @@ def run_case(case: EvidenceCase, index, embedder, settings, second_stage=None,
     if only is not None and only.valid_at == case.valid_at:
         decision = only
     else:
-        from quarry.core.search import resolve_delivered
+        from quarry.core.search.stages import resolve_delivered
 
         decision = resolve_delivered(index, principal, case_query(case), list(delivered.values()), case.valid_at,
                                      settings, embedder)
@@ -716,10 +716,10 @@ class IndexMissing(FileNotFoundError):
 def load_tenant(index_root: str, tenant: str, generation: int | None = None):
     """(index, embedder, second_stage) for a tenant's live (or given) generation, as serving
     loads them: the embedder the manifest names and the gate-promoted second stage."""
-    from quarry.core import layout
-    from quarry.core.gate import load_second_stage
-    from quarry.core.index import TenantIndex
-    from quarry.core.embedder_factory import embedder_for_index
+    from quarry.core.index import layout
+    from quarry.core.rank.gate import load_second_stage
+    from quarry.core.index.shards import TenantIndex
+    from quarry.core.embed.factory import embedder_for_index
 
     if generation is None and layout.current_generation(index_root, tenant) is None:
         raise IndexMissing(f"no published index for tenant {tenant!r} under {index_root}; build one with "
@@ -748,7 +748,7 @@ def run_suite(cases: Sequence[EvidenceCase], index_root: str, settings=None, *, 
     under ``index_root`` (or the given generation per tenant). With ``counterfactuals``,
     each answerable case's four also run, once per principal at the case's top_k (a run
     made only for them, when that width is not swept, still counts for isolation)."""
-    from quarry.core.search import SearchSettings
+    from quarry.core.search.stages import SearchSettings
 
     settings = settings or SearchSettings()
     if widths is not None:

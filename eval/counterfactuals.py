@@ -194,7 +194,7 @@ def swap_dates(ctx: CaseContext) -> CounterfactualResult:
 
 
 def other_tenant(index_root: str, tenant: str) -> str | None:
-    from quarry.core import layout
+    from quarry.core.index import layout
 
     others = [t for t in layout.list_tenants(index_root) if t != tenant]
     return others[0] if others else None

@@ -8,11 +8,11 @@ from __future__ import annotations
 import argparse
 import json
 
-from quarry.core.capacity import Dist
-from quarry.core.contextualize import ExtractiveContextualizer
-from quarry.core.pipeline import prepare
-from quarry.core.sources import SAMPLE_CORPUS, load_documents
-from quarry.core.text import count_tokens, heading_text
+from quarry.core.capacity.arithmetic import Dist
+from quarry.core.ingest.contextualize import ExtractiveContextualizer
+from quarry.core.ingest.pipeline import prepare
+from quarry.core.ingest.sources import SAMPLE_CORPUS, load_documents
+from quarry.core.text.units import count_tokens, heading_text
 
 
 def funnel_token_stats(source: str | None = None) -> dict[str, object]:

@@ -38,16 +38,16 @@ TOP = 10
 
 
 def _lexical_top(index, principal, query: str, width: int = TOP) -> list[tuple[str, float]]:
-    from quarry.core.search import lexical_leg
+    from quarry.core.search.stages import lexical_leg
 
     hits = lexical_leg(index, index.masks(principal), query, width, 0.0)
     return [(index.passage_at(r).passage_id, float(s)) for r, s in zip(hits.rows, hits.scores)]
 
 
 def _build(root: Path, docs) -> object:
-    from quarry.core.embedding import HashingEmbedder
-    from quarry.core.index import TenantIndex
-    from quarry.core.pipeline import build_corpus
+    from quarry.core.embed.embedders import HashingEmbedder
+    from quarry.core.index.shards import TenantIndex
+    from quarry.core.ingest.pipeline import build_corpus
 
     tenant = docs[0].tenant
     build_corpus(docs, str(root), HashingEmbedder(dim=32))
@@ -67,7 +67,7 @@ def _probe_terms(restricted, visible, k: int, rng: random.Random) -> list[str]:
 
 def measure_sample(tmp: Path, probes_per_principal: int, seed: int) -> list[dict]:
     from quarry.core.records import PUBLIC_GROUP, Principal
-    from quarry.core.sources import SAMPLE_CORPUS, load_documents
+    from quarry.core.ingest.sources import SAMPLE_CORPUS, load_documents
 
     docs, _ = load_documents(SAMPLE_CORPUS)
     rng = random.Random(seed)

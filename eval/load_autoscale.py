@@ -147,7 +147,7 @@ def summarise(rec: Recorder, phases: list[tuple[str, float, float]], plan, profi
     """Per phase: offered and achieved rate, latency, observed mean in-flight (sampled, and
     λ × W from the requests: Little's law on the measurements), the plan's figure at that
     rate, and the replica counts seen."""
-    from quarry.core import capacity as cap
+    from quarry.core.capacity import arithmetic as cap
 
     gw = profile.deployments["Gateway"].service_ms
     out = []
@@ -214,7 +214,7 @@ def plot(rec: Recorder, plan, path: Path, phases: list[tuple[str, float, float]]
 async def _drive(base: str, secret: str, args, rec: Recorder, phases, phase_of) -> list[float]:
     import httpx
 
-    from quarry.serve.auth import mint_token
+    from quarry.serve.http.auth import mint_token
 
     from quarry.serve.launch import APP_NAME
 
@@ -271,12 +271,12 @@ def main(argv: list[str] | None = None) -> int:
 
     import secrets as pysecrets
 
-    from quarry.core.workload import plan as make_plan
+    from quarry.core.capacity.workload import plan as make_plan
     from quarry.demo import build
     from quarry.plan_cmd import load_profile
     from quarry.plan_manifests import serve_config
     from quarry.serve import launch
-    from quarry.serve.cli_entry import config_args
+    from quarry.serve.serve_cmd import config_args
     from quarry.serve.settings import settings_from_args
 
     profile = load_profile(args.profile)

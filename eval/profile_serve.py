@@ -22,7 +22,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from quarry.eval import bench_serve as b
     from quarry.serve import launch
-    from quarry.serve.auth import mint_token
+    from quarry.serve.http.auth import mint_token
     from quarry.serve.settings import AuthSettings, ServeSettings
 
     secret = "profile-" * 5

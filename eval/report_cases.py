@@ -233,10 +233,10 @@ def build_sources(sources: list[str], index_root: str, tenants_needed: set[str] 
     """Build in-process (``core.pipeline.build_corpus``, extractive preambles) every tenant of
     each source that has no published index under ``index_root`` yet; tenants already there
     are left alone. ``embedder`` defaults to MiniLM. Returns an error line, or None."""
-    from quarry.core import layout
-    from quarry.core.contextualize import ExtractiveContextualizer
-    from quarry.core.pipeline import build_corpus
-    from quarry.core.sources import load_documents
+    from quarry.core.index import layout
+    from quarry.core.ingest.contextualize import ExtractiveContextualizer
+    from quarry.core.ingest.pipeline import build_corpus
+    from quarry.core.ingest.sources import load_documents
 
     missing = [s for s in sources if not Path(s).exists()]
     if missing:
@@ -250,7 +250,7 @@ def build_sources(sources: list[str], index_root: str, tenants_needed: set[str] 
         if not todo:
             continue
         if embedder is None:
-            from quarry.core.embedding import SentenceTransformerEmbedder
+            from quarry.core.embed.embedders import SentenceTransformerEmbedder
 
             embedder = SentenceTransformerEmbedder().load()
         tenants = sorted({d.tenant for d in todo})

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import yaml
 
-from quarry.core.statements import DEFAULT_NLP, conflict, statements_batch
+from quarry.core.evidence.statements import DEFAULT_NLP, conflict, statements_batch
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""``quarry eval traces``: summarise stored serving traces (``serve/tracestore.py``).
+"""``quarry eval traces``: summarise stored serving traces (``serve/stores/tracestore.py``).
 
     quarry eval traces --trace-dir var/index/_traces [--tenant acme] [--since-hours 24] [--json]
 
@@ -61,7 +61,7 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from quarry.serve.tracestore import read_traces
+    from quarry.serve.stores.tracestore import read_traces
 
     if not Path(args.trace_dir).is_dir():
         print(f"quarry eval traces: no trace folder at {args.trace_dir}; pass the serving trace_dir "

@@ -45,13 +45,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pyspark.sql import functions as F
 
 from quarry.cli import main as cli_main
-from quarry.core import layout
-from quarry.core.changes import Change, change_reason, change_record_id, lag_summary, validate_change
-from quarry.core.delta import DeltaRows, fold_for, publish_delta, upsert_contextualizer
-from quarry.core.embedder_factory import build_embedder, check_embedder, manifest_spec
-from quarry.core.index import TenantIndex
+from quarry.core.index import layout
+from quarry.core.changes.log import Change, change_reason, change_record_id, lag_summary, validate_change
+from quarry.core.changes.delta import DeltaRows, fold_for, publish_delta, upsert_contextualizer
+from quarry.core.embed.factory import build_embedder, check_embedder, manifest_spec
+from quarry.core.index.shards import TenantIndex
 from quarry.core.records import ParentSection, Passage
-from quarry.core.sources import ERROR_KEY, SOURCE_KEY
+from quarry.core.ingest.sources import ERROR_KEY, SOURCE_KEY
 from quarry.jobs import stages as st
 from quarry.jobs.build import BuildError, list_source_files
 from quarry.jobs.report import Progress, new_run_id

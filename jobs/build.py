@@ -45,12 +45,12 @@ from pyspark.sql import Window
 from pyspark.sql import functions as F
 
 from quarry.cli import main as cli_main
-from quarry.core import layout
-from quarry.core.chunking import CHUNKER_VERSION
-from quarry.core.contextualize import CostAccount, LLMSettings
-from quarry.core.embedder_factory import build_embedder
-from quarry.core.index import APPROX_THRESHOLD, ShardInfo, TermStats, build_and_upload_shard, make_manifest
-from quarry.core.sources import iter_source_files
+from quarry.core.index import layout
+from quarry.core.ingest.chunking import CHUNKER_VERSION
+from quarry.core.ingest.contextualize import CostAccount, LLMSettings
+from quarry.core.embed.factory import build_embedder
+from quarry.core.index.shards import APPROX_THRESHOLD, ShardInfo, TermStats, build_and_upload_shard, make_manifest
+from quarry.core.ingest.sources import iter_source_files
 from quarry.jobs import stages as st
 from quarry.jobs.case_gate import gate_generation
 from quarry.jobs.report import BuildReport, Progress, TenantReport, new_run_id, peak_rss_mb

@@ -1,5 +1,5 @@
 """``quarry compact --tenant T --index-root URI``: fold a tenant's delta generation,
-tombstones and ACL overrides into a new base generation (``quarry.core.compact``) and
+tombstones and ACL overrides into a new base generation (``quarry.core.changes.compact``) and
 switch ``CURRENT`` atomically. Safe to kill at any point: the new generation is published
 only after its manifest and checksums are complete, and only if no change was applied
 meanwhile; a re-run starts a fresh generation folder.
@@ -16,9 +16,9 @@ import sys
 import time
 
 from quarry.cli import main as cli_main
-from quarry.core import layout
-from quarry.core.compact import compaction_input, publish_compacted, write_compacted
-from quarry.core.index import TenantIndex
+from quarry.core.index import layout
+from quarry.core.changes.compact import compaction_input, publish_compacted, write_compacted
+from quarry.core.index.shards import TenantIndex
 from quarry.jobs.report import Progress, new_run_id
 
 

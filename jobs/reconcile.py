@@ -14,13 +14,13 @@ import sys
 from pathlib import Path
 
 from quarry.cli import main as cli_main
-from quarry.core import layout
-from quarry.core.contextualize import make_contextualizer
-from quarry.core.delta import apply_local, upsert_contextualizer
-from quarry.core.embedder_factory import embedder_for_index
-from quarry.core.index import TenantIndex
-from quarry.core.reconcile import diff
-from quarry.core.sources import load_documents
+from quarry.core.index import layout
+from quarry.core.ingest.contextualize import make_contextualizer
+from quarry.core.changes.delta import apply_local, upsert_contextualizer
+from quarry.core.embed.factory import embedder_for_index
+from quarry.core.index.shards import TenantIndex
+from quarry.core.changes.reconcile import diff
+from quarry.core.ingest.sources import load_documents
 from quarry.jobs.report import new_run_id
 
 

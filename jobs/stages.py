@@ -26,17 +26,17 @@ import numpy as np
 import pandas as pd
 from pydantic import ValidationError
 
-from quarry.core import layout
-from quarry.core.chunking import ChunkSettings, chunk_document
-from quarry.core.contextualize import LLMSettings, make_contextualizer, with_context
-from quarry.core.embedder_factory import build_embedder
-from quarry.core.embedding import passage_text_for_embedding
-from quarry.core.enrich import enrich
-from quarry.core.index import TermStats, build_and_upload_shard, lexical_text, shard_of
+from quarry.core.index import layout
+from quarry.core.ingest.chunking import ChunkSettings, chunk_document
+from quarry.core.ingest.contextualize import LLMSettings, make_contextualizer, with_context
+from quarry.core.embed.factory import build_embedder
+from quarry.core.embed.embedders import passage_text_for_embedding
+from quarry.core.ingest.enrich import enrich
+from quarry.core.index.shards import TermStats, build_and_upload_shard, lexical_text, shard_of
 from quarry.core.records import ParentSection, Passage, SourceDocument, validation_reason
-from quarry.core.sources import read_file, record_id, validate
-from quarry.core.text import count_tokens
-from quarry.core.tokenizer import tokenize
+from quarry.core.ingest.sources import read_file, record_id, validate
+from quarry.core.text.units import count_tokens
+from quarry.core.text.tokenizer import tokenize
 
 UNKNOWN_TENANT = "_unknown"
 _SLUG = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")  # the tenant rule of core.records

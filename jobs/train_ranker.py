@@ -17,12 +17,12 @@ with Quarry's own first stage (mask, lexical and dense legs with floors, RRF; wi
 **every group named in the generation's filter columns**, so the principal sees every
 passage of the tenant (``--groups '*'`` mines only whole-tenant passages). Mining never
 crosses tenants: the index is the tenant's own. Features use only each query's candidates
-and their passages (:mod:`quarry.core.ranker_features`); training is
-:func:`quarry.core.ranker_train.train_and_gate`, the same path ``quarry eval beir`` uses.
+and their passages (:mod:`quarry.core.rank.features`); training is
+:func:`quarry.core.rank.train.train_and_gate`, the same path ``quarry eval beir`` uses.
 
 Labelled queries are split into train and held-out by ``--split-seed``; the ranker trains
 on the train part; fused and learned nDCG@10 are compared on the held-out part; the gate
-(:mod:`quarry.core.gate`) enables the ranker only if it wins by ``--margin``. The model and
+(:mod:`quarry.core.rank.gate`) enables the ranker only if it wins by ``--margin``. The model and
 the decision are stored with the generation (``gen-<n>/ranker/``, ``second_stage`` in the
 manifests) unless ``--no-store``.
 """
@@ -36,15 +36,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from quarry.core.embedder_factory import build_embedder, embedder_for_index
-from quarry.core.embedding import SentenceTransformerEmbedder
-from quarry.core.gate import DEFAULT_MARGIN, record_decision
-from quarry.core.index import TenantIndex
-from quarry.core.ranker_train import TrainSettings, train_and_gate
+from quarry.core.embed.factory import build_embedder, embedder_for_index
+from quarry.core.embed.embedders import SentenceTransformerEmbedder
+from quarry.core.rank.gate import DEFAULT_MARGIN, record_decision
+from quarry.core.index.shards import TenantIndex
+from quarry.core.rank.train import TrainSettings, train_and_gate
 from quarry.core.records import PUBLIC_GROUP, Principal
-from quarry.core.search import SearchSettings
-from quarry.core.sentence_vectors import SentenceVectors
-from quarry.core.sources import read_qrels, read_queries
+from quarry.core.search.stages import SearchSettings
+from quarry.core.rank.sentence_vectors import SentenceVectors
+from quarry.core.ingest.sources import read_qrels, read_queries
 
 
 def add_arguments(p) -> None:

@@ -39,7 +39,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "build": ("quarry.jobs.build", "PySpark job: validate, chunk, contextualize, embed and publish per-tenant indexes"),
     "search": ("quarry.search_cmd", "search a published index in-process as a given principal (operators)"),
     "eval": ("quarry.eval.cli", "evaluate retrieval stages (BEIR datasets, evidence cases)"),
-    "serve": ("quarry.serve.cli_entry", "start the Ray Serve endpoint for agents"),
+    "serve": ("quarry.serve.serve_cmd", "start the Ray Serve endpoint for agents"),
     "token": ("quarry.serve.token_cmd", "mint a development bearer token"),
     "train-ranker": ("quarry.jobs.train_ranker", "train a tenant's learned second-stage ranker and gate it"),
     "plan": ("quarry.plan_cmd", "capacity plan from a workload profile: cost table, Serve autoscaling config, RayService"),

@@ -28,12 +28,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from quarry.core.citations import ABSTENTION_MESSAGE, CHECK_NAMES
-from quarry.core.contextualize import ExtractiveContextualizer
-from quarry.core.embedder_factory import build_embedder
-from quarry.core.pipeline import build_corpus
-from quarry.core.sources import SAMPLE_CORPUS, load_documents
-from quarry.core.text import split_sentences
+from quarry.core.agent.citations import ABSTENTION_MESSAGE, CHECK_NAMES
+from quarry.core.ingest.contextualize import ExtractiveContextualizer
+from quarry.core.embed.factory import build_embedder
+from quarry.core.ingest.pipeline import build_corpus
+from quarry.core.ingest.sources import SAMPLE_CORPUS, load_documents
+from quarry.core.text.units import split_sentences
 
 DEFAULT_ROOT = "var/demo-index"
 TENANT, GROUPS = "globex", ("all-staff",)
@@ -278,7 +278,7 @@ def scripted_agent(base_url: str, secret: str) -> dict[str, Any]:
     """Run the scripted agent; returns what happened (for tests)."""
     import httpx
 
-    from quarry.serve.auth import mint_token  # the serve extra (jwt): deferred
+    from quarry.serve.http.auth import mint_token  # the serve extra (jwt): deferred
 
     out: dict[str, Any] = {}
     token = mint_token(TENANT, "demo-agent", GROUPS, secret=secret, ttl_s=900)

@@ -8,7 +8,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from quarry.core.workload import CapacityPlan, WorkloadProfile
+from quarry.core.capacity.workload import CapacityPlan, WorkloadProfile
 from quarry.serve.launch import DIRECT_INGRESS_DRAIN, throughput_env
 
 IMPORT_PATH = "quarry.serve.app:build_app"

@@ -7,12 +7,12 @@ import sys
 
 from pydantic import ValidationError
 
-from quarry.core.embedder_factory import embedder_for_index
+from quarry.core.embed.factory import embedder_for_index
 from quarry.core.errors import UsageError
-from quarry.core.index import TenantIndex
+from quarry.core.index.shards import TenantIndex
 from quarry.core.records import TOP_K_CEILING, TOP_K_DEFAULT, Principal, SearchRequest
-from quarry.core.search import SearchSettings, search
-from quarry.core.text import heading_text
+from quarry.core.search.stages import SearchSettings, search
+from quarry.core.text.units import heading_text
 
 
 def add_arguments(p) -> None:

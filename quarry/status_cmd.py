@@ -19,9 +19,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def tenant_status(root: str, tenant: str, changes=None, now: float | None = None) -> dict:
-    from quarry.core.changes import lag_summary
-    from quarry.core.delta import current_state, fold_for
-    from quarry.core.index import TenantIndex
+    from quarry.core.changes.log import lag_summary
+    from quarry.core.changes.delta import current_state, fold_for
+    from quarry.core.index.shards import TenantIndex
 
     now = time.time() if now is None else now
     index = TenantIndex.load(root, tenant)
@@ -39,8 +39,8 @@ def tenant_status(root: str, tenant: str, changes=None, now: float | None = None
 
 
 def run(args: argparse.Namespace) -> int:
-    from quarry.core import layout
-    from quarry.core.changes import read_changes
+    from quarry.core.index import layout
+    from quarry.core.changes.log import read_changes
 
     tenants = layout.list_tenants(args.index_root)
     if not tenants:

@@ -11,9 +11,9 @@ import collections
 import sys
 import time
 
-from quarry.core import nlp
-from quarry.core.enrich import enrich
-from quarry.core.sources import load_beir_corpus
+from quarry.core.text import nlp
+from quarry.core.ingest.enrich import enrich
+from quarry.core.ingest.sources import load_beir_corpus
 
 
 def main() -> None:

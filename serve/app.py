@@ -7,11 +7,11 @@ from typing import Any
 
 from ray.serve import Application
 
-from quarry.core.workload import DEPLOYMENTS
+from quarry.core.capacity.workload import DEPLOYMENTS
 
-from .deployments import Reranker, Resolver, Retriever
-from .gateway import Gateway
-from .settings import ServeSettings, settings_from_args
+from quarry.serve.deployments import Reranker, Resolver, Retriever
+from quarry.serve.http.gateway import Gateway
+from quarry.serve.settings import ServeSettings, settings_from_args
 
 
 def _options(s: ServeSettings, name: str, **defaults: Any) -> dict[str, Any]:
@@ -47,7 +47,7 @@ def build_app(args: dict[str, Any] | ServeSettings | None = None) -> Application
     resolver = Resolver.options(**_options(
         s, "Resolver", max_ongoing_requests=s.max_ongoing_requests, ray_actor_options={"num_cpus": s.resolver_num_cpus}, **health,
     )).bind(s)
-    # The gateway also serves MCP at /mcp (serve/mcp.py) from the same FastAPI app.
+    # The gateway also serves MCP at /mcp (serve/http/mcp.py) from the same FastAPI app.
     return Gateway.options(**_options(
         s, "Gateway", num_replicas=s.gateway_replicas, max_ongoing_requests=4 * s.max_ongoing_requests,
         ray_actor_options={"num_cpus": s.gateway_num_cpus}, **health,

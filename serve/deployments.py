@@ -1,12 +1,12 @@
 """Retriever, Reranker and Resolver Serve deployments. Thin: the work is ``quarry.core``.
 
-The Gateway composes them in the order of ``quarry.core.search.search``: Retriever
+The Gateway composes them in the order of ``quarry.core.search.stages.search``: Retriever
 (first stage) -> Reranker (second stage) -> Retriever (expansion and the evidence for
 resolution: the delivered passages' evidence-graph neighbours; it holds the index) ->
 Resolver (resolution, a pure function of that evidence; it calls nothing back). Without a
 second stage one Retriever call does the first stage, the expansion and the evidence
 (``Retriever.retrieve``).
-Payloads are the frozen records of ``quarry.core.stage_records`` (ids, ranks, codes, small
+Payloads are the frozen records of ``quarry.core.search.records`` (ids, ranks, codes, small
 records), never arrays: query vectors and masks stay inside the Retriever replica.
 """
 
@@ -23,25 +23,25 @@ from typing import Any
 
 from ray import serve
 
-from quarry.core import layout
-from quarry.core.changes import lag_summary
-from quarry.core.dense_gpu import choose_backend
-from quarry.core.embedder_factory import EmbedderSpec, embedder_for_index
-from quarry.core.embedding import embedder_id, encode_many
-from quarry.core.index import TenantIndex
-from quarry.core.fetch import FetchResult, citable_texts, fetch
+from quarry.core.index import layout
+from quarry.core.changes.log import lag_summary
+from quarry.core.index.dense_gpu import choose_backend
+from quarry.core.embed.factory import EmbedderSpec, embedder_for_index
+from quarry.core.embed.embedders import embedder_id, encode_many
+from quarry.core.index.shards import TenantIndex
+from quarry.core.agent.fetch import FetchResult, citable_texts, fetch
 from quarry.core.lru import LRU
-from quarry.core.query_cache import QueryVectorCache, normalize_query
+from quarry.core.search.query_cache import QueryVectorCache, normalize_query
 from quarry.core.records import Candidate, Passage, Principal, SearchRequest
-from quarry.core.rerank import RerankInput, apply_rerank
-from quarry.core.second_stage import (
+from quarry.core.rank.rerank import RerankInput, apply_rerank
+from quarry.core.rank.second_stage import (
     SecondStageChoice,
     candidate_passages,
     choose_second_stage,
     decision_changed,
     rerank_inputs,
 )
-from quarry.core.search import (
+from quarry.core.search.stages import (
     SearchSettings,
     apply_second_stage,
     candidate_width,
@@ -53,8 +53,8 @@ from quarry.core.search import (
     resolve_stage,
     survivor_passages,
 )
-from quarry.core.evidence_graph import EvidenceSet
-from quarry.core.stage_records import (
+from quarry.core.evidence.graph import EvidenceSet
+from quarry.core.search.records import (
     Delivery,
     ExpandRequest,
     Expansion,
@@ -68,7 +68,7 @@ from quarry.core.stage_records import (
     StageInfo,
 )
 
-from .settings import ServeSettings
+from quarry.serve.settings import ServeSettings
 
 log = logging.getLogger("quarry.serve")
 
@@ -134,9 +134,9 @@ class _Stage:
 @serve.deployment(name="Reranker")
 class Reranker:
     """The second stage behind a handle, chosen per tenant and generation by
-    ``quarry.core.second_stage.choose_second_stage`` (the gate-promoted learned ranker, else
+    ``quarry.core.rank.second_stage.choose_second_stage`` (the gate-promoted learned ranker, else
     the cross-encoder built by ``reranker_factory``, ``module:callable`` returning a
-    ``quarry.core.rerank.Reranker``, else none). The cross-encoder is batched across
+    ``quarry.core.rank.rerank.Reranker``, else none). The cross-encoder is batched across
     concurrent searches with ``@serve.batch``.
 
     Requests carry ids and small records only (tenant, generation, query, candidate ranks
@@ -227,7 +227,7 @@ class Reranker:
 
 @serve.deployment(name="Resolver")
 class Resolver:
-    """Evidence resolution (``quarry.core.resolve``): a pure function of the question and
+    """Evidence resolution (``quarry.core.evidence.resolve``): a pure function of the question and
     the evidence the Retriever gathered (delivered passages, their evidence-graph
     neighbours and facts). It reads no index and calls no other deployment."""
 
@@ -456,7 +456,7 @@ class Retriever:
 
     async def first_stage(self, principal: Principal, request: SearchRequest,
                           candidate_width: int | None = None) -> FirstStage:
-        """Filter -> legs -> fuse under the verified principal (``quarry.core.search.first_stage``)."""
+        """Filter -> legs -> fuse under the verified principal (``quarry.core.search.stages.first_stage``)."""
         return await self._in_pool(self._first_stage, principal, request, candidate_width)
 
     async def first_stages(self, principal: Principal, requests: tuple[SearchRequest, ...],
@@ -506,7 +506,7 @@ class Retriever:
         return fetch(index, principal, id_) if index is not None else None
 
     async def fetch(self, principal: Principal, id_: str) -> FetchResult | None:
-        """A passage, section or document id under the principal's permissions (``quarry.core.fetch``)."""
+        """A passage, section or document id under the principal's permissions (``quarry.core.agent.fetch``)."""
         return await asyncio.to_thread(self._fetch, principal, id_)
 
     def _texts(self, principal: Principal, ids: list[str]) -> dict[str, str]:
@@ -514,7 +514,7 @@ class Retriever:
         return citable_texts(index, principal, ids) if index is not None else {}
 
     async def texts(self, principal: Principal, ids: list[str]) -> dict[str, str]:
-        """Citable text per id, for the answer checks (``quarry.core.fetch.citable_texts``)."""
+        """Citable text per id, for the answer checks (``quarry.core.agent.fetch.citable_texts``)."""
         return await asyncio.to_thread(self._texts, principal, ids)
 
     def loaded(self) -> dict[str, int]:

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .settings import ServeSettings
+from quarry.serve.settings import ServeSettings
 
 APP_NAME = "quarry"
 THROUGHPUT_OPTIMIZED = "RAY_SERVE_THROUGHPUT_OPTIMIZED"  # Ray Serve's env switch (ServeSettings.throughput_optimized)
@@ -112,7 +112,7 @@ def start(
     import ray
     from ray import serve
 
-    from .app import build_app
+    from quarry.serve.app import build_app
 
     app = build_app(settings)  # validates settings before anything starts
     if not ray.is_initialized():

@@ -55,7 +55,7 @@ class AuthSettings(BaseModel):
 
 
 class RequestLimits(BaseModel):
-    """Ceilings checked before a request is parsed (``serve/limits.py``): bodies above
+    """Ceilings checked before a request is parsed (``serve/http/limits.py``): bodies above
     ``max_body_bytes`` get 413, headers above ``max_header_bytes`` 431, JSON nested deeper
     than ``max_json_depth`` 400. The largest valid tool call written as UTF-8 (20 claims of
     4,400 characters at 4 bytes each, about 352 KB) stays under the default body limit."""
@@ -83,7 +83,7 @@ class ServeSettings(BaseModel):
     embedder_path: str | None = None
     hashing_dim: int = 256
     # Dense leg device. "gpu"/"auto" use GPU FAISS only after the build proves at load that
-    # it enforces IDSelector (quarry.core.dense_gpu); otherwise CPU, with the reason in /healthz.
+    # it enforces IDSelector (quarry.core.index.dense_gpu); otherwise CPU, with the reason in /healthz.
     dense_device: Literal["cpu", "gpu", "auto"] = "cpu"
     retriever_num_gpus: float = Field(default=0.0, ge=0)
     # Query encoding in the Retriever: the backend ("index": the one that built the index;
@@ -95,7 +95,7 @@ class ServeSettings(BaseModel):
     encode_batch_wait_ms: float = Field(default=2.0, ge=0)
     # Second stage (the Reranker deployment). Per tenant and generation it serves the
     # learned ranker that tenant's promotion gate enabled; otherwise the cross-encoder
-    # built by reranker_factory ("module:callable" -> quarry.core.rerank.Reranker, kwargs
+    # built by reranker_factory ("module:callable" -> quarry.core.rank.rerank.Reranker, kwargs
     # reranker_options); otherwise nothing (the fused order stands, the response says so).
     # reranker_enabled: false deploys no Reranker at all.
     reranker_enabled: bool = True
@@ -110,7 +110,7 @@ class ServeSettings(BaseModel):
     # Fused candidates handed to the second stage: search.candidate_width by default; a
     # request may ask for up to this many.
     candidate_width_ceiling: int = Field(default=100, ge=1, le=1000)
-    search: dict[str, Any] = Field(default_factory=dict)  # quarry.core.search.SearchSettings overrides
+    search: dict[str, Any] = Field(default_factory=dict)  # quarry.core.search.stages.SearchSettings overrides
     # Ray Serve options per deployment name (Gateway, Retriever, Reranker): autoscaling_config,
     # max_ongoing_requests, ray_actor_options, as `quarry plan` writes them into a Serve
     # config's `deployments` list. They override the builder's defaults.
@@ -139,7 +139,7 @@ class ServeSettings(BaseModel):
     # front can deregister it (Ray's default: 30 s). One machine has none; raise it behind one.
     direct_ingress_drain_s: float = Field(default=2.0, ge=0, le=600)
     store_name_prefix: str = "quarry"  # run-store actor name and Redis key prefix; tests vary it
-    # -- run and trace stores (serve/runstore.py, serve/tracestore.py) -------------------
+    # -- run and trace stores (serve/stores/runstore.py, serve/stores/tracestore.py) -------------------
     run_store: Literal["actor", "redis"] = "actor"
     redis_url: str | None = Field(default=None, description="redis://host:6379/0 when run_store is redis")
     state_dir: str | None = Field(default=None, description="actor checkpoints; default <index_root>/_serve/runs")

@@ -56,8 +56,8 @@ def parse_groups(groups: str | list[str]) -> list[str]:
 def mint(tenant: str, subject: str, groups: str | list[str], ttl: int = 3600, scope: str | None = None,
          audience: str = "quarry", issuer: str = "quarry-dev", private_key_file: str | None = None) -> str:
     """Validate the claims the server will check and return a signed token."""
-    from .auth import is_opaque_claim, is_tenant_slug, mint_token
-    from .settings import load_dev_secret
+    from quarry.serve.http.auth import is_opaque_claim, is_tenant_slug, mint_token
+    from quarry.serve.settings import load_dev_secret
 
     gs = parse_groups(groups)
     if not is_tenant_slug(tenant):
@@ -78,7 +78,7 @@ def mint(tenant: str, subject: str, groups: str | list[str], ttl: int = 3600, sc
 
 
 def mint_platform(subject: str | None, ttl: int, issuer: str = "quarry-dev") -> str:
-    from .auth import mint_platform_token
+    from quarry.serve.http.auth import mint_platform_token
 
     secret = os.environ.get("QUARRY_PLATFORM_SECRET")
     if not secret:

@@ -30,7 +30,7 @@ def scifact_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def sample_docs():
-    from quarry.core.sources import SAMPLE_CORPUS, load_documents
+    from quarry.core.ingest.sources import SAMPLE_CORPUS, load_documents
 
     docs, bad = load_documents(SAMPLE_CORPUS)
     assert not bad, bad
@@ -50,7 +50,7 @@ def spark(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def minilm():
-    from quarry.core.embedding import SentenceTransformerEmbedder
+    from quarry.core.embed.embedders import SentenceTransformerEmbedder
 
     return SentenceTransformerEmbedder().load()
 
@@ -58,8 +58,8 @@ def minilm():
 @pytest.fixture(scope="session")
 def sample_index_root(tmp_path_factory, sample_docs, minilm) -> str:
     """The sample corpus built once with the packaged MiniLM and extractive preambles."""
-    from quarry.core.contextualize import ExtractiveContextualizer
-    from quarry.core.pipeline import build_corpus
+    from quarry.core.ingest.contextualize import ExtractiveContextualizer
+    from quarry.core.ingest.pipeline import build_corpus
 
     root = str(tmp_path_factory.mktemp("sample-index"))
     build_corpus(sample_docs, root, minilm, ExtractiveContextualizer())

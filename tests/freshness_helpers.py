@@ -7,12 +7,12 @@ from __future__ import annotations
 import datetime as dt
 import tempfile
 
-from quarry.core.changes import Change, validate_change
-from quarry.core.embedding import HashingEmbedder
-from quarry.core.index import TenantIndex
-from quarry.core.pipeline import build_corpus
+from quarry.core.changes.log import Change, validate_change
+from quarry.core.embed.embedders import HashingEmbedder
+from quarry.core.index.shards import TenantIndex
+from quarry.core.ingest.pipeline import build_corpus
 from quarry.core.records import Principal, SourceDocument
-from quarry.core.search import dense_leg, lexical_leg
+from quarry.core.search.stages import dense_leg, lexical_leg
 
 EMB = HashingEmbedder(dim=32)
 WORDS = ["settlement", "refund", "cutover", "window", "approval", "ledger", "invoice", "quota", "alpha", "beta"]

@@ -7,7 +7,7 @@ Binds 127.0.0.1 on an ephemeral port and runs in a background thread::
         ...
         assert srv.requests == 3
 
-By default it answers the prompt format of ``quarry.core.contextualize`` with a JSON array
+By default it answers the prompt format of ``quarry.core.ingest.contextualize`` with a JSON array
 holding one sentence per ``<chunk id="i">`` tag: ``"Chunk i of <title>."``. Knobs make it
 fail, stall, rate-limit, drop ``usage`` or answer with arbitrary content.
 """

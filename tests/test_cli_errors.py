@@ -15,8 +15,8 @@ pytestmark = pytest.mark.unit
 
 @pytest.fixture(scope="module")
 def idx(tmp_path_factory, sample_docs):
-    from quarry.core.embedding import HashingEmbedder
-    from quarry.core.pipeline import build_corpus
+    from quarry.core.embed.embedders import HashingEmbedder
+    from quarry.core.ingest.pipeline import build_corpus
 
     root = str(tmp_path_factory.mktemp("cli-errors"))
     build_corpus([d for d in sample_docs if d.tenant == "acme"], root, HashingEmbedder())

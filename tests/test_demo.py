@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from quarry.core.citations import ABSTENTION_MESSAGE
+from quarry.core.agent.citations import ABSTENTION_MESSAGE
 
 pytestmark = [pytest.mark.slow, pytest.mark.serve]
 

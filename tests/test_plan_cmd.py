@@ -119,7 +119,7 @@ def test_quarry_serve_config_applies_the_planned_autoscaling():
     from ray.serve._private.build_app import build_app as ray_build
 
     from quarry.serve.app import build_app
-    from quarry.serve.cli_entry import config_args
+    from quarry.serve.serve_cmd import config_args
 
     args = {**config_args(str(ROOT / "infra/serve/quarry-serve.yaml")), "jwt_secret": "s" * 40}
     planned = {d["name"]: d for d in yaml.safe_load((ROOT / "infra/serve/quarry-serve.yaml").read_text())

@@ -23,8 +23,8 @@ def test_help_lists_every_command(capsys):
 
 @pytest.fixture(scope="module")
 def hashed_root(tmp_path_factory, sample_docs):
-    from quarry.core.embedding import HashingEmbedder
-    from quarry.core.pipeline import build_corpus
+    from quarry.core.embed.embedders import HashingEmbedder
+    from quarry.core.ingest.pipeline import build_corpus
 
     root = str(tmp_path_factory.mktemp("cli-index"))
     build_corpus([d for d in sample_docs if d.tenant == "acme"], root, HashingEmbedder())

@@ -9,8 +9,8 @@ import bm25s
 import numpy as np
 import pytest
 
-from quarry.core.index import BM25_B, BM25_K1, TermStats, _bm25_with_stats
-from quarry.core.tokenizer import tokenize
+from quarry.core.index.shards import BM25_B, BM25_K1, TermStats, _bm25_with_stats
+from quarry.core.text.tokenizer import tokenize
 
 pytestmark = pytest.mark.unit
 

@@ -6,9 +6,9 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from quarry.core import capacity as cap
-from quarry.core.capacity import AutoscalingPolicy, DeploymentLoad, Dist
-from quarry.core.workload import WorkloadProfile, plan
+from quarry.core.capacity import arithmetic as cap
+from quarry.core.capacity.arithmetic import AutoscalingPolicy, DeploymentLoad, Dist
+from quarry.core.capacity.workload import WorkloadProfile, plan
 
 pytestmark = pytest.mark.unit
 
@@ -194,7 +194,7 @@ def test_capacity_modules_import_no_heavy_frameworks():
     import subprocess
     import sys
 
-    code = ("import sys, quarry.core.capacity, quarry.core.workload\n"
+    code = ("import sys, quarry.core.capacity.arithmetic, quarry.core.capacity.workload\n"
             "print(','.join(m for m in ('ray', 'pyspark', 'torch', 'yaml') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""

@@ -7,7 +7,7 @@ import datetime as dt
 import pytest
 from pydantic import ValidationError
 
-from quarry.core.changes import Change, TenantState, change_reason, fold, lag_summary, validate_change, with_lags
+from quarry.core.changes.log import Change, TenantState, change_reason, fold, lag_summary, validate_change, with_lags
 
 pytestmark = pytest.mark.unit
 

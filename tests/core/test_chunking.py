@@ -3,14 +3,14 @@ import re
 import pytest
 from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
 
-from quarry.core.chunking import (
+from quarry.core.ingest.chunking import (
     CHUNKER_VERSION,
     ChunkSettings,
     chunk_document,
     plan_chunks,
 )
 from quarry.core.records import DEFAULT_AUTHORITY, SourceDocument
-from quarry.core.text import count_tokens, split_sentences
+from quarry.core.text.units import count_tokens, split_sentences
 
 pytestmark = pytest.mark.unit
 

@@ -1,7 +1,7 @@
 import pytest
 from pydantic import ValidationError
 
-from quarry.core.citations import (
+from quarry.core.agent.citations import (
     ABSTENTION_MESSAGE,
     ABSTENTION_REASONS,
     Claim,
@@ -173,9 +173,9 @@ def test_fifth_check_over_the_acme_decision(sample_docs):
     """The seed's failure: a perfectly quoted ticket comment whose exception has ended."""
     import datetime as dt
 
-    from quarry.core.pipeline import prepare
+    from quarry.core.ingest.pipeline import prepare
     from quarry.core.records import Principal
-    from quarry.core.resolve import resolve
+    from quarry.core.evidence.resolve import resolve
 
     ps, _ = prepare([d for d in sample_docs if d.doc_id in (
         "settlement-policy", "settlement-runbook", "ticket-482-comment-17", "deploy-acme-cutover")])

@@ -9,8 +9,8 @@ import datetime as dt
 
 import pytest
 
-from quarry.core.conditions import condition_met, entity_stems, terms
-from quarry.core.enrich import enrich
+from quarry.core.evidence.conditions import condition_met, entity_stems, terms
+from quarry.core.ingest.enrich import enrich
 from quarry.core.records import SourceDocument
 
 pytestmark = pytest.mark.unit
@@ -117,7 +117,7 @@ def test_a_part_of_it_is_not_it(cond, part, whole):
     ("while the austin office refurbishment is under way", "leeds office refurbishment completed", False),
 ])
 def test_front_matter_conditions_in_other_words_match_their_event(cond, event, met):
-    from quarry.core.conditions import condition_met, entity_stems, terms
+    from quarry.core.evidence.conditions import condition_met, entity_stems, terms
 
     known = entity_stems(["austin", "leeds"])
     assert condition_met(terms(cond, known), (), terms(event, known), ()) is met

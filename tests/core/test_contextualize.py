@@ -1,4 +1,4 @@
-"""quarry.core.contextualize: extractive, none, and the llm path against a local fake
+"""quarry.core.ingest.contextualize: extractive, none, and the llm path against a local fake
 OpenAI-compatible server (tests/llm_server.py)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from quarry.core.contextualize import (
+from quarry.core.ingest.contextualize import (
     CostAccount,
     _Unparseable,
     ExtractiveContextualizer,
@@ -175,7 +175,7 @@ def test_make_contextualizer():
 
 
 def test_import_stays_light():
-    code = "import sys, quarry.core, quarry.core.contextualize; bad = {'httpx', 'torch', 'ray', 'pyspark'} & set(sys.modules); assert not bad, bad"
+    code = "import sys, quarry.core, quarry.core.ingest.contextualize; bad = {'httpx', 'torch', 'ray', 'pyspark'} & set(sys.modules); assert not bad, bad"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

@@ -1,6 +1,6 @@
 """Base + delta + masks against the oracle: a full rebuild from the same final sources.
 
-In-process (``quarry.core.delta.apply_local``, HashingEmbedder): what every principal can
+In-process (``quarry.core.changes.delta.apply_local``, HashingEmbedder): what every principal can
 see (passages, documents, parents, each leg's hits) over the base with changes applied
 equals what a rebuild from the final sources shows, for fixed and for random sequences of
 upserts, deletes and ACL changes (hypothesis).
@@ -18,12 +18,12 @@ from hypothesis import strategies as st
 
 from freshness_helpers import (BASE, EMB, GROUPS, PRINCIPALS, QUERIES, WORDS, assert_same_view, ch, doc,
                                final_sources, rebuild)
-from quarry.core.changes import Change
-from quarry.core.delta import apply_local
-from quarry.core.index import TenantIndex
-from quarry.core.pipeline import build_corpus
+from quarry.core.changes.log import Change
+from quarry.core.changes.delta import apply_local
+from quarry.core.index.shards import TenantIndex
+from quarry.core.ingest.pipeline import build_corpus
 from quarry.core.records import Principal, SearchRequest, SourceDocument
-from quarry.core.search import SearchSettings, hybrid_search, lexical_leg
+from quarry.core.search.stages import SearchSettings, hybrid_search, lexical_leg
 
 pytestmark = pytest.mark.unit
 

@@ -11,12 +11,12 @@ import faiss
 import numpy as np
 import pytest
 
-from quarry.core.dense_gpu import GpuDense, choose_backend, gpu_count, selector_self_test
-from quarry.core.embedding import HashingEmbedder, passage_text_for_embedding
-from quarry.core.index import TenantIndex, build_tenant_index
-from quarry.core.pipeline import prepare
+from quarry.core.index.dense_gpu import GpuDense, choose_backend, gpu_count, selector_self_test
+from quarry.core.embed.embedders import HashingEmbedder, passage_text_for_embedding
+from quarry.core.index.shards import TenantIndex, build_tenant_index
+from quarry.core.ingest.pipeline import prepare
 from quarry.core.records import Principal, SourceDocument
-from quarry.core.search import dense_leg
+from quarry.core.search.stages import dense_leg
 
 EMB = HashingEmbedder(dim=32)
 

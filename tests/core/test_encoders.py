@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 
 from quarry.cli import main
-from quarry.core.embedder_factory import (EmbedderMismatch, EmbedderSpec, build_embedder, check_embedder,
+from quarry.core.embed.factory import (EmbedderMismatch, EmbedderSpec, build_embedder, check_embedder,
                                           embedder_for_index)
-from quarry.core.embedding import HashingEmbedder, SentenceTransformerEmbedder, embedder_id, encode_many
-from quarry.core.encoders import PROBES, EncoderDisagreement, OnnxEmbedder, check_agreement
-from quarry.core.query_cache import QueryVectorCache
+from quarry.core.embed.embedders import HashingEmbedder, SentenceTransformerEmbedder, embedder_id, encode_many
+from quarry.core.embed.onnx_encoders import PROBES, EncoderDisagreement, OnnxEmbedder, check_agreement
+from quarry.core.search.query_cache import QueryVectorCache
 
 pytestmark = pytest.mark.unit
 
@@ -26,7 +26,7 @@ def test_the_new_core_modules_import_light():
     import subprocess
     import sys
 
-    code = ("import sys, quarry.core.embedder_factory, quarry.core.encoders, quarry.core.query_cache\n"
+    code = ("import sys, quarry.core.embed.factory, quarry.core.embed.onnx_encoders, quarry.core.search.query_cache\n"
             "print(','.join(m for m in ('ray', 'pyspark', 'torch', 'transformers', 'onnxruntime') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
@@ -75,8 +75,8 @@ def test_a_mismatched_model_is_refused_with_a_clear_message():
 
 
 def test_manifest_records_the_encoder_and_search_refuses_another_model(tmp_path, sample_docs, capsys):
-    from quarry.core import layout
-    from quarry.core.pipeline import build_corpus
+    from quarry.core.index import layout
+    from quarry.core.ingest.pipeline import build_corpus
 
     root = str(tmp_path)
     gen = build_corpus([d for d in sample_docs if d.tenant == "acme"], root, HashingEmbedder(64))["acme"]
@@ -114,7 +114,7 @@ def test_a_disagreeing_encoder_is_refused(minilm, onnx_cache, tmp_path):
     with pytest.raises(EncoderDisagreement, match=f"minimum cosine .* < 0.99 on {len(PROBES)} fixed probes"):
         check_agreement(HashingEmbedder(384), minilm)
     # A stale export (here: another model's weights in the cache slot) is refused at load.
-    from quarry.core.onnx_export import export_onnx, onnx_cache_path
+    from quarry.core.embed.onnx_export import export_onnx, onnx_cache_path
     from quarry.eval.bench_crossencoder import build_random_cross_encoder
 
     other = build_random_cross_encoder(tmp_path / "other", layers=1, hidden=384, heads=6, intermediate=64)

@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from quarry.core.enrich import FIELDS, enrich, parse_date
-from quarry.core.pipeline import prepare
+from quarry.core.ingest.enrich import FIELDS, enrich, parse_date
+from quarry.core.ingest.pipeline import prepare
 from quarry.core.records import Event, Principal, SourceDocument
-from quarry.core.resolve import resolve
+from quarry.core.evidence.resolve import resolve
 
 pytestmark = pytest.mark.unit
 
@@ -392,7 +392,7 @@ def test_import_of_core_stays_light():
     import subprocess
     import sys
 
-    code = "import sys, quarry.core.enrich, quarry.core.conditions, quarry.core.injection; " \
+    code = "import sys, quarry.core.ingest.enrich, quarry.core.evidence.conditions, quarry.core.evidence.injection; " \
            "print(any(m in sys.modules for m in ('spacy', 'dateparser', 'thinc', 'torch')))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
@@ -404,7 +404,7 @@ def test_import_of_core_stays_light():
     "The old rota (`ward-rota-2025`) will be replaced from 1 February 2026.",
 ])
 def test_a_document_ending_another_from_a_date_is_in_force_from_then(text):
-    from quarry.core.enrich import enrich
+    from quarry.core.ingest.enrich import enrich
 
     d = enrich(SourceDocument(doc_id="new-rule", tenant="t", acl=("all-staff",), doc_type="policy", text=text))
     assert d.effective_from == dt.date(2026, 2, 1) and "effective_from" in d.extracted
@@ -435,6 +435,6 @@ def test_validity_of_something_else_is_not_this_documents():
     ("Till the ward refurbishment ends, visiting is limited to two people.", "until the ward refurbishment ends"),
 ])
 def test_a_fronted_until_clause_limits_the_rule_that_follows(text, cond):
-    from quarry.core.enrich import find_condition
+    from quarry.core.ingest.enrich import find_condition
 
     assert find_condition([text]) == cond

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from quarry.core.embedding import HashingEmbedder
-from quarry.core.fetch import citable_texts, fetch
-from quarry.core.index import TenantIndex
-from quarry.core.pipeline import build_corpus
+from quarry.core.embed.embedders import HashingEmbedder
+from quarry.core.agent.fetch import citable_texts, fetch
+from quarry.core.index.shards import TenantIndex
+from quarry.core.ingest.pipeline import build_corpus
 from quarry.core.records import PUBLIC_GROUP, Principal, SearchRequest
-from quarry.core.search import hybrid_search
+from quarry.core.search.stages import hybrid_search
 
 pytestmark = pytest.mark.unit
 

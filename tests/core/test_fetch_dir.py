@@ -8,7 +8,7 @@ import uuid
 import fsspec
 import pytest
 
-from quarry.core import layout
+from quarry.core.index import layout
 
 pytestmark = pytest.mark.unit
 

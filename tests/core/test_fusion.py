@@ -1,6 +1,6 @@
 import pytest
 
-from quarry.core.fusion import rrf
+from quarry.core.search.fusion import rrf
 
 pytestmark = pytest.mark.unit
 

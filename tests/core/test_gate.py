@@ -9,8 +9,8 @@ import random
 import numpy as np
 import pytest
 
-from quarry.core import layout
-from quarry.core.gate import (
+from quarry.core.index import layout
+from quarry.core.rank.gate import (
     DEFAULT_MARGIN,
     GateDecision,
     evaluate_gate,
@@ -18,8 +18,8 @@ from quarry.core.gate import (
     read_decision,
     record_decision,
 )
-from quarry.core.ranker_model import LearnedRanker
-from quarry.core.ranker_train import TrainSettings, doc_ndcg, label_candidates, split_queries, train_and_evaluate
+from quarry.core.rank.model import LearnedRanker
+from quarry.core.rank.train import TrainSettings, doc_ndcg, label_candidates, split_queries, train_and_evaluate
 
 pytestmark = pytest.mark.unit
 
@@ -120,11 +120,11 @@ def jobs_tests_on_path():
 
 
 def _train_on_sample(root):
-    from quarry.core.embedding import HashingEmbedder
-    from quarry.core.index import TenantIndex
-    from quarry.core.ranker_train import mine_candidates
+    from quarry.core.embed.embedders import HashingEmbedder
+    from quarry.core.index.shards import TenantIndex
+    from quarry.core.rank.train import mine_candidates
     from quarry.core.records import Principal
-    from quarry.core.search import SearchSettings
+    from quarry.core.search.stages import SearchSettings
     from test_train_ranker import CASES
 
     index = TenantIndex.load(str(root), "acme")
@@ -138,9 +138,9 @@ def _train_on_sample(root):
 
 
 def test_record_and_load_second_stage(jobs_tests_on_path, sample_root):
-    from quarry.core.embedding import HashingEmbedder
+    from quarry.core.embed.embedders import HashingEmbedder
     from quarry.core.records import SearchRequest
-    from quarry.core.search import hybrid_search
+    from quarry.core.search.stages import hybrid_search
 
     root = str(sample_root)
     index, principal, ranker, _ = _train_on_sample(sample_root)
@@ -186,10 +186,10 @@ def test_record_and_load_second_stage(jobs_tests_on_path, sample_root):
 def test_second_stage_sees_only_the_principals_candidates(jobs_tests_on_path, sample_root, monkeypatch):
     """The stage gets only candidates that passed the principal's filter, and scoring reads
     nothing from the index."""
-    from quarry.core.embedding import HashingEmbedder
-    from quarry.core.index import TenantIndex
+    from quarry.core.embed.embedders import HashingEmbedder
+    from quarry.core.index.shards import TenantIndex
     from quarry.core.records import Principal, SearchRequest
-    from quarry.core.search import hybrid_search
+    from quarry.core.search.stages import hybrid_search
 
     index, _, ranker, _ = _train_on_sample(sample_root)
     inner = ranker.as_second_stage()
@@ -214,9 +214,9 @@ def test_second_stage_sees_only_the_principals_candidates(jobs_tests_on_path, sa
 
 
 def test_train_and_gate_without_labels_keeps_fused_order(jobs_tests_on_path, sample_root):
-    from quarry.core.embedding import HashingEmbedder
-    from quarry.core.index import TenantIndex
-    from quarry.core.ranker_train import train_and_gate
+    from quarry.core.embed.embedders import HashingEmbedder
+    from quarry.core.index.shards import TenantIndex
+    from quarry.core.rank.train import train_and_gate
     from quarry.core.records import Principal
 
     index = TenantIndex.load(str(sample_root), "acme")

@@ -7,12 +7,12 @@ import json
 import numpy as np
 import pytest
 
-from quarry.core import layout
-from quarry.core.embedding import HashingEmbedder, passage_text_for_embedding
-from quarry.core.index import TenantIndex, build_tenant_index
-from quarry.core.pipeline import prepare
+from quarry.core.index import layout
+from quarry.core.embed.embedders import HashingEmbedder, passage_text_for_embedding
+from quarry.core.index.shards import TenantIndex, build_tenant_index
+from quarry.core.ingest.pipeline import prepare
 from quarry.core.records import Principal
-from quarry.core.search import dense_leg, lexical_leg
+from quarry.core.search.stages import dense_leg, lexical_leg
 
 pytestmark = pytest.mark.unit
 EMB = HashingEmbedder(dim=64)
@@ -82,7 +82,7 @@ def test_layout_publish_and_crashed_generation(tmp_path, acme):
 
 def test_approximate_dense_index_recall_is_measured(tmp_path):
     """HNSW above the size threshold: recall@10 against exact search, filters on."""
-    from quarry.core.filters import FilterColumns  # noqa: F401  (mask path shared with flat)
+    from quarry.core.index.filters import FilterColumns  # noqa: F401  (mask path shared with flat)
     from quarry.core.records import Envelope, Passage
 
     rng = np.random.default_rng(0)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from quarry.core.injection import instruction_shaped
+from quarry.core.evidence.injection import instruction_shaped
 
 pytestmark = pytest.mark.unit
 

@@ -9,11 +9,11 @@ import random
 import numpy as np
 import pytest
 
-from quarry.core.embedding import HashingEmbedder
-from quarry.core.ranker_features import BASE_FEATURES, FEATURES, MISSING_RANK, SENTENCE_FEATURES, candidate_features
-from quarry.core.ranker_model import LearnedRanker
-from quarry.core.ranker_train import Mined, doc_ndcg, label_candidates, split_queries
-from quarry.core.sentence_vectors import SentenceVectors
+from quarry.core.embed.embedders import HashingEmbedder
+from quarry.core.rank.features import BASE_FEATURES, FEATURES, MISSING_RANK, SENTENCE_FEATURES, candidate_features
+from quarry.core.rank.model import LearnedRanker
+from quarry.core.rank.train import Mined, doc_ndcg, label_candidates, split_queries
+from quarry.core.rank.sentence_vectors import SentenceVectors
 from quarry.core.records import Candidate, Envelope, Passage
 
 pytestmark = pytest.mark.unit

@@ -1,10 +1,10 @@
-"""Ranking metrics (core/metrics.py) against hand-computed answers (trec_eval's ndcg_cut)."""
+"""Ranking metrics (core/rank/metrics.py) against hand-computed answers (trec_eval's ndcg_cut)."""
 
 import math
 
 import pytest
 
-from quarry.core.metrics import doc_ranking, mean, ndcg_at_k, recall_at_k
+from quarry.core.rank.metrics import doc_ranking, mean, ndcg_at_k, recall_at_k
 
 pytestmark = pytest.mark.unit
 

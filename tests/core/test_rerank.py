@@ -14,8 +14,8 @@ import stat
 
 import pytest
 
-from quarry.core.cross_encoder import CrossEncoderReranker, resolve_model_dir
-from quarry.core.rerank import Reranker, RerankInput, apply_rerank, rerank_text, token_units
+from quarry.core.rank.cross_encoder import CrossEncoderReranker, resolve_model_dir
+from quarry.core.rank.rerank import Reranker, RerankInput, apply_rerank, rerank_text, token_units
 
 # Pure tests are marked `unit`; tests that build or load a model are marked `slow`.
 
@@ -285,7 +285,7 @@ def test_onnx_export_is_cached_and_reused(onnx_ranker):
 @pytest.mark.slow
 def test_onnx_export_falls_back_to_cache_dir_when_model_dir_is_read_only(tiny_model_dir, tmp_path, monkeypatch):
     pytest.importorskip("onnxruntime")
-    import quarry.core.onnx_export as rr
+    import quarry.core.embed.onnx_export as rr
 
     ro = tmp_path / "ro"
     shutil.copytree(tiny_model_dir, ro)
@@ -308,7 +308,7 @@ def test_import_core_rerank_does_not_import_torch():
     import subprocess
     import sys
 
-    code = "import sys, quarry.core.rerank; bad=[m for m in ('torch','sentence_transformers','onnxruntime','transformers','ray','pyspark') if m in sys.modules]; print(bad); sys.exit(1 if bad else 0)"
+    code = "import sys, quarry.core.rank.rerank; bad=[m for m in ('torch','sentence_transformers','onnxruntime','transformers','ray','pyspark') if m in sys.modules]; print(bad); sys.exit(1 if bad else 0)"
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stdout + res.stderr
 
@@ -323,9 +323,9 @@ def test_loading_models_leaves_the_environment_alone(tiny_model_dir):
 
     code = (
         "import os, sys\n"
-        "from quarry.core.cross_encoder import CrossEncoderReranker\n"
-        "from quarry.core.embedding import SentenceTransformerEmbedder\n"
-        "from quarry.core.rerank import RerankInput\n"
+        "from quarry.core.rank.cross_encoder import CrossEncoderReranker\n"
+        "from quarry.core.embed.embedders import SentenceTransformerEmbedder\n"
+        "from quarry.core.rank.rerank import RerankInput\n"
         "before = dict(os.environ)\n"
         f"r = CrossEncoderReranker({str(tiny_model_dir)!r}, max_length=32, device='cpu')\n"
         "assert len(r.score('q', [RerankInput('p', 't', (), 'text')])) == 1\n"

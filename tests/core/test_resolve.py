@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from quarry.core.pipeline import prepare
+from quarry.core.ingest.pipeline import prepare
 from quarry.core.records import Event, Principal, SourceDocument
-from quarry.core.resolve import resolve
+from quarry.core.evidence.resolve import resolve
 
 pytestmark = pytest.mark.unit
 
@@ -355,7 +355,7 @@ def test_acme_decision_record_round_trips_as_json(acme_passages):
 # ----------------------------------------------------------------------------- contradiction search
 
 def test_follow_up_queries_target_the_governing_subjects_first(acme_passages):
-    from quarry.core.resolve import CONTRADICTION_TERMS, follow_up_queries
+    from quarry.core.evidence.resolve import CONTRADICTION_TERMS, follow_up_queries
 
     d = resolve(acme_passages, ACME, D(2026, 2, 1))
     qs = follow_up_queries(d, acme_passages)
@@ -372,7 +372,7 @@ def test_follow_up_queries_target_the_governing_subjects_first(acme_passages):
 
 
 def test_follow_up_queries_for_owner_status_and_dates_and_none_without_facts():
-    from quarry.core.resolve import follow_up_queries
+    from quarry.core.evidence.resolve import follow_up_queries
 
     ps = passages(doc("ir", "The incident commander owns customer communication.", doc_type="policy"),
                   doc("plain", "Nothing to check in this sentence at all."))

@@ -1,7 +1,7 @@
 import pytest
 
 from quarry.core.records import Principal
-from quarry.core.runs import (
+from quarry.core.agent.runs import (
     BudgetExhausted,
     apply_search,
     finish,
@@ -92,7 +92,7 @@ def test_states_are_immutable_and_budget_validated():
 
 
 def test_store_decisions_apply_the_rules_once_and_report_what_changed():
-    from quarry.core.runs import decide_begin_answer, decide_fetch, decide_search, subject_of, tenant_of
+    from quarry.core.agent.runs import decide_begin_answer, decide_fetch, decide_search, subject_of, tenant_of
 
     s = new_run("r1", P, budget=2)
     s, d = decide_search(s, ["a"])

@@ -10,7 +10,7 @@ from collections import Counter
 import pytest
 
 from quarry.core.records import SourceDocument
-from quarry.core.sources import SAMPLE_CORPUS, load_documents, read_records
+from quarry.core.ingest.sources import SAMPLE_CORPUS, load_documents, read_records
 
 pytestmark = pytest.mark.unit
 

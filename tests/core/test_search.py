@@ -7,10 +7,10 @@ import datetime as dt
 
 import pytest
 
-from quarry.core.text import count_tokens
-from quarry.core.index import TenantIndex
+from quarry.core.text.units import count_tokens
+from quarry.core.index.shards import TenantIndex
 from quarry.core.records import Principal, SearchRequest
-from quarry.core.search import SearchSettings, hybrid_search, lexical_leg
+from quarry.core.search.stages import SearchSettings, hybrid_search, lexical_leg
 
 pytestmark = [pytest.mark.unit, pytest.mark.slow]
 
@@ -96,8 +96,8 @@ def test_expansion_never_exceeds_the_token_ceiling(indexes, minilm, ceiling):
 
 
 def test_survivors_expand_to_their_parent_section(tmp_path):
-    from quarry.core.embedding import HashingEmbedder
-    from quarry.core.pipeline import build_corpus
+    from quarry.core.embed.embedders import HashingEmbedder
+    from quarry.core.ingest.pipeline import build_corpus
     from quarry.core.records import SourceDocument
 
     paras = [" ".join(f"{w}{i}" for i in range(120)) for w in ("alpha", "beta", "gamma")]

@@ -11,12 +11,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from quarry.core.embedding import HashingEmbedder, passage_text_for_embedding
-from quarry.core.filters import epoch_day
-from quarry.core.index import TenantIndex, build_tenant_index
-from quarry.core.pipeline import prepare
+from quarry.core.embed.embedders import HashingEmbedder, passage_text_for_embedding
+from quarry.core.index.filters import epoch_day
+from quarry.core.index.shards import TenantIndex, build_tenant_index
+from quarry.core.ingest.pipeline import prepare
 from quarry.core.records import Principal, SearchRequest, SourceDocument
-from quarry.core.search import SearchSettings, dense_leg, hybrid_search, lexical_leg
+from quarry.core.search.stages import SearchSettings, dense_leg, hybrid_search, lexical_leg
 
 pytestmark = pytest.mark.unit
 

@@ -11,11 +11,11 @@ from hypothesis import strategies as st
 
 import pytest
 
-from quarry.core.embedding import passage_text_for_embedding
-from quarry.core.index import TenantIndex, build_tenant_index
-from quarry.core.pipeline import prepare
+from quarry.core.embed.embedders import passage_text_for_embedding
+from quarry.core.index.shards import TenantIndex, build_tenant_index
+from quarry.core.ingest.pipeline import prepare
 from quarry.core.records import Principal, SearchRequest
-from quarry.core.search import SearchSettings, dense_leg, hybrid_search
+from quarry.core.search.stages import SearchSettings, dense_leg, hybrid_search
 
 from test_search_contract import EMB, TYPES, WORDS, allowed, dates, documents  # the flat suite's generators
 

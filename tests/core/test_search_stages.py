@@ -3,7 +3,7 @@ resolution with its contradiction follow-ups, composed by ``search`` in serving'
 
 Resolution here is driven by hand-made decisions (monkeypatched ``resolve`` and
 ``follow_up_queries``) so the composition is tested on its own; the Acme case at the end
-checks the real resolver's rules and is skipped while ``quarry.core.resolve`` is the
+checks the real resolver's rules and is skipped while ``quarry.core.evidence.resolve`` is the
 placeholder interface.
 """
 
@@ -13,14 +13,14 @@ import datetime as dt
 
 import pytest
 
-from quarry.core import resolve as resolve_mod
-from quarry.core import search as search_mod
-from quarry.core.citations import Claim, check_claims
-from quarry.core.embedding import HashingEmbedder
-from quarry.core.index import TenantIndex
+from quarry.core.evidence import resolve as resolve_mod
+from quarry.core.search import stages as search_mod
+from quarry.core.agent.citations import Claim, check_claims
+from quarry.core.embed.embedders import HashingEmbedder
+from quarry.core.index.shards import TenantIndex
 from quarry.core.records import Decision, Principal, RejectedEvidence, SearchRequest, SelectedEvidence
-from quarry.core.runs import new_run, record_results, reserve_search
-from quarry.core.search import (
+from quarry.core.agent.runs import new_run, record_results, reserve_search
+from quarry.core.search.stages import (
     SearchSettings,
     apply_second_stage,
     dense_leg,
@@ -29,7 +29,7 @@ from quarry.core.search import (
     lexical_leg,
     search,
 )
-from quarry.core.stage_records import RankedCandidate, RerankOutcome
+from quarry.core.search.records import RankedCandidate, RerankOutcome
 
 pytestmark = [pytest.mark.unit]
 
@@ -41,7 +41,7 @@ NO_GRAPH = SearchSettings(graph_hops=0)  # the contradiction search runs only wh
 
 @pytest.fixture(scope="module")
 def acme(tmp_path_factory, sample_docs):
-    from quarry.core.pipeline import build_corpus
+    from quarry.core.ingest.pipeline import build_corpus
 
     root = str(tmp_path_factory.mktemp("acme-hashing"))
     build_corpus([d for d in sample_docs if d.tenant == "acme"], root, EMB)

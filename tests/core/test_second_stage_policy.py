@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from quarry.core import layout
-from quarry.core.embedding import HashingEmbedder
-from quarry.core.index import TenantIndex
-from quarry.core.pipeline import build_corpus
+from quarry.core.index import layout
+from quarry.core.embed.embedders import HashingEmbedder
+from quarry.core.index.shards import TenantIndex
+from quarry.core.ingest.pipeline import build_corpus
 from quarry.core.records import Candidate
-from quarry.core.second_stage import candidate_passages, choose_second_stage, decision_changed, rerank_inputs
+from quarry.core.rank.second_stage import candidate_passages, choose_second_stage, decision_changed, rerank_inputs
 
 pytestmark = pytest.mark.unit
 

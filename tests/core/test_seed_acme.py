@@ -14,9 +14,9 @@ import datetime as dt
 
 import pytest
 
-from quarry.core.index import TenantIndex
+from quarry.core.index.shards import TenantIndex
 from quarry.core.records import Principal, SearchRequest
-from quarry.core.search import search
+from quarry.core.search.stages import search
 
 pytestmark = [pytest.mark.unit, pytest.mark.slow]
 
@@ -27,8 +27,8 @@ LINKS = ("condition", "events", "supersedes", "superseded_by")
 
 @pytest.fixture(scope="module")
 def stripped_root(tmp_path_factory, sample_docs, minilm) -> str:
-    from quarry.core.contextualize import ExtractiveContextualizer
-    from quarry.core.pipeline import build_corpus
+    from quarry.core.ingest.contextualize import ExtractiveContextualizer
+    from quarry.core.ingest.pipeline import build_corpus
 
     docs = [d.model_copy(update={"condition": None, "events": (), "supersedes": (), "superseded_by": ()})
             for d in sample_docs if d.tenant == "acme"]

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 from pydantic import ValidationError
 
-from quarry.core.sources import (
+from quarry.core.ingest.sources import (
     Quarantined,
     load_beir_corpus,
     load_beir_queries,
@@ -226,7 +226,7 @@ def test_beir_loader_blank_text_falls_back_to_title_and_blank_rows_are_counted(t
             {"_id": "3", "title": " ", "text": "  "},
         ],
     )
-    with caplog.at_level(logging.WARNING, logger="quarry.core.sources"):
+    with caplog.at_level(logging.WARNING, logger="quarry.core.ingest.sources"):
         docs = load_beir_corpus(tmp_path, "bench", acl=("readers",))
     assert [d.doc_id for d in docs] == ["1", "2"]
     assert docs[1].text == "Only a title"

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from quarry.core.statements import Statement, conflict, conflicts, statements, subject_keys
+from quarry.core.evidence.statements import Statement, conflict, conflicts, statements, subject_keys
 
 pytestmark = pytest.mark.unit
 
@@ -103,7 +103,7 @@ def test_import_of_core_does_not_load_spacy():
     import subprocess
     import sys
 
-    code = ("import sys, quarry.core, quarry.core.statements, quarry.core.resolve\n"
+    code = ("import sys, quarry.core, quarry.core.evidence.statements, quarry.core.evidence.resolve\n"
             "print(','.join(m for m in ('spacy', 'thinc', 'torch', 'quantulum3', 'pint', 'dateparser') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
@@ -140,7 +140,7 @@ def test_capitalised_plural_subject_is_not_a_party():
 
 
 def test_sentences_without_a_free_standing_number_are_not_parsed():
-    from quarry.core.statements import _may_state_value
+    from quarry.core.evidence.statements import _may_state_value
 
     assert not _may_state_value("Expression of p53 and IL-23 in PC12 cells rose [9].")
     assert _may_state_value("New accounts get a 30-day free trial.")
@@ -228,7 +228,7 @@ def test_a_plural_noun_tagged_as_a_verb_and_for_the_duration_of():
 
 
 def test_dev_corpus_pairs_conflict():
-    from quarry.core.sources import load_documents
+    from quarry.core.ingest.sources import load_documents
 
     root = Path(__file__).resolve().parents[2]
     docs = {}

@@ -1,10 +1,10 @@
-"""The shared text helpers: one definition per concept (core/text.py, core/markdown.py)."""
+"""The shared text helpers: one definition per concept (core/text/units.py, core/text/markdown.py)."""
 
 import pytest
 
-from quarry.core.ranker_features import BASE_FEATURES, candidate_features
-from quarry.core.markdown import opens_block, stands_alone
-from quarry.core.text import (
+from quarry.core.rank.features import BASE_FEATURES, candidate_features
+from quarry.core.text.markdown import opens_block, stands_alone
+from quarry.core.text.units import (
     count_tokens,
     heading_text,
     heading_trail,
@@ -16,7 +16,7 @@ from quarry.core.text import (
     token_starts,
 )
 from quarry.core.records import Candidate, Envelope, Passage
-from quarry.core.tokenizer import identifiers, is_lookup, tokenize
+from quarry.core.text.tokenizer import identifiers, is_lookup, tokenize
 
 pytestmark = pytest.mark.unit
 

@@ -1,6 +1,6 @@
 import pytest
 
-from quarry.core.tokenizer import tokenize
+from quarry.core.text.tokenizer import tokenize
 
 pytestmark = pytest.mark.unit
 

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from quarry.core.trace_samples import collect_samples, parse_server_timing, read_trace_records
+from quarry.core.capacity.trace_samples import collect_samples, parse_server_timing, read_trace_records
 
 pytestmark = pytest.mark.unit
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from quarry.core.embedding import HashingEmbedder
+from quarry.core.embed.embedders import HashingEmbedder
 from quarry.eval import beir
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]

@@ -133,7 +133,7 @@ def test_resolve_helper_passes_the_joined_queries(monkeypatch):
         seen["query"] = query
         return Decision(valid_at=valid_at)
 
-    monkeypatch.setattr("quarry.core.resolve.resolve", new)
+    monkeypatch.setattr("quarry.core.evidence.resolve.resolve", new)
     case = _case(queries=["first q", "second q"])
     assert C.case_query(case) == "first q second q"
     C.resolve_evidence([], case.principal(), DAY, C.case_query(case))
@@ -145,8 +145,8 @@ def test_resolve_helper_passes_the_joined_queries(monkeypatch):
 
 @pytest.fixture(scope="module")
 def hash_root(tmp_path_factory, sample_docs) -> str:
-    from quarry.core.embedding import HashingEmbedder
-    from quarry.core.pipeline import build_corpus
+    from quarry.core.embed.embedders import HashingEmbedder
+    from quarry.core.ingest.pipeline import build_corpus
 
     root = str(tmp_path_factory.mktemp("sweep-index"))
     build_corpus(sample_docs, root, HashingEmbedder())
@@ -270,8 +270,8 @@ def test_parse_sources_and_widths():
 
 
 def test_build_sources_builds_each_missing_tenant_once(tmp_path, two_sources):
-    from quarry.core import layout
-    from quarry.core.embedding import HashingEmbedder
+    from quarry.core.index import layout
+    from quarry.core.embed.embedders import HashingEmbedder
 
     root = str(tmp_path / "root")
     msgs: list[str] = []
@@ -359,7 +359,7 @@ cases:
     assert all(o["split"] == "test" and o["width"] in (2, 4) and o["groups"] in (["all-staff"], ["support"])
                for o in data["cases"])
     assert set(data["summary"]["splits"]) == {"test"}
-    from quarry.core import layout
+    from quarry.core.index import layout
 
     assert {t: layout.current_generation(str(root), t) for t in ("alpha", "beta", "gamma")} == {
         "alpha": 1, "beta": 1, "gamma": 1}

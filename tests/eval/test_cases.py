@@ -3,7 +3,7 @@ build of the sample corpus, the isolation gate on a forced leak, each counterfac
 check, and the CLI's exit codes.
 
 The counterfactual checks judge a resolver. So that each check's verdict is pinned
-independently of the real one (``core/resolve.py``), those tests swap in small resolvers
+independently of the real one (``core/evidence/resolve.py``), those tests swap in small resolvers
 written here: ``date_aware`` (effective dates, explicit supersession, "until X" ended by an
 event naming X), ``first_wins`` (order-dependent, the failure insert_rejected exists to
 catch) and ``select_all`` (decides nothing). Everything else runs the real path.
@@ -144,8 +144,8 @@ def test_decisive_terms_are_whole_words():
 @pytest.fixture(scope="module")
 def hash_root(tmp_path_factory, sample_docs) -> str:
     """The sample corpus built in-process with the hashing embedder (no model: fast)."""
-    from quarry.core.embedding import HashingEmbedder
-    from quarry.core.pipeline import build_corpus
+    from quarry.core.embed.embedders import HashingEmbedder
+    from quarry.core.ingest.pipeline import build_corpus
 
     root = str(tmp_path_factory.mktemp("cases-index"))
     build_corpus(sample_docs, root, HashingEmbedder())
@@ -211,7 +211,7 @@ def test_a_selected_passage_with_the_decisive_terms_is_a_false_assertion(hash_ro
 @pytest.mark.slow
 def test_isolation_gate_fails_on_a_foreign_candidate(hash_root):
     """A search that returns another tenant's passage (forced here) fails the run."""
-    from quarry.core.index import TenantIndex
+    from quarry.core.index.shards import TenantIndex
 
     globex = TenantIndex.load(hash_root, "globex")
     foreign = globex.shards[0].passage_ids[0]
@@ -229,7 +229,7 @@ def test_isolation_gate_fails_on_a_foreign_candidate(hash_root):
 @pytest.mark.slow
 def test_isolation_gate_fails_on_an_acl_leak(hash_root):
     """A passage of the right tenant that the principal's groups cannot read is a leak too."""
-    from quarry.core.index import TenantIndex
+    from quarry.core.index.shards import TenantIndex
 
     acme = TenantIndex.load(hash_root, "acme")
     hidden = next(p for sh in acme.shards for p in sh.passage_ids if p.startswith("treasury-accounts@"))
@@ -286,7 +286,7 @@ def first_wins(passages, principal, valid_at=None, authority=None, *, query=None
 def acme_ctx(hash_root):
     """The seed's Acme evidence (policy v3, rollout record, ticket comment, runbook v2) as
     one case run would leave it, built from the real index's passages."""
-    from quarry.core.index import TenantIndex
+    from quarry.core.index.shards import TenantIndex
 
     index = TenantIndex.load(hash_root, "acme")
     case = _pick("acme-cutoff-after-cutover")[0]
@@ -312,7 +312,7 @@ def test_date_aware_double_reproduces_the_seed_decision(acme_ctx):
 
 @pytest.mark.slow
 def test_remove_source_frees_what_the_removed_source_defeated(acme_ctx, monkeypatch):
-    monkeypatch.setattr("quarry.core.resolve.resolve", date_aware)
+    monkeypatch.setattr("quarry.core.evidence.resolve.resolve", date_aware)
     r = CF.remove_source(acme_ctx(date_aware))
     assert r.applicable and r.passed, r.detail
     assert "freed" in r.detail and "ticket-482-comment-17" in r.detail
@@ -328,17 +328,17 @@ def test_remove_source_frees_what_the_removed_source_defeated(acme_ctx, monkeypa
             "rejected": tuple(r for r in d.rejected if r.passage_id != comment) + (
                 RejectedEvidence(passage_id=comment, reason="condition_ended", by=deploy),)})
 
-    monkeypatch.setattr("quarry.core.resolve.resolve", stale)
+    monkeypatch.setattr("quarry.core.evidence.resolve.resolve", stale)
     r = CF.remove_source(ctx)
     assert not r.passed and "deploy-acme-cutover: still rejected by the removed source" in r.detail
 
 
 @pytest.mark.slow
 def test_insert_rejected_catches_an_order_dependent_resolver(acme_ctx, monkeypatch):
-    monkeypatch.setattr("quarry.core.resolve.resolve", date_aware)
+    monkeypatch.setattr("quarry.core.evidence.resolve.resolve", date_aware)
     r = CF.insert_rejected(acme_ctx(date_aware))
     assert r.applicable and r.passed, r.detail
-    monkeypatch.setattr("quarry.core.resolve.resolve", first_wins)
+    monkeypatch.setattr("quarry.core.evidence.resolve.resolve", first_wins)
     ctx = acme_ctx(first_wins)
     r = CF.insert_rejected(ctx)
     assert r.applicable and not r.passed and "selected set changed" in r.detail
@@ -346,10 +346,10 @@ def test_insert_rejected_catches_an_order_dependent_resolver(acme_ctx, monkeypat
 
 @pytest.mark.slow
 def test_swap_dates_catches_a_resolver_that_ignores_dates(acme_ctx, monkeypatch):
-    monkeypatch.setattr("quarry.core.resolve.resolve", date_aware)
+    monkeypatch.setattr("quarry.core.evidence.resolve.resolve", date_aware)
     r = CF.swap_dates(acme_ctx(date_aware))
     assert r.applicable and r.passed, r.detail
-    monkeypatch.setattr("quarry.core.resolve.resolve", select_all)
+    monkeypatch.setattr("quarry.core.evidence.resolve.resolve", select_all)
     r = CF.swap_dates(acme_ctx(select_all))
     assert r.applicable and not r.passed and "unchanged" in r.detail
 
@@ -370,7 +370,7 @@ def test_shift_dates_keeps_text_and_order():
 def test_change_tenant_runs_the_real_search_and_catches_a_leak(hash_root):
     run = C.run_suite(_pick("acme-sev2-first-response"), hash_root, counterfactuals=False)
     ctx = run.contexts[0]
-    from quarry.core.search import SearchSettings
+    from quarry.core.search.stages import SearchSettings
 
     loaded: dict = {}
     r = CF.change_tenant(ctx, hash_root, SearchSettings(), loaded)
@@ -425,7 +425,7 @@ def test_cli_bad_input_is_one_line_and_exit_2(hash_root, tmp_path):
 
 @pytest.mark.slow
 def test_cli_exit_1_on_a_leak(hash_root, tmp_path, monkeypatch, capsys):
-    from quarry.core.index import TenantIndex
+    from quarry.core.index.shards import TenantIndex
     from quarry.eval import report_cases
 
     foreign = TenantIndex.load(hash_root, "globex").shards[0].passage_ids[0]

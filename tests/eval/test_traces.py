@@ -7,7 +7,7 @@ import time
 import pytest
 
 from quarry.eval.traces import summarise
-from quarry.serve.tracestore import TraceWriter, read_traces
+from quarry.serve.stores.tracestore import TraceWriter, read_traces
 
 pytestmark = pytest.mark.unit
 

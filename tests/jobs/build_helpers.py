@@ -18,11 +18,11 @@ def paused_at(stage: str, marker: Path) -> list[str]:
 
 def reference_build(docs, root: str, tenant: str, *, contextualizer, embedder, shard_docs: int) -> int:
     """core only: enrich + chunk_document + contextualizer + embedder + build_tenant_index."""
-    from quarry.core.chunking import CHUNKER_VERSION, chunk_document
-    from quarry.core.enrich import enrich
-    from quarry.core.contextualize import with_context
-    from quarry.core.embedding import passage_text_for_embedding
-    from quarry.core.index import build_tenant_index
+    from quarry.core.ingest.chunking import CHUNKER_VERSION, chunk_document
+    from quarry.core.ingest.enrich import enrich
+    from quarry.core.ingest.contextualize import with_context
+    from quarry.core.embed.embedders import passage_text_for_embedding
+    from quarry.core.index.shards import build_tenant_index
 
     mine = [d for d in docs if d.tenant == tenant]
     passages, parents = [], []
@@ -48,7 +48,7 @@ def principal_for(docs, tenant: str):
 
 def search(index, principal, query: str, embedder, top_k: int = 5):
     from quarry.core.records import SearchRequest
-    from quarry.core.search import hybrid_search
+    from quarry.core.search.stages import hybrid_search
 
     return hybrid_search(index, principal, SearchRequest(query=query, top_k=top_k), embedder)
 
@@ -74,7 +74,7 @@ def compare_indexes(a, b, principal, queries: Sequence[str], embedder, *, exact:
 
 
 def passage_ids(root: str, tenant: str) -> list[str]:
-    from quarry.core.index import TenantIndex
+    from quarry.core.index.shards import TenantIndex
 
     idx = TenantIndex.load(root, tenant)
     return sorted(pid for sh in idx.shards for pid in sh.passage_ids)

@@ -48,7 +48,7 @@ def write_log(path: Path, changes, bad=()) -> Path:
 
 @pytest.fixture()
 def base_root(tmp_path):
-    from quarry.core.pipeline import build_corpus
+    from quarry.core.ingest.pipeline import build_corpus
 
     root = tmp_path / "idx"
     build_corpus(BASE, str(root), EMB)
@@ -56,9 +56,9 @@ def base_root(tmp_path):
 
 
 def test_apply_changes_job(spark, base_root, tmp_path):
-    from quarry.core import layout
-    from quarry.core.delta import apply_local
-    from quarry.core.index import TenantIndex
+    from quarry.core.index import layout
+    from quarry.core.changes.delta import apply_local
+    from quarry.core.index.shards import TenantIndex
     from quarry.jobs.apply_changes import ApplySettings, run_apply
 
     changes = changes_fixture()
@@ -76,7 +76,7 @@ def test_apply_changes_job(spark, base_root, tmp_path):
 
     # the Spark path and the in-process path give the same delta rows and embeddings
     other = tmp_path / "idx-local"
-    from quarry.core.pipeline import build_corpus
+    from quarry.core.ingest.pipeline import build_corpus
 
     build_corpus(BASE, str(other), EMB)
     apply_local(str(other), "t", changes, EMB)
@@ -97,8 +97,8 @@ def test_kill_at_any_stage_changes_nothing_served(spark, base_root, tmp_path):
     from build_helpers import paused_at
     from test_build_kill import _kill_when_paused
 
-    from quarry.core import layout
-    from quarry.core.index import TenantIndex
+    from quarry.core.index import layout
+    from quarry.core.index.shards import TenantIndex
     from quarry.jobs.apply_changes import ApplySettings, run_apply
 
     first = changes_fixture()[:2]
@@ -132,7 +132,7 @@ def test_kill_at_any_stage_changes_nothing_served(spark, base_root, tmp_path):
 def test_stream_applies_new_files_once(spark, base_root, tmp_path):
     """--stream: Structured Streaming over the change folder; a second trigger sees only
     the file added since the checkpoint."""
-    from quarry.core.index import TenantIndex
+    from quarry.core.index.shards import TenantIndex
     from quarry.jobs.apply_changes import ApplySettings, run_stream
 
     d = tmp_path / "stream"

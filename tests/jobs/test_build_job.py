@@ -38,7 +38,7 @@ def _settings(source, root, **kw):
 @pytest.fixture(scope="module")
 def sample_build(spark, tmp_path_factory):
     """The sample corpus built once by the job, sharded (shard_docs=8 -> several shards)."""
-    from quarry.core.sources import SAMPLE_CORPUS
+    from quarry.core.ingest.sources import SAMPLE_CORPUS
     from quarry.jobs.build import run_build
 
     root = tmp_path_factory.mktemp("job-sample") / "idx"
@@ -47,9 +47,9 @@ def sample_build(spark, tmp_path_factory):
 
 
 def test_sample_corpus_equals_in_process_build(sample_build, sample_docs, tmp_path):
-    from quarry.core.contextualize import ExtractiveContextualizer
-    from quarry.core.embedding import HashingEmbedder
-    from quarry.core.index import TenantIndex
+    from quarry.core.ingest.contextualize import ExtractiveContextualizer
+    from quarry.core.embed.embedders import HashingEmbedder
+    from quarry.core.index.shards import TenantIndex
 
     root, report = sample_build
     emb = HashingEmbedder(256)
@@ -74,8 +74,8 @@ def test_sample_corpus_equals_in_process_build(sample_build, sample_docs, tmp_pa
 
 
 def test_context_is_indexed_but_never_evidence(sample_build, sample_docs):
-    from quarry.core.embedding import HashingEmbedder
-    from quarry.core.index import TenantIndex
+    from quarry.core.embed.embedders import HashingEmbedder
+    from quarry.core.index.shards import TenantIndex
 
     root, _ = sample_build
     emb = HashingEmbedder(256)
@@ -90,7 +90,7 @@ def test_context_is_indexed_but_never_evidence(sample_build, sample_docs):
 
 
 def test_report_files_and_stage_timings(sample_build):
-    from quarry.core import layout
+    from quarry.core.index import layout
 
     root, report = sample_build
     names = [s.name for s in report.stages]
@@ -154,7 +154,7 @@ def test_accounting_with_malformed_records(spark, tmp_path):
     assert all(x["source"].startswith(str(src)) for x in q)
     # the duplicate lost: a-1's text is the first occurrence's
     assert "a-1@1#top.1" in passage_ids(str(root), "a")
-    from quarry.core.index import TenantIndex
+    from quarry.core.index.shards import TenantIndex
     from quarry.core.records import Principal
 
     idx = TenantIndex.load(str(root), "a")
@@ -170,9 +170,9 @@ def test_accounting_with_malformed_records(spark, tmp_path):
 
 
 def test_rerun_same_input_same_ids_and_results(spark, tmp_path, sample_docs):
-    from quarry.core.embedding import HashingEmbedder
-    from quarry.core.index import TenantIndex
-    from quarry.core.sources import SAMPLE_CORPUS
+    from quarry.core.embed.embedders import HashingEmbedder
+    from quarry.core.index.shards import TenantIndex
+    from quarry.core.ingest.sources import SAMPLE_CORPUS
     from quarry.jobs.build import run_build
 
     root = tmp_path / "idx"
@@ -189,10 +189,10 @@ def test_rerun_same_input_same_ids_and_results(spark, tmp_path, sample_docs):
 
 @pytest.mark.slow
 def test_scifact_slice_equals_in_process_build(spark, scifact_dir, tmp_path):
-    from quarry.core.contextualize import ExtractiveContextualizer
-    from quarry.core.embedding import HashingEmbedder
-    from quarry.core.index import TenantIndex
-    from quarry.core.sources import load_beir_corpus, load_beir_queries
+    from quarry.core.ingest.contextualize import ExtractiveContextualizer
+    from quarry.core.embed.embedders import HashingEmbedder
+    from quarry.core.index.shards import TenantIndex
+    from quarry.core.ingest.sources import load_beir_corpus, load_beir_queries
     from quarry.jobs.build import run_build, write_source_jsonl
 
     docs = load_beir_corpus(scifact_dir, tenant="scifact", limit=300)
@@ -215,10 +215,10 @@ def test_scifact_slice_equals_in_process_build(spark, scifact_dir, tmp_path):
 @pytest.mark.slow
 def test_minilm_in_spark_matches_plain_process(spark, scifact_dir, tmp_path):
     """The real packaged MiniLM inside Spark workers vs. in this process (small slice)."""
-    from quarry.core.contextualize import ExtractiveContextualizer
-    from quarry.core.embedding import SentenceTransformerEmbedder
-    from quarry.core.index import TenantIndex
-    from quarry.core.sources import load_beir_corpus, load_beir_queries
+    from quarry.core.ingest.contextualize import ExtractiveContextualizer
+    from quarry.core.embed.embedders import SentenceTransformerEmbedder
+    from quarry.core.index.shards import TenantIndex
+    from quarry.core.ingest.sources import load_beir_corpus, load_beir_queries
     from quarry.jobs.build import run_build, write_source_jsonl
 
     docs = load_beir_corpus(scifact_dir, tenant="sf", limit=40)

@@ -62,7 +62,7 @@ def _alive(pid: int) -> bool:
 
 
 def _start(stage: str, root: Path, tmp: Path) -> tuple[subprocess.Popen, Path, Path]:
-    from quarry.core.sources import SAMPLE_CORPUS
+    from quarry.core.ingest.sources import SAMPLE_CORPUS
 
     marker = tmp / f"paused-{stage}"
     log = tmp / f"build-{stage}.log"
@@ -98,10 +98,10 @@ def _kill_when_paused(stage: str, proc: subprocess.Popen, marker: Path, log: Pat
 
 
 def test_kill_at_three_stages_then_rerun(spark, tmp_path, sample_docs):
-    from quarry.core import layout
-    from quarry.core.embedding import HashingEmbedder
-    from quarry.core.index import TenantIndex
-    from quarry.core.sources import SAMPLE_CORPUS
+    from quarry.core.index import layout
+    from quarry.core.embed.embedders import HashingEmbedder
+    from quarry.core.index.shards import TenantIndex
+    from quarry.core.ingest.sources import SAMPLE_CORPUS
     from quarry.jobs.build import BuildSettings, run_build
 
     root = tmp_path / "idx"

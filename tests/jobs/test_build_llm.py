@@ -12,9 +12,9 @@ pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
 
 
 def test_llm_contextualizer_in_the_job(spark, tmp_path, sample_docs):
-    from quarry.core.contextualize import LLMSettings
-    from quarry.core.index import TenantIndex
-    from quarry.core.sources import SAMPLE_CORPUS
+    from quarry.core.ingest.contextualize import LLMSettings
+    from quarry.core.index.shards import TenantIndex
+    from quarry.core.ingest.sources import SAMPLE_CORPUS
     from quarry.jobs.build import BuildSettings, run_build
 
     from build_helpers import principal_for, search
@@ -44,7 +44,7 @@ def test_llm_contextualizer_in_the_job(spark, tmp_path, sample_docs):
     assert "sk-test" not in repr(r.model_dump())
 
     # the per-tenant report carries the account too
-    from quarry.core import layout
+    from quarry.core.index import layout
 
     rep = layout.read_json(layout.join(tr.generation_uri, "report.json"))
     assert rep["contextualizer_cost"]["requests"] == 22
@@ -54,7 +54,7 @@ def test_llm_contextualizer_in_the_job(spark, tmp_path, sample_docs):
     ctx = [c for sh in idx.shards for c in sh.passages.column("context").to_pylist()]
     assert ctx and all(c.startswith("Chunk ") and " of " in c for c in ctx)
     p = principal_for(sample_docs, "initech")
-    from quarry.core.embedding import HashingEmbedder
+    from quarry.core.embed.embedders import HashingEmbedder
 
     res = search(idx, p, "Chunk 1 of", HashingEmbedder(256))
     assert res.excerpts  # the preamble is indexed by the lexical leg ...
@@ -63,9 +63,9 @@ def test_llm_contextualizer_in_the_job(spark, tmp_path, sample_docs):
 
 
 def test_llm_config_error_fails_the_build_and_publishes_nothing(spark, tmp_path):
-    from quarry.core import layout
-    from quarry.core.contextualize import LLMSettings
-    from quarry.core.sources import SAMPLE_CORPUS
+    from quarry.core.index import layout
+    from quarry.core.ingest.contextualize import LLMSettings
+    from quarry.core.ingest.sources import SAMPLE_CORPUS
     from quarry.jobs.build import BuildSettings, run_build
 
     with FakeLLMServer(status=401) as srv:

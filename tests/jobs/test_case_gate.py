@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from quarry.core import layout
-from quarry.core.embedding import HashingEmbedder
+from quarry.core.index import layout
+from quarry.core.embed.embedders import HashingEmbedder
 
 CASES = """
 defaults: {tenant: acme, groups: [all-staff, engineering]}
@@ -50,10 +50,10 @@ def cases_dir(tmp_path) -> Path:
 
 
 def _build(root: str, docs, tenant: str, publish: bool) -> int:
-    from quarry.core.chunking import CHUNKER_VERSION
-    from quarry.core.embedding import passage_text_for_embedding
-    from quarry.core.index import build_tenant_index
-    from quarry.core.pipeline import prepare
+    from quarry.core.ingest.chunking import CHUNKER_VERSION
+    from quarry.core.embed.embedders import passage_text_for_embedding
+    from quarry.core.index.shards import build_tenant_index
+    from quarry.core.ingest.pipeline import prepare
 
     emb = HashingEmbedder()
     passages, parents = prepare([d for d in docs if d.tenant == tenant])
@@ -122,7 +122,7 @@ def test_isolation_failure_refuses_even_without_a_live_generation(tmp_path, samp
 def test_build_job_gates_publication(spark, tmp_path, cases_dir):
     """``quarry build --gate-cases``: the first build publishes; a rebuild that lost a
     required document is kept unpublished and CURRENT stays on the live generation."""
-    from quarry.core.sources import SAMPLE_CORPUS
+    from quarry.core.ingest.sources import SAMPLE_CORPUS
     from quarry.jobs.build import BuildSettings, run_build
 
     src = tmp_path / "src"
@@ -148,7 +148,7 @@ def test_build_job_gates_publication(spark, tmp_path, cases_dir):
 @pytest.mark.unit
 def test_build_rejects_an_invalid_case_folder_before_building(tmp_path, capsys):
     from quarry.cli import main
-    from quarry.core.sources import SAMPLE_CORPUS
+    from quarry.core.ingest.sources import SAMPLE_CORPUS
 
     rc = main(["build", "--source", str(SAMPLE_CORPUS), "--index-root", str(tmp_path / "idx"),
                "--gate-cases", str(tmp_path / "missing")])

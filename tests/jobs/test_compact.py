@@ -31,8 +31,8 @@ def _changes():
 
 @pytest.fixture()
 def changed_root(tmp_path):
-    from quarry.core.delta import apply_local
-    from quarry.core.pipeline import build_corpus
+    from quarry.core.changes.delta import apply_local
+    from quarry.core.ingest.pipeline import build_corpus
 
     root = str(tmp_path / "idx")
     build_corpus(BASE, root, EMB)
@@ -42,7 +42,7 @@ def changed_root(tmp_path):
 
 
 def _scores(index, p, q):
-    from quarry.core.search import dense_leg, lexical_leg
+    from quarry.core.search.stages import dense_leg, lexical_leg
 
     pid = lambda g: index.shards[g >> 32].passage_ids[g & 0xFFFFFFFF]  # noqa: E731
     m = index.masks(p)
@@ -52,9 +52,9 @@ def _scores(index, p, q):
 
 
 def test_compaction_equals_a_full_rebuild(changed_root):
-    from quarry.core import layout
-    from quarry.core.compact import compact
-    from quarry.core.index import TenantIndex
+    from quarry.core.index import layout
+    from quarry.core.changes.compact import compact
+    from quarry.core.index.shards import TenantIndex
 
     want = rebuild(final_sources(BASE, _changes()))
     before = TenantIndex.load(changed_root, "t")
@@ -74,7 +74,7 @@ def test_compaction_equals_a_full_rebuild(changed_root):
             for k in gd:
                 assert abs(gd[k] - wd[k]) <= 1e-5
     # changes keep applying after a compaction; the old log stays applied (idempotent)
-    from quarry.core.delta import apply_local
+    from quarry.core.changes.delta import apply_local
 
     seq, res = apply_local(changed_root, "t", _changes(), EMB)
     assert seq is None and set(res.outcomes.values()) == {"stale"}
@@ -91,8 +91,8 @@ def _kill_group(proc: subprocess.Popen) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("stage", ["build", "publish"])
 def test_kill_during_compaction_changes_nothing_served(changed_root, tmp_path, stage):
-    from quarry.core import layout
-    from quarry.core.index import TenantIndex
+    from quarry.core.index import layout
+    from quarry.core.index.shards import TenantIndex
 
     served = final_sources(BASE, _changes())
     marker = tmp_path / "paused"
@@ -131,7 +131,7 @@ def test_reconcile_repairs_drift_through_the_change_path(changed_root, tmp_path,
     """The source of truth differs from the served index in every way reconcile names;
     after reconcile the index shows exactly the source (in-process apply here; the Spark
     path is the apply-changes job, tested in test_apply_changes)."""
-    from quarry.core.index import TenantIndex
+    from quarry.core.index.shards import TenantIndex
     from quarry.jobs.build import write_source_jsonl
     from quarry.jobs.reconcile import reconcile
 

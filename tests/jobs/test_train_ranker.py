@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from quarry.cli import main
-from quarry.core import layout
+from quarry.core.index import layout
 
 pytestmark = pytest.mark.unit
 
@@ -37,10 +37,10 @@ CASES = [
 
 
 def build_sample_index(root, tenant: str = "acme") -> int:
-    from quarry.core.chunking import CHUNKER_VERSION, ChunkSettings, chunk_document
-    from quarry.core.embedding import HashingEmbedder, passage_text_for_embedding
-    from quarry.core.index import build_tenant_index
-    from quarry.core.sources import SAMPLE_CORPUS, load_documents
+    from quarry.core.ingest.chunking import CHUNKER_VERSION, ChunkSettings, chunk_document
+    from quarry.core.embed.embedders import HashingEmbedder, passage_text_for_embedding
+    from quarry.core.index.shards import build_tenant_index
+    from quarry.core.ingest.sources import SAMPLE_CORPUS, load_documents
 
     docs, _ = load_documents(SAMPLE_CORPUS)
     passages, parents = [], []
@@ -76,7 +76,7 @@ def run_cli(root, labels, *extra, capsys):
 
 
 def test_cli_end_to_end_records_decision_and_model(sample_root, tmp_path, capsys):
-    from quarry.core.gate import load_second_stage
+    from quarry.core.rank.gate import load_second_stage
 
     labels = write_cases(tmp_path / "cases.jsonl")
     rc, rep = run_cli(sample_root, labels, "--holdout", "0.3", capsys=capsys)
@@ -119,7 +119,7 @@ def test_cli_with_beir_qrels_and_served_through_hybrid_search(sample_root, tmp_p
 
 
 def test_tenant_without_labels_keeps_fused_order(sample_root, tmp_path, capsys):
-    from quarry.core.gate import load_second_stage
+    from quarry.core.rank.gate import load_second_stage
 
     root = tmp_path / "idx2"
     build_sample_index(root)

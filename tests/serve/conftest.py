@@ -37,15 +37,15 @@ def build(root: str, tenant: str, docs: list[SourceDocument], suffix: str = "") 
     """Build and publish one generation of ``tenant`` with the real in-process pipeline
     (structure-aware chunker, parents, tenant-wide stats). ``suffix`` is appended to every
     document's text: the hot-swap test uses it to mark a new generation's passages."""
-    from quarry.core.embedding import HashingEmbedder
-    from quarry.core.pipeline import build_corpus
+    from quarry.core.embed.embedders import HashingEmbedder
+    from quarry.core.ingest.pipeline import build_corpus
 
     docs = [d.model_copy(update={"text": d.text + suffix}) if suffix else d for d in docs if d.tenant == tenant]
     return build_corpus(docs, root, HashingEmbedder(dim=64))[tenant]
 
 
 def corpus() -> dict[str, list[SourceDocument]]:
-    from quarry.core.sources import SAMPLE_CORPUS, load_documents
+    from quarry.core.ingest.sources import SAMPLE_CORPUS, load_documents
 
     docs, _bad = load_documents(SAMPLE_CORPUS)
     docs += [SourceDocument(**d) for d in FIXTURE_DOCS]
@@ -62,12 +62,12 @@ class Client:
         self.http = httpx.Client(base_url=base, timeout=60)
 
     def token(self, tenant="acme", subject="u1", groups=("support",), **kw) -> str:
-        from quarry.serve.auth import mint_token
+        from quarry.serve.http.auth import mint_token
 
         return mint_token(tenant, subject, groups, secret=SECRET, **kw)
 
     def platform_token(self, **kw) -> str:
-        from quarry.serve.auth import mint_platform_token
+        from quarry.serve.http.auth import mint_platform_token
 
         return mint_platform_token(PLATFORM_SECRET, **kw)
 

@@ -7,7 +7,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from quarry.serve.auth import AuthError, bearer_token, mint_token, verify_token
+from quarry.serve.http.auth import AuthError, bearer_token, mint_token, verify_token
 from quarry.serve.settings import AuthSettings
 
 pytestmark = pytest.mark.unit
@@ -140,7 +140,7 @@ def test_exact_claims_still_accept_real_identities():
 
 
 def test_platform_credential_is_separate_from_tenant_tokens():
-    from quarry.serve.auth import mint_platform_token, verify_platform_token
+    from quarry.serve.http.auth import mint_platform_token, verify_platform_token
 
     platform_secret = "platform-secret-0123456789-0123456789-0123"
     s = AuthSettings(hs256_secret=SECRET, platform_hs256_secret=platform_secret)
@@ -162,7 +162,7 @@ def test_platform_credential_is_separate_from_tenant_tokens():
 
 def test_quarry_token_platform_mints_a_platform_credential(monkeypatch, capsys):
     from quarry.cli import main
-    from quarry.serve.auth import verify_platform_token
+    from quarry.serve.http.auth import verify_platform_token
 
     platform_secret = "platform-secret-0123456789-0123456789-0123"
     s = AuthSettings(hs256_secret=SECRET, platform_hs256_secret=platform_secret)

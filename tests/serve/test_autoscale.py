@@ -25,7 +25,7 @@ SEED = Path(__file__).resolve().parents[2] / "infra" / "profiles" / "seed-11-5.y
 def _profile():
     import yaml
 
-    from quarry.core.workload import WorkloadProfile
+    from quarry.core.capacity.workload import WorkloadProfile
 
     data = yaml.safe_load(SEED.read_text())
     data["trough_tasks_per_s"] = 0  # min_replicas 1
@@ -78,7 +78,7 @@ def _wait(pred, bound_s: float) -> bool:
 def test_planned_autoscaling_scales_retriever_up_and_down(quarry_app):
     from ray import serve
 
-    from quarry.core.workload import plan
+    from quarry.core.capacity.workload import plan
     from quarry.plan_manifests import serve_config
     from quarry.serve.app import build_app
     from quarry.serve.settings import settings_from_args

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from quarry.cli import build_parser, main
-from quarry.serve.auth import verify_token
-from quarry.serve.cli_entry import config_args
+from quarry.serve.http.auth import verify_token
+from quarry.serve.serve_cmd import config_args
 from quarry.serve.settings import AuthSettings, settings_from_args
 
 pytestmark = pytest.mark.unit

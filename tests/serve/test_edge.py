@@ -9,11 +9,11 @@ import json
 import pytest
 from jsonschema import Draft202012Validator
 
-from quarry.serve.errors import error_details
-from quarry.serve.limits import RequestLimitsMiddleware, header_bytes, is_json_content_type, json_depth_exceeds
-from quarry.serve.openapi import answer_schema, operations
+from quarry.serve.http.errors import error_details
+from quarry.serve.http.limits import RequestLimitsMiddleware, header_bytes, is_json_content_type, json_depth_exceeds
+from quarry.serve.http.openapi import answer_schema, operations
 from quarry.serve.settings import RequestLimits
-from quarry.serve.trace_privacy import REDACTED, passage_ids, query_fields, redact_query, redact_trace
+from quarry.serve.stores.trace_privacy import REDACTED, passage_ids, query_fields, redact_query, redact_trace
 
 pytestmark = pytest.mark.unit
 

@@ -59,9 +59,9 @@ def _fetch(app, tok, id_):
 
 @pytest.fixture(scope="module")
 def freshco(quarry_app):
-    from quarry.core.contextualize import ExtractiveContextualizer
-    from quarry.core.embedding import HashingEmbedder
-    from quarry.core.pipeline import build_corpus
+    from quarry.core.ingest.contextualize import ExtractiveContextualizer
+    from quarry.core.embed.embedders import HashingEmbedder
+    from quarry.core.ingest.pipeline import build_corpus
 
     build_corpus(DOCS, quarry_app.root, HashingEmbedder(dim=64), ExtractiveContextualizer(),
                  extra={"contextualizer": "extractive"})

@@ -10,8 +10,8 @@ pytestmark = [pytest.mark.serve]
 
 
 def test_status_names_published_tenants_whichever_replica_answers(tmp_path, sample_docs):
-    from quarry.core.embedding import HashingEmbedder
-    from quarry.core.pipeline import build_corpus
+    from quarry.core.embed.embedders import HashingEmbedder
+    from quarry.core.ingest.pipeline import build_corpus
     from quarry.serve.deployments import Retriever
     from quarry.serve.settings import AuthSettings, ServeSettings
 

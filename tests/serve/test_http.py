@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from jsonschema import Draft202012Validator
 
-from quarry.core.citations import ABSTENTION_MESSAGE, ABSTENTION_REASONS
+from quarry.core.agent.citations import ABSTENTION_MESSAGE, ABSTENTION_REASONS
 
 RUN_HEADER = "X-Quarry-Run"
 

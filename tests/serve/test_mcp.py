@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from quarry.core.citations import ABSTENTION_MESSAGE
+from quarry.core.agent.citations import ABSTENTION_MESSAGE
 
 pytestmark = [pytest.mark.serve, pytest.mark.slow]
 

@@ -13,8 +13,8 @@ pytestmark = [pytest.mark.serve, pytest.mark.slow]
 def test_concurrent_requests_share_batches(quarry_app, tmp_path_factory):
     from ray import serve
 
-    from quarry.core.cross_encoder import CrossEncoderReranker
-    from quarry.core.rerank import RerankInput
+    from quarry.core.rank.cross_encoder import CrossEncoderReranker
+    from quarry.core.rank.rerank import RerankInput
     from quarry.eval.bench_crossencoder import build_random_cross_encoder
     from quarry.serve.deployments import Reranker
     from quarry.serve.settings import AuthSettings, ServeSettings
@@ -22,7 +22,7 @@ def test_concurrent_requests_share_batches(quarry_app, tmp_path_factory):
     model = str(build_random_cross_encoder(tmp_path_factory.mktemp("ce"), layers=1, hidden=32, heads=2,
                                            intermediate=64, initializer_range=0.2))
     settings = ServeSettings(index_root=quarry_app.root, auth=AuthSettings(hs256_secret="x" * 40),
-                             reranker_factory="quarry.core.cross_encoder:CrossEncoderReranker",
+                             reranker_factory="quarry.core.rank.cross_encoder:CrossEncoderReranker",
                              reranker_options={"model": model, "max_length": 64}, reranker_batch_size=8)
     app = Reranker.options(name="BatchProbe", max_ongoing_requests=16,
                            ray_actor_options={"num_cpus": 0}).bind(settings)

@@ -22,9 +22,9 @@ def tiny_ce(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def index_root(tmp_path_factory):
-    from quarry.core.embedding import HashingEmbedder
-    from quarry.core.pipeline import build_corpus
-    from quarry.core.sources import SAMPLE_CORPUS, load_documents
+    from quarry.core.embed.embedders import HashingEmbedder
+    from quarry.core.ingest.pipeline import build_corpus
+    from quarry.core.ingest.sources import SAMPLE_CORPUS, load_documents
 
     root = str(tmp_path_factory.mktemp("idx"))
     docs, _ = load_documents(SAMPLE_CORPUS)
@@ -48,11 +48,11 @@ def _reranker(root, **kw):
 
 
 def _candidates(root):
-    from quarry.core.embedding import HashingEmbedder
-    from quarry.core.index import TenantIndex
-    from quarry.core.ranker_train import mine_candidates
+    from quarry.core.embed.embedders import HashingEmbedder
+    from quarry.core.index.shards import TenantIndex
+    from quarry.core.rank.train import mine_candidates
     from quarry.core.records import Principal
-    from quarry.core.search import SearchSettings
+    from quarry.core.search.stages import SearchSettings
 
     idx = TenantIndex.load(root, "globex")
     p = Principal(tenant="globex", subject="u", groups=frozenset({"all-staff"}))
@@ -62,9 +62,9 @@ def _candidates(root):
 
 
 def test_cross_encoder_is_served_without_a_promoted_ranker(index_root, tiny_ce):
-    r = _reranker(index_root, reranker_factory="quarry.core.cross_encoder:CrossEncoderReranker",
+    r = _reranker(index_root, reranker_factory="quarry.core.rank.cross_encoder:CrossEncoderReranker",
                   reranker_options={"model": tiny_ce, "max_length": 64})
-    from quarry.core.stage_records import RerankRequest
+    from quarry.core.search.records import RerankRequest
 
     gen, cands = _candidates(index_root)
     req = RerankRequest(tenant="globex", generation=gen, query="Security add-on SSO price", candidates=cands, top_k=3)
@@ -78,7 +78,7 @@ def test_cross_encoder_is_served_without_a_promoted_ranker(index_root, tiny_ce):
         asyncio.run(r.rerank(req.model_copy(update={"candidates": bad})))
 
     # the gate recorded a cross-encoder decision that said no: nothing is served
-    from quarry.core.gate import evaluate_gate, record_decision
+    from quarry.core.rank.gate import evaluate_gate, record_decision
 
     record_decision(index_root, "globex", gen, evaluate_gate(0.6, 0.55, model_id=None), kind="cross-encoder")
     out = asyncio.run(r.rerank(req))

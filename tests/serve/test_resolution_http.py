@@ -13,7 +13,7 @@ import json
 
 import pytest
 
-from quarry.core.citations import ABSTENTION_MESSAGE, ABSTENTION_REASONS
+from quarry.core.agent.citations import ABSTENTION_MESSAGE, ABSTENTION_REASONS
 
 pytestmark = [pytest.mark.serve, pytest.mark.slow]
 

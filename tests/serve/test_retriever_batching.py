@@ -30,10 +30,10 @@ def _docs(res) -> set[str]:
 def test_concurrent_principals_get_their_in_process_answers(quarry_app):
     from ray import serve
 
-    from quarry.core.embedder_factory import embedder_for_index
-    from quarry.core.index import TenantIndex
+    from quarry.core.embed.factory import embedder_for_index
+    from quarry.core.index.shards import TenantIndex
     from quarry.core.records import Principal, SearchRequest
-    from quarry.core.search import SearchSettings, first_stage
+    from quarry.core.search.stages import SearchSettings, first_stage
     from quarry.serve.deployments import Retriever
     from quarry.serve.settings import AuthSettings, ServeSettings
 
@@ -97,11 +97,11 @@ def test_cached_vectors_answer_like_fresh_ones(quarry_app):
 def test_query_vectors_outside_a_replica_use_the_cache_and_each_principals_mask(tmp_path, sample_docs):
     """The same method without Serve's event loop (no Ray cluster needed): one encode per
     distinct normalised query, shared across principals, whose answers still differ."""
-    from quarry.core.embedding import HashingEmbedder
-    from quarry.core.index import TenantIndex
-    from quarry.core.pipeline import build_corpus
+    from quarry.core.embed.embedders import HashingEmbedder
+    from quarry.core.index.shards import TenantIndex
+    from quarry.core.ingest.pipeline import build_corpus
     from quarry.core.records import Principal, SearchRequest
-    from quarry.core.search import SearchSettings, first_stage
+    from quarry.core.search.stages import SearchSettings, first_stage
     from quarry.serve.deployments import Retriever
     from quarry.serve.settings import AuthSettings, ServeSettings
 
@@ -129,11 +129,11 @@ def test_one_call_retrieval_equals_the_in_process_stages(tmp_path, sample_docs):
     """``retrieve`` (first stage + expansion of the fused top-k, one call) and
     ``first_stages`` (several queries, one call) answer exactly as the in-process stages,
     under each principal's mask."""
-    from quarry.core.embedding import HashingEmbedder
-    from quarry.core.index import TenantIndex
-    from quarry.core.pipeline import build_corpus
+    from quarry.core.embed.embedders import HashingEmbedder
+    from quarry.core.index.shards import TenantIndex
+    from quarry.core.ingest.pipeline import build_corpus
     from quarry.core.records import Principal, SearchRequest
-    from quarry.core.search import SearchSettings, first_stage, search
+    from quarry.core.search.stages import SearchSettings, first_stage, search
     from quarry.serve.deployments import Retriever
     from quarry.serve.settings import AuthSettings, ServeSettings
 

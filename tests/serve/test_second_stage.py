@@ -17,12 +17,12 @@ SMALL = {"n_estimators": 20, "num_leaves": 4, "min_child_samples": 1}
 
 
 def _train(root: str, tenant: str):
-    from quarry.core.embedding import HashingEmbedder
-    from quarry.core.index import TenantIndex
-    from quarry.core.ranker_model import LearnedRanker
-    from quarry.core.ranker_train import label_candidates, mine_candidates
+    from quarry.core.embed.embedders import HashingEmbedder
+    from quarry.core.index.shards import TenantIndex
+    from quarry.core.rank.model import LearnedRanker
+    from quarry.core.rank.train import label_candidates, mine_candidates
     from quarry.core.records import Principal
-    from quarry.core.search import SearchSettings
+    from quarry.core.search.stages import SearchSettings
 
     idx = TenantIndex.load(root, tenant)
     principal = Principal(tenant=tenant, subject="trainer",
@@ -35,7 +35,7 @@ def _train(root: str, tenant: str):
 
 
 def _record(root, tenant, enabled: bool):
-    from quarry.core.gate import evaluate_gate, record_decision
+    from quarry.core.rank.gate import evaluate_gate, record_decision
 
     gen, ranker = _train(root, tenant)
     fused, stage = (0.5, 0.6) if enabled else (0.6, 0.5)

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from quarry.core.records import Principal
-from quarry.core.runs import principal_key
-from quarry.serve.runstore import QuotaExceeded, RunNotFound, RunStore
-from quarry.serve.runstore_actor import ActorRunStore, RunTable
-from quarry.serve.tracestore import TraceWriter, find_trace, hour_of, read_traces
+from quarry.core.agent.runs import principal_key
+from quarry.serve.stores.runstore import QuotaExceeded, RunNotFound, RunStore
+from quarry.serve.stores.runstore_actor import ActorRunStore, RunTable
+from quarry.serve.stores.tracestore import TraceWriter, find_trace, hour_of, read_traces
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -62,7 +62,7 @@ def make_store(request, tmp_path):
         lim = {**LIMITS, **limits}
         if request.param == "actor":
             return TableStore(RunTable(str(tmp_path / f"s{len(made)}"), ttl_s=ttl_s, **lim))
-        from quarry.serve.redis_store import RedisRunStore
+        from quarry.serve.stores.redis_store import RedisRunStore
 
         store = RedisRunStore(request.getfixturevalue("redis_url"), prefix=f"t{time.time_ns()}", ttl_s=ttl_s, **lim)
         made.append(store)

@@ -2,7 +2,7 @@ import pytest
 from jsonschema import Draft202012Validator
 from pydantic import ValidationError
 
-from quarry.serve.tools import FetchRequest, SearchRequest, SubmitAnswerRequest, tool_definitions
+from quarry.serve.http.tools import FetchRequest, SearchRequest, SubmitAnswerRequest, tool_definitions
 
 pytestmark = pytest.mark.unit
 
@@ -110,7 +110,7 @@ def test_every_string_and_list_is_bounded():
     {"query": "x", "doc_type": []},
 ])
 def test_model_and_schema_refuse_the_same_search_inputs(body):
-    from quarry.serve.tools import SearchToolRequest
+    from quarry.serve.http.tools import SearchToolRequest
 
     schema = Draft202012Validator(tool_definitions(10, 60)["anthropic"][0]["input_schema"],
                                   format_checker=Draft202012Validator.FORMAT_CHECKER)
@@ -120,7 +120,7 @@ def test_model_and_schema_refuse_the_same_search_inputs(body):
 
 
 def test_model_and_schema_accept_the_same_search_inputs():
-    from quarry.serve.tools import SearchToolRequest
+    from quarry.serve.http.tools import SearchToolRequest
 
     schema = Draft202012Validator(tool_definitions(10, 60)["anthropic"][0]["input_schema"],
                                   format_checker=Draft202012Validator.FORMAT_CHECKER)

@@ -1,0 +1,1 @@
+"""The agent contract: runs (the bounded search loop), fetch, citation checks."""

@@ -1,0 +1,1 @@
+"""Capacity: per-call arithmetic, workload profiles, distributions from traces."""

@@ -1,0 +1,1 @@
+"""Changes after a build: the change log, delta generations, compaction, reconciliation."""

@@ -1,0 +1,92 @@
+"""Compaction (DESIGN §3 "Updates"): fold a tenant's delta, tombstones and ACL overrides
+into a new base generation that equals a full rebuild from the same final sources.
+
+Nothing is re-chunked or re-embedded: the live rows of the base and the delta are taken
+as they are (their stored embeddings), ACL overrides are written into their envelopes,
+and the shards are rebuilt with fresh tenant-wide statistics, so passage ids and scores
+equal a rebuild's. The new generation is published like a build's (manifest last,
+checksums verified, ``CURRENT`` swapped atomically); the old watermark then names an
+older generation and is ignored until the next ``apply-changes`` rebases onto the new one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from quarry.core.index import layout
+from quarry.core.index.shards import TenantIndex, build_tenant_index
+from quarry.core.records import ParentSection, Passage
+
+
+@dataclass(frozen=True)
+class CompactionInput:
+    index: TenantIndex
+    passages: list[Passage]
+    parents: list[ParentSection]
+    embeddings: np.ndarray
+
+
+def _with_acl(rec, acl: tuple[str, ...] | None):
+    if acl is None or tuple(rec.envelope.acl) == acl:
+        return rec
+    return rec.model_copy(update={"envelope": rec.envelope.model_copy(update={"acl": acl})})
+
+
+def compaction_input(index: TenantIndex) -> CompactionInput:
+    """Every row and parent section the overlay keeps, with its ACL override applied."""
+    passages, vecs = [], []
+    emb_cache: dict[int, np.ndarray] = {}
+    for si, r in index.live_rows():
+        sh = index.shards[si]
+        p = sh.passage(r)
+        _, acl = index.version_view(si, p.doc_id, p.envelope.version)
+        passages.append(_with_acl(p, acl))
+        if si not in emb_cache:
+            emb_cache[si] = sh.embeddings()
+        vecs.append(emb_cache[si][r])
+    parents = []
+    for si, sh in enumerate(index.shards):
+        for pid in sh.parent_ids():
+            sec = sh.parent(pid)
+            live, acl = index.version_view(si, sec.envelope.doc_id, sec.envelope.version)
+            if live:
+                parents.append(_with_acl(sec, acl))
+    dim = int((index.manifest.get("embedder") or {}).get("dim") or 0)
+    emb = np.stack(vecs).astype(np.float32) if vecs else np.zeros((0, dim), np.float32)
+    return CompactionInput(index, passages, parents, emb)
+
+
+def write_compacted(ci: CompactionInput) -> int:
+    """Build (but do not publish) the compacted generation; returns its number."""
+    ix, m = ci.index, ci.index.manifest
+    if not ci.passages:
+        raise ValueError(f"{ix.tenant}: every document was deleted; a tenant index cannot be empty")
+    extra = {k: m[k] for k in ("contextualizer", "run_id") if k in m}
+    extra["compacted_from"] = {"generation": ix.generation, "delta": ix.delta_seq, "watermark": ix.watermark}
+    return build_tenant_index(
+        ix.root, ix.tenant, ci.passages, ci.parents, ci.embeddings, n_shards=len(ix.base_shards),
+        embedder_name=(m.get("embedder") or {}).get("name", "unknown"), chunker_version=m.get("chunker_version", "unknown"),
+        source_watermark=m.get("source_watermark"), extra=extra, publish=False,
+    )
+
+
+def publish_compacted(index: TenantIndex, generation: int) -> None:
+    """Switch ``CURRENT`` to the compacted generation, unless changes were applied since
+    the compaction read its input (they would be lost): then raise, and nothing changes."""
+    if layout.read_watermark(index.root, index.tenant) != index.watermark:
+        raise RuntimeError(f"{index.tenant}: changes were applied during compaction; run it again")
+    if layout.current_generation(index.root, index.tenant) != index.generation:
+        raise RuntimeError(f"{index.tenant}: CURRENT moved during compaction; run it again")
+    layout.publish(index.root, index.tenant, generation)
+
+
+def compact(root: str, tenant: str) -> int | None:
+    """Compact one tenant in-process; returns the new generation (None: nothing to fold)."""
+    index = TenantIndex.load(root, tenant)
+    if index.delta is None:
+        return None
+    gen = write_compacted(compaction_input(index))
+    publish_compacted(index, gen)
+    return gen

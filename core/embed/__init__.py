@@ -1,0 +1,1 @@
+"""Embedders: sentence-transformers models, ONNX query encoders, the factory that picks one."""

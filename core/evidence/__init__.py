@@ -1,0 +1,1 @@
+"""Evidence resolution: statements, conditions, instruction-shaped text, the evidence graph, the resolver."""

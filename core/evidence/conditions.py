@@ -1,0 +1,130 @@
+"""Matching a stopping condition ("until cutover") to a recorded event ("acme cutover
+completed", 2026-01-15), deterministically.
+
+A condition is met by an event when
+
+- every identifier of the condition (``payout_batch_v2``, ``INC-2291``) is an identifier
+  of the event, compared whole: ``payout_batch_v3`` never ends ``payout_batch_v2``;
+- every other word of the condition is a word of the event after the project's stemming
+  (``core.tokenizer``), so "completes" matches "completed"; completion verbs ("until the
+  migration completes") are dropped because an event is by definition something that
+  happened;
+- a near miss never ends a condition: an event qualified by another environment
+  ("staging migration completed") never ends a condition that names none or another
+  ("until the production migration completes"), and an event whose site, clinic, branch,
+  region, ... is named ("Northside clinic EHR migration completed") ends only a condition
+  that names the same one, or whose record is scoped to it;
+- nor does a part or preparation of it ("erp migration planning completed", "phase 1 of
+  the rollout completed" against "until the erp migration / the rollout completes");
+- "until further notice" (``Terms.open_ended``) names nothing a record could prove: it
+  never ends;
+- the entities agree: the entities the condition names (else the conditioned passage's
+  scope) meet the entities the event names (else its record's scope). Another entity's
+  cutover does not end Acme's exception.
+
+Words are compared after the project's Snowball stemming, not spaCy lemmas: the resolver
+calls :func:`terms` at query time, where loading a parser per replica would cost seconds
+and memory for what a stemmer does in microseconds, and the lexical leg stems the same
+way. The irregular forms a stemmer misses ("went live", "is done", "has gone live") are
+written "completes"/"completed" by the build's enricher (``core.enrich``) before they get
+here, and are completion filler besides.
+
+Dates and visibility (event on or before ``valid_at``, record in force, same principal)
+are the resolver's part, not this module's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from quarry.core.text.tokenizer import identifiers, tokenize
+
+# Words that only say "it happened" or introduce the condition; stemmed like the text.
+_FILLER = frozenset(tokenize(
+    "until till unless complete completes completed completion finish finishes finished done end ends "
+    "ended happen happens happened occur occurs occurred take takes took taken place has have been "
+    "its it is are was were successfully fully concluded concludes conclude finalised finalized over live went "
+    "gone goes go "
+    # the condition's own framing: what it waits for is the thing, not that it is under way
+    "while whilst during pending under way underway progress ongoing duration course"
+))
+# Environments: another environment's completion is a near miss, not the stopping event.
+_ENVIRONMENTS = frozenset(tokenize("production prod staging stage dev development test testing qa uat sandbox "
+                                   "preprod pre-production demo pilot canary"))
+_PRODUCTION = frozenset(tokenize("production prod live"))
+# Place nouns: the word before one names which site ("Northside clinic", "Leeds depot").
+_PLACES = frozenset(tokenize("clinic clinics site sites branch branches office offices warehouse warehouses depot "
+                             "depots store stores hospital hospitals region regions plant plants campus datacenter "
+                             "data-center ward wards school schools factory factories hub hubs centre center location "
+                             "locations facility facilities country market"))
+# A part or a preparation of the thing is not the thing: "migration planning completed",
+# "phase 1 of the rollout completed" do not end "until the migration/rollout completes".
+_PARTIAL = frozenset(tokenize("planning plan phase step part pilot kickoff kick-off preparation prep design dry-run "
+                              "rehearsal wave milestone trial first initial partial start started begun began "
+                              "scoping kicked"))
+_OPEN_ENDED = ("until further notice", "until otherwise", "indefinitely")
+
+
+@dataclass(frozen=True)
+class Terms:
+    """What a condition or an event is about: whole identifiers, stemmed words, entities."""
+
+    identifiers: frozenset[str]
+    words: frozenset[str]
+    entities: frozenset[str]
+    # Words that say which environment, which site or which part ("staging", "northside"
+    # in "Northside clinic", "planning", "phase"): an event's qualifiers must all be named
+    # by the condition (or, for a site, by the conditioned record's entity scope).
+    qualifiers: frozenset[str] = frozenset()
+    # "until further notice": nothing a record could prove ends it.
+    open_ended: bool = False
+
+
+def entity_stems(entities: Iterable[str]) -> dict[str, str]:
+    """Stemmed token -> entity name, for recognising entity names in text ("Acme's" -> acme)."""
+    out: dict[str, str] = {}
+    for e in sorted(set(entities)):
+        toks = tokenize(e)
+        if len(toks) == 1:  # multi-word entity names are not recognised in prose
+            out[toks[0]] = e
+    return out
+
+
+def terms(text: str, known_entities: dict[str, str]) -> Terms:
+    toks = tokenize(text)
+    idents = frozenset(identifiers(toks))
+    ents = frozenset(known_entities[t] for t in toks if t in known_entities)
+    words = frozenset(t for t in toks if t not in idents and t not in known_entities and t not in _FILLER)
+    plain = [t for t in toks if t not in idents]
+    quals = {t for t in plain if t in _ENVIRONMENTS or t in _PARTIAL}
+    quals |= {a for a, b in zip(plain, plain[1:]) if b in _PLACES and a not in _PLACES and a not in _FILLER}
+    quals -= set(known_entities)
+    open_ended = text.strip().lower().startswith(_OPEN_ENDED)
+    return Terms(idents, words, ents, frozenset(quals), open_ended)
+
+
+
+def condition_met(cond: Terms, cond_scope: Iterable[str], event: Terms, event_scope: Iterable[str]) -> bool:
+    """Whether ``event`` is the stopping event ``cond`` waits for. ``*_scope`` are the
+    envelope entities of the two records, used where the text names no entity."""
+    if cond.open_ended or (not cond.identifiers and not cond.words):
+        return False  # "until further notice" names nothing a record could prove
+    if not cond.identifiers <= event.identifiers:
+        return False
+    # Parts of the event's identifiers count as its words ("payout" in payout_batch_v2).
+    event_words = event.words | {p for i in event.identifiers for p in tokenize(i.replace("-", " ").replace("_", " "))}
+    if not cond.words <= event_words:
+        return False
+    # Near misses: another environment's or another site's completion.
+    scope_words = {t for e in cond_scope for t in tokenize(e)}
+    # Production is the default environment: a condition naming none is ended by it.
+    default_env = _PRODUCTION if not cond.qualifiers & _ENVIRONMENTS else set()
+    other = event.qualifiers - cond.words - scope_words - default_env
+    if other:
+        return False
+    c_ents = cond.entities or frozenset(cond_scope)
+    e_ents = event.entities or frozenset(event_scope)
+    if not c_ents and not e_ents:
+        return True
+    return bool(c_ents & e_ents)

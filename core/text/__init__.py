@@ -1,0 +1,1 @@
+"""Text units every stage shares: tokens, spans, sentences, headings, identifiers."""

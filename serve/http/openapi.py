@@ -1,0 +1,182 @@
+"""The OpenAPI document, made to say exactly what the gateway accepts and returns (defect 9).
+
+FastAPI's generated spec documents only 200 and 422, takes request schemas from pydantic's
+lax models (``top_k ≤ 50`` where the server allows 10; a ``$defs`` ref on ``/v1/answer``
+that does not resolve) and lists ``Authorization`` as an optional header. Here the spec is
+regenerated from the routes and then corrected:
+
+- request bodies are the tool schemas agents get from ``/v1/tools`` (refs inlined, this
+  server's ceilings), and ``/v1/answer`` states "claims XOR abstention" as a ``oneOf``;
+- authentication is a bearer security scheme, not a header parameter;
+- every status an operation can return is listed with its body schema, including those
+  produced before routing (400, 413, 415, 431 from ``limits``) and 429 (run quotas);
+- success bodies name their required fields and types; extra fields are allowed so new
+  response fields do not break clients.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+
+from quarry.serve.settings import ServeSettings
+from quarry.serve.http.tools import tool_definitions
+
+_STR = {"type": "string"}
+_INT = {"type": "integer"}
+_BOOL = {"type": "boolean"}
+_ARR = {"type": "array"}
+DETAIL = {"type": "object", "required": ["detail"], "properties": {"detail": _STR}}
+VALIDATION = {
+    "type": "object", "required": ["detail"],
+    "properties": {"detail": {"type": "array", "items": {
+        "type": "object", "required": ["loc", "type", "msg"], "additionalProperties": False,
+        "properties": {"loc": {"type": "array", "items": {"anyOf": [_STR, _INT]}}, "type": _STR, "msg": _STR}}}},
+}
+ABSTAINED = {
+    "type": "object", "required": ["status", "message", "searches_left", "trace_id"],
+    "properties": {"status": {"const": "abstained"}, "message": _STR, "searches_left": _INT, "trace_id": _STR},
+}
+ANSWERED = {
+    "type": "object", "required": ["status", "claims", "trace_id"],
+    "properties": {"status": {"const": "answered"}, "claims": _ARR, "trace_id": _STR},
+}
+RUN = {"type": "object", "required": ["run_id", "budget", "searches_left"],
+       "properties": {"run_id": _STR, "budget": _INT, "searches_left": _INT}}
+EXCERPT = {"type": "object", "required": ["passage_id", "doc_id", "text", "trust"],
+           "properties": {"passage_id": _STR, "doc_id": _STR, "text": _STR, "trust": {"const": "untrusted"}}}
+SEARCH = {
+    "type": "object",
+    "required": ["run_id", "excerpts", "stages", "generation", "delivered_tokens", "truncated", "message",
+                 "new_passage_ids", "searches_left", "trace_id"],
+    "properties": {"run_id": _STR, "excerpts": {"type": "array", "items": EXCERPT}, "stages": _ARR,
+                   "generation": _INT, "delivered_tokens": _INT, "truncated": _BOOL, "message": _STR,
+                   "new_passage_ids": {"type": "array", "items": _STR}, "searches_left": _INT, "trace_id": _STR},
+}
+FETCHED = {"type": "object", "required": ["kind", "generation"],
+           "properties": {"kind": {"enum": ["passage", "section", "document"]}, "generation": _INT,
+                          "passages": _ARR, "section": {"type": "object"}}}
+HEALTH = {"type": "object", "required": ["status"], "properties": {"status": {"const": "ok"},
+                                                                   "tenants": {"type": "object"}}}
+TOOLS = {"type": "object", "required": ["openai", "anthropic"], "properties": {"openai": _ARR, "anthropic": _ARR}}
+TRACE = {"type": "object", "required": ["trace_id", "kind", "tenant"],
+         "properties": {"trace_id": _STR, "kind": _STR, "tenant": _STR}}
+
+_WHY = {
+    "400": "Malformed request: invalid JSON, JSON nested too deeply, or a malformed Content-Length.",
+    "401": "Missing, expired or invalid bearer token (one body for every cause).",
+    "404": "Not found, or not permitted: the two are indistinguishable.",
+    "405": "Method not allowed on this path.",
+    "413": "Request body above the server's limit.",
+    "415": "Request body is not JSON.",
+    "422": "The body does not match the schema; the error names where and why, never the input.",
+    "429": "Too many open runs for this tenant or subject; finish or abandon runs, then retry.",
+    "431": "Request headers above the server's limit.",
+}
+_EDGE = ("400", "405", "413", "415", "431")  # answered by limits/routing before the handler
+
+
+def _resp(schema: dict[str, Any], why: str) -> dict[str, Any]:
+    return {"description": why, "content": {"application/json": {"schema": schema}}}
+
+
+def _errors(*codes: str) -> dict[str, Any]:
+    return {c: _resp(VALIDATION if c == "422" else DETAIL, _WHY[c]) for c in (*_EDGE, *codes)}
+
+
+def _body(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"required": True, "content": {"application/json": {"schema": schema}}}
+
+
+def answer_schema(tool_schema: dict[str, Any]) -> dict[str, Any]:
+    """The submit_answer tool schema plus "exactly one of claims or abstention". Function-
+    calling APIs refuse a top-level oneOf, so only the spec carries it; the tool says it in
+    words and the server enforces it."""
+    s = copy.deepcopy(tool_schema)
+    s["oneOf"] = [{"required": ["claims"], "not": {"required": ["abstention"]}},
+                  {"required": ["abstention"], "not": {"required": ["claims"]}}]
+    return s
+
+
+def operations(top_k_ceiling: int | None, candidates_ceiling: int | None) -> dict[tuple[str, str], dict[str, Any]]:
+    """Per (path, method): requestBody, responses and security, the corrections applied."""
+    tools = {t["name"]: t["input_schema"] for t in tool_definitions(top_k_ceiling, candidates_ceiling)["anthropic"]}
+    bearer = [{"bearer": []}]
+    return {
+        ("/healthz", "get"): {"security": [{}, {"bearer": []}],
+                              "responses": {"200": _resp(HEALTH, "Liveness; details only for operators."),
+                                            **_errors()}},
+        ("/v1/tools", "get"): {"responses": {"200": _resp(TOOLS, "Tool definitions."), **_errors()}},
+        ("/v1/runs", "post"): {"security": bearer,
+                               "responses": {"200": _resp(RUN, "A new run."), **_errors("401", "429")}},
+        ("/v1/search", "post"): {"security": bearer, "requestBody": _body(tools["search"]), "responses": {
+            "200": _resp(SEARCH, "Cited excerpts."),
+            "409": _resp(ABSTAINED, "The run's search budget is spent; the run ends as an abstention."),
+            **_errors("401", "404", "422")}},
+        ("/v1/fetch", "post"): {"security": bearer, "requestBody": _body(tools["fetch"]), "responses": {
+            "200": _resp(FETCHED, "The passage, section or document."), **_errors("401", "404", "422")}},
+        ("/v1/answer", "post"): {"security": bearer, "requestBody": _body(answer_schema(tools["submit_answer"])),
+                                 "responses": {
+            "200": _resp({"oneOf": [ANSWERED, ABSTAINED]}, "Answered with checked claims, or abstained."),
+            "409": _resp(DETAIL, "This run has already finished."),
+            **_errors("401", "404", "422")}},
+        ("/v1/trace/{trace_id}", "get"): {"security": bearer, "responses": {
+            "200": _resp(TRACE, "The trace, filtered by the operator's groups."), **_errors("401", "404")}},
+    }
+
+
+def build_spec(api: FastAPI, settings: ServeSettings | None) -> dict[str, Any]:
+    spec = get_openapi(title=api.title, version=api.version, description=api.description, routes=api.routes)
+    top_k = settings.top_k_ceiling if settings else None
+    cands = settings.candidate_width_ceiling if settings else None
+    for (path, method), fix in operations(top_k, cands).items():
+        op = spec.get("paths", {}).get(path, {}).get(method)
+        if op is None:
+            continue
+        # The principal comes from the bearer scheme, not from a documented header.
+        op["parameters"] = [p for p in op.get("parameters", []) if p.get("name", "").lower() != "authorization"]
+        if not op["parameters"]:
+            op.pop("parameters")
+        op.update(copy.deepcopy(fix))
+    spec.setdefault("components", {})["securitySchemes"] = {
+        "bearer": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT"}}
+    _drop_unreferenced(spec)
+    return spec
+
+
+def _refs(node: Any) -> set[str]:
+    if isinstance(node, dict):
+        own = {node["$ref"].rsplit("/", 1)[-1]} if isinstance(node.get("$ref"), str) else set()
+        return own.union(*(_refs(v) for v in node.values()))
+    if isinstance(node, list):
+        return set().union(*(_refs(v) for v in node))
+    return set()
+
+
+def _drop_unreferenced(spec: dict[str, Any]) -> None:
+    """Keep only component schemas still referenced (routes others add may use them)."""
+    schemas = spec.get("components", {}).get("schemas")
+    if not schemas:
+        return
+    keep, todo = set(), _refs(spec.get("paths", {}))
+    while todo:
+        name = todo.pop()
+        if name in schemas and name not in keep:
+            keep.add(name)
+            todo |= _refs(schemas[name])
+    spec["components"]["schemas"] = {k: v for k, v in schemas.items() if k in keep}
+    if not spec["components"]["schemas"]:
+        del spec["components"]["schemas"]
+
+
+def install_openapi(api: FastAPI, get_settings: Callable[[], ServeSettings | None]) -> None:
+    def openapi() -> dict[str, Any]:
+        if api.openapi_schema is None:
+            api.openapi_schema = build_spec(api, get_settings())
+        return api.openapi_schema
+
+    api.openapi = openapi  # type: ignore[method-assign]

@@ -1,0 +1,1 @@
+"""Serving state: the run stores (actor, Redis) and the append-only trace store."""

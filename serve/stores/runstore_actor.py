@@ -1,0 +1,321 @@
+"""The in-cluster run store: one named, restartable Ray actor with its state checkpointed.
+
+``RunTable`` holds the runs, enforces the quotas and writes the checkpoint; it is plain
+Python (tested without Ray). ``RunStoreActor`` wraps one table in an actor, so every
+decision is one method call on the one copy of the state. ``ActorRunStore`` is what a
+gateway replica holds: it implements the ``RunStore`` protocol over the actor handle.
+
+Durability: every change is appended to ``runs.log`` (one JSON line, flushed to the OS
+before the call returns) and the log is folded into ``runs.snap`` when it grows, so a
+restarted actor reads back every run. A process crash loses nothing; a machine crash can
+lose the last writes the OS had not written out, which fails closed (a lost run answers
+the generic not-found). Each entry carries a sequence number and the snapshot records the
+last one it holds, so replaying a log that outlived its snapshot never rolls a run back.
+
+Quotas and eviction are per tenant: runs are kept in one ordered table per tenant, open
+runs are counted per tenant and per subject, and only a tenant's own oldest finished runs
+are dropped when it reaches ``kept_per_tenant``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+import uuid
+from collections import Counter, OrderedDict
+from collections.abc import Callable
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from quarry.core.agent import runs as rules
+from quarry.core.agent.runs import RunState, subject_of, tenant_of
+
+from quarry.serve.stores.runstore import QuotaExceeded, RunNotFound, StoreUnavailable
+from quarry.serve.settings import ServeSettings
+
+NOT_FOUND = "not_found"
+
+# name -> decision function over (state, *args); the actor applies exactly these
+DECISIONS: dict[str, Callable[..., tuple[RunState | None, Any]]] = {
+    "reserve_search": rules.decide_reserve,
+    "record_results": rules.decide_record,
+    "apply_search": rules.decide_search,
+    "record_fetch": rules.decide_fetch,
+    "begin_answer": rules.decide_begin_answer,
+    "end_answer": rules.decide_end_answer,
+    "get": lambda s: (None, rules.view(s)),
+}
+
+
+class RunTable:
+    def __init__(self, state_dir: str | None, *, ttl_s: float, open_per_tenant: int, open_per_subject: int,
+                 kept_per_tenant: int, clock: Callable[[], float] = time.time, compact_every: int = 2000):
+        self.ttl, self.clock = ttl_s, clock
+        self.open_per_tenant, self.open_per_subject, self.kept = open_per_tenant, open_per_subject, kept_per_tenant
+        self._tenants: dict[str, OrderedDict[str, tuple[float, RunState]]] = {}
+        self._where: dict[str, str] = {}  # run_id -> tenant
+        self._open_t: Counter[str] = Counter()
+        self._open_s: Counter[str] = Counter()
+        self._seq = 0
+        self._log_lines, self._compact_every = 0, compact_every
+        self._dir = Path(state_dir) if state_dir else None
+        self._log = None
+        if self._dir is not None:
+            self._dir.mkdir(parents=True, exist_ok=True)
+            self._load()
+            self._log = open(self._dir / "runs.log", "a", encoding="utf-8")
+
+    # -- state ----------------------------------------------------------------------------
+    def _insert(self, created: float, s: RunState) -> None:
+        t = tenant_of(s.principal_key)
+        table = self._tenants.setdefault(t, OrderedDict())
+        old = table.get(s.run_id)
+        if old is not None and not old[1].finished:
+            self._count(old[1], -1)
+        table[s.run_id] = (created, s)
+        self._where[s.run_id] = t
+        if not s.finished:
+            self._count(s, +1)
+
+    def _remove(self, run_id: str) -> None:
+        t = self._where.pop(run_id, None)
+        if t is None:
+            return
+        created, s = self._tenants[t].pop(run_id)
+        if not s.finished:
+            self._count(s, -1)
+
+    def _count(self, s: RunState, d: int) -> None:
+        self._open_t[tenant_of(s.principal_key)] += d
+        self._open_s[subject_of(s.principal_key)] += d
+
+    def _expire(self, tenant: str) -> None:
+        table = self._tenants.get(tenant)
+        now = self.clock()
+        while table:
+            run_id, (created, _) = next(iter(table.items()))
+            if now - created <= self.ttl:
+                break
+            self._remove(run_id)
+            self._write({"d": run_id})
+
+    def _lookup(self, run_id: str, pkey: str) -> tuple[float, RunState] | None:
+        t = self._where.get(run_id)
+        if t is None:
+            return None
+        created, s = self._tenants[t][run_id]
+        if s.principal_key != pkey:
+            return None
+        if self.clock() - created > self.ttl:
+            self._remove(run_id)
+            self._write({"d": run_id})
+            return None
+        return created, s
+
+    # -- operations ---------------------------------------------------------------------------
+    def create(self, pkey: str, budget: int) -> dict[str, Any] | tuple[str, str, int]:
+        tenant, subject = tenant_of(pkey), subject_of(pkey)
+        self._expire(tenant)
+        if self._open_t[tenant] >= self.open_per_tenant:
+            return ("quota", "tenant", self.open_per_tenant)
+        if self._open_s[subject] >= self.open_per_subject:
+            return ("quota", "subject", self.open_per_subject)
+        table = self._tenants.setdefault(tenant, OrderedDict())
+        if len(table) >= self.kept:
+            # the tenant's own oldest finished run makes room; open runs are never evicted
+            victim = next((rid for rid, (_, s) in table.items() if s.finished), None)
+            if victim is None:
+                return ("quota", "tenant", self.open_per_tenant)
+            self._remove(victim)
+            self._write({"d": victim})
+        s = RunState(run_id=str(uuid.uuid4()), principal_key=pkey, budget=budget)
+        created = self.clock()
+        self._insert(created, s)
+        self._write({"c": created, "s": s.model_dump(mode="json")})
+        return rules.view(s).model_dump()
+
+    def decide(self, op: str, run_id: str, pkey: str, *args: Any) -> Any:
+        hit = self._lookup(run_id, pkey)
+        if hit is None:
+            return NOT_FOUND
+        created, s = hit
+        new, result = DECISIONS[op](s, *args)
+        if new is not None and new != s:
+            self._insert(created, new)
+            self._write({"c": created, "s": new.model_dump(mode="json")})
+        return result
+
+    def stats(self) -> dict[str, Any]:
+        return {"runs": len(self._where), "open_by_tenant": {t: n for t, n in self._open_t.items() if n}}
+
+    # -- checkpoint ------------------------------------------------------------------------------
+    def _write(self, entry: dict[str, Any]) -> None:
+        if self._log is None:
+            return
+        self._seq += 1
+        self._log.write(json.dumps({"q": self._seq, **entry}, separators=(",", ":")) + "\n")
+        self._log.flush()  # in the OS before the caller hears back: a process crash loses nothing
+        self._log_lines += 1
+        if self._log_lines >= self._compact_every and self._log_lines > 2 * len(self._where):
+            self._compact()
+
+    def _compact(self) -> None:
+        assert self._dir is not None and self._log is not None
+        tmp = self._dir / "runs.snap.tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(json.dumps({"seq": self._seq}) + "\n")
+            for table in self._tenants.values():
+                for created, s in table.values():
+                    f.write(json.dumps({"c": created, "s": s.model_dump(mode="json")}, separators=(",", ":")) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self._dir / "runs.snap")
+        self._log.close()
+        self._log = open(self._dir / "runs.log", "w", encoding="utf-8")  # entries <= seq are in the snapshot
+        self._log_lines = 0
+
+    def _load(self) -> None:
+        assert self._dir is not None
+        snap_seq = 0
+        snap = self._dir / "runs.snap"
+        if snap.exists():
+            with open(snap, encoding="utf-8") as f:
+                snap_seq = int(json.loads(f.readline())["seq"])
+                for line in f:
+                    e = json.loads(line)
+                    self._insert(e["c"], RunState.model_validate(e["s"]))
+        self._seq = snap_seq
+        log = self._dir / "runs.log"
+        if log.exists():
+            with open(log, encoding="utf-8") as f:
+                for line in f:
+                    try:
+                        e = json.loads(line)
+                    except json.JSONDecodeError:
+                        break  # a torn last line from a crash mid-write
+                    if e["q"] <= snap_seq:
+                        continue
+                    self._seq = e["q"]
+                    if "d" in e:
+                        self._remove(e["d"])
+                    else:
+                        self._insert(e["c"], RunState.model_validate(e["s"]))
+                    self._log_lines += 1
+        for t in list(self._tenants):
+            self._expire(t)
+
+
+@cache
+def _ray_actor():
+    import ray
+
+    @ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=0)
+    class RunStoreActor:
+        """One table, one method at a time. Restarted by Ray when its process dies; the
+        restarted instance reads the checkpoint back in ``__init__``."""
+
+        def __init__(self, state_dir: str | None, cfg: dict[str, Any]):
+            self.t = RunTable(state_dir, **cfg)
+
+        def create(self, pkey: str, budget: int):
+            return self.t.create(pkey, budget)
+
+        def decide(self, op: str, run_id: str, pkey: str, *args):
+            return self.t.decide(op, run_id, pkey, *args)
+
+        def stats(self) -> dict[str, Any]:
+            return self.t.stats()
+
+        def pid(self) -> int:
+            return os.getpid()
+
+    return RunStoreActor
+
+
+class ActorRunStore:
+    """The ``RunStore`` protocol over the named actor, from inside a gateway replica.
+
+    A call that fails because the actor died or restarts is retried, re-attaching by name
+    (``get_if_exists``), until ``timeout_s``: if the actor's owner died with it, the first
+    caller re-creates it, and it reads the checkpoint. A call that gets no answer within
+    ``timeout_s`` raises ``StoreUnavailable``. A retried decision can at worst spend
+    a search slot twice: the budget only ever errs towards fewer searches."""
+
+    def __init__(self, name: str, namespace: str, state_dir: str | None, cfg: dict[str, Any], timeout_s: float):
+        self._name, self._ns, self._dir, self._cfg, self._timeout = name, namespace, state_dir, cfg, timeout_s
+        self._handle = self._attach()
+
+    @classmethod
+    def from_settings(cls, s: ServeSettings) -> "ActorRunStore":
+        cfg = {"ttl_s": s.run_ttl_s, "open_per_tenant": s.runs_open_per_tenant,
+               "open_per_subject": s.runs_open_per_subject, "kept_per_tenant": s.runs_kept_per_tenant}
+        return cls(f"{s.store_name_prefix}-runstore", s.ray_namespace, s.run_state_dir, cfg, s.store_timeout_s)
+
+    def _attach(self):
+        return _ray_actor().options(name=self._name, namespace=self._ns, get_if_exists=True).remote(self._dir, self._cfg)
+
+    @property
+    def handle(self):
+        return self._handle
+
+    async def _call(self, method: str, *args: Any) -> Any:
+        from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError
+
+        deadline = time.monotonic() + self._timeout
+        pause = 0.1
+        while True:
+            try:
+                ref = getattr(self._handle, method).remote(*args)
+                return await asyncio.wait_for(ref, max(0.1, deadline - time.monotonic()))
+            except (ActorDiedError, RayActorError, ActorUnavailableError):
+                # Dead or restarting: until the deadline, wait and re-attach by name (the
+                # name frees once the old actor is gone; the first caller re-creates it).
+                if time.monotonic() + pause >= deadline:
+                    raise StoreUnavailable(self._name) from None
+                await asyncio.sleep(pause)
+                pause = min(1.0, pause * 2)
+                self._handle = self._attach()
+            except asyncio.TimeoutError:
+                raise StoreUnavailable(self._name) from None
+
+    async def _decide(self, op: str, run_id: str, pkey: str, *args: Any) -> Any:
+        out = await self._call("decide", op, run_id, pkey, *args)
+        if isinstance(out, str) and out == NOT_FOUND:
+            raise RunNotFound(run_id)
+        return out
+
+    async def create(self, pkey: str, budget: int) -> rules.RunView:
+        out = await self._call("create", pkey, budget)
+        if isinstance(out, tuple):
+            raise QuotaExceeded(out[1], out[2])
+        return rules.RunView(**out)
+
+    async def get(self, run_id: str, pkey: str) -> rules.RunView:
+        return await self._decide("get", run_id, pkey)
+
+    async def reserve_search(self, run_id: str, pkey: str) -> rules.SearchDecision:
+        return await self._decide("reserve_search", run_id, pkey)
+
+    async def record_results(self, run_id: str, pkey: str, ids: list[str],
+                             rejected_ids: list[str] = ()) -> rules.SearchDecision:
+        return await self._decide("record_results", run_id, pkey, ids, list(rejected_ids))
+
+    async def apply_search(self, run_id: str, pkey: str, ids: list[str],
+                           rejected_ids: list[str] = ()) -> rules.SearchDecision:
+        return await self._decide("apply_search", run_id, pkey, ids, list(rejected_ids))
+
+    async def record_fetch(self, run_id: str, pkey: str, ids: list[str], rejected_ids: list[str] = ()
+                           ) -> rules.RunView:
+        return await self._decide("record_fetch", run_id, pkey, ids, list(rejected_ids))
+
+    async def begin_answer(self, run_id: str, pkey: str) -> rules.AnswerStart:
+        return await self._decide("begin_answer", run_id, pkey)
+
+    async def end_answer(self, run_id: str, pkey: str, outcome: str) -> None:
+        try:
+            await self._decide("end_answer", run_id, pkey, outcome)
+        except RunNotFound:
+            pass  # expired between begin and end: nothing left to finish

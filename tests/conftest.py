@@ -1,13 +1,14 @@
 """Session-wide fixtures: paths, the sample corpus, and one local Spark session.
 
 Spark starts at most once per test session (it costs ~10 s here); tests that need it
-take the ``spark`` fixture. Ray/Serve fixtures live in tests/serve/conftest.py.
+take the ``spark`` fixture. Ray/Serve fixtures live in tests/serve/conftest.py. Helper
+modules shared across test folders are the ``helpers`` package (``tests/helpers/``), importable
+because ``pyproject.toml`` puts ``tests/`` on pytest's ``pythonpath``.
 """
 
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,6 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 SCIFACT = SHARED / "data" / "beir" / "scifact"
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/llm_server.py and friends
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 

@@ -15,6 +15,8 @@ import yaml
 from quarry.cli import main
 from quarry.plan_manifests import validate_rayservice, validate_serve_config
 
+pytestmark = pytest.mark.unit
+
 ROOT = Path(__file__).resolve().parents[1]
 SEED = ROOT / "infra" / "profiles" / "seed-11-5.yaml"
 LOCAL = ROOT / "infra" / "profiles" / "quarry-local.yaml"

@@ -1,5 +1,5 @@
 """quarry.core.ingest.contextualize: extractive, none, and the llm path against a local fake
-OpenAI-compatible server (tests/llm_server.py)."""
+OpenAI-compatible server (tests/helpers/llm_server.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import pickle
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -26,9 +25,7 @@ from quarry.core.ingest.contextualize import (
 )
 from quarry.core.records import Envelope, Passage, SourceDocument
 
-# tests/ is not a package; the shared fake server lives next to this folder.
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from llm_server import FakeLLMServer  # noqa: E402
+from helpers.llm_server import FakeLLMServer
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(60)]
 

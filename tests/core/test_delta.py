@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from freshness_helpers import (BASE, EMB, GROUPS, PRINCIPALS, QUERIES, WORDS, assert_same_view, ch, doc,
+from helpers.freshness import (BASE, EMB, GROUPS, PRINCIPALS, QUERIES, WORDS, assert_same_view, ch, doc,
                                final_sources, rebuild)
 from quarry.core.changes.log import Change
 from quarry.core.changes.delta import apply_local
@@ -136,7 +136,7 @@ def _not_stale(batches, applied: list[Change]) -> list[Change]:
 def test_as_of_superseded_versions_stay_queryable_and_a_delete_removes_every_version(tmp_path):
     import datetime as dt
 
-    from freshness_helpers import EMB as emb
+    from helpers.freshness import EMB as emb
 
     root = str(tmp_path / "asof")
     v1 = SourceDocument(doc_id="rate", version="1", tenant="t", acl=("*",), title="Refund rate",

@@ -21,6 +21,8 @@ from quarry.core.rank.gate import (
 from quarry.core.rank.model import LearnedRanker
 from quarry.core.rank.train import TrainSettings, doc_ndcg, label_candidates, split_queries, train_and_evaluate
 
+from helpers.ranker import CASES, build_sample_index
+
 pytestmark = pytest.mark.unit
 
 
@@ -102,21 +104,8 @@ def test_no_labels_means_no_stage():
 
 @pytest.fixture()
 def sample_root(tmp_path):
-    from test_train_ranker import build_sample_index
-
     build_sample_index(tmp_path)
     return tmp_path
-
-
-@pytest.fixture(autouse=False)
-def jobs_tests_on_path():
-    import sys
-    from pathlib import Path
-
-    p = str(Path(__file__).resolve().parents[1] / "jobs")
-    sys.path.insert(0, p)
-    yield
-    sys.path.remove(p)
 
 
 def _train_on_sample(root):
@@ -125,7 +114,6 @@ def _train_on_sample(root):
     from quarry.core.rank.train import mine_candidates
     from quarry.core.records import Principal
     from quarry.core.search.stages import SearchSettings
-    from test_train_ranker import CASES
 
     index = TenantIndex.load(str(root), "acme")
     principal = Principal(tenant="acme", subject="t", groups=frozenset({"all-staff", "engineering", "support",
@@ -137,7 +125,7 @@ def _train_on_sample(root):
     return index, principal, r, d
 
 
-def test_record_and_load_second_stage(jobs_tests_on_path, sample_root):
+def test_record_and_load_second_stage(sample_root):
     from quarry.core.embed.embedders import HashingEmbedder
     from quarry.core.records import SearchRequest
     from quarry.core.search.stages import hybrid_search
@@ -183,7 +171,7 @@ def test_record_and_load_second_stage(jobs_tests_on_path, sample_root):
         record_decision(root, "acme", index.generation, yes, None)
 
 
-def test_second_stage_sees_only_the_principals_candidates(jobs_tests_on_path, sample_root, monkeypatch):
+def test_second_stage_sees_only_the_principals_candidates(sample_root, monkeypatch):
     """The stage gets only candidates that passed the principal's filter, and scoring reads
     nothing from the index."""
     from quarry.core.embed.embedders import HashingEmbedder
@@ -213,7 +201,7 @@ def test_second_stage_sees_only_the_principals_candidates(jobs_tests_on_path, sa
     assert all(p.doc_id != "treasury-accounts" for ps in seen for p in ps)  # finance-admins only
 
 
-def test_train_and_gate_without_labels_keeps_fused_order(jobs_tests_on_path, sample_root):
+def test_train_and_gate_without_labels_keeps_fused_order(sample_root):
     from quarry.core.embed.embedders import HashingEmbedder
     from quarry.core.index.shards import TenantIndex
     from quarry.core.rank.train import train_and_gate
@@ -225,8 +213,6 @@ def test_train_and_gate_without_labels_keeps_fused_order(jobs_tests_on_path, sam
     assert r is None and not d.enabled and rep["queries"]["labelled"] == 0
     # Labels present but an impossible margin: trained and evaluated, returned (so a job can
     # record it) but not enabled.
-    from test_train_ranker import CASES
-
     queries = {f"c{i}": q for i, (q, _) in enumerate(CASES)}
     qrels = {f"c{i}": {x: 1 for x in rel} for i, (_, rel) in enumerate(CASES)}
     r, d, rep = train_and_gate(index, p, HashingEmbedder(dim=64), queries, qrels,

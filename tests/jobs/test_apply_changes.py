@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from freshness_helpers import BASE, EMB, assert_same_view, ch, doc, final_sources, rebuild
+from helpers.freshness import BASE, EMB, assert_same_view, ch, doc, final_sources, rebuild
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(2400)]  # Spark apps on 2 shared cores
 
@@ -94,7 +94,7 @@ def test_apply_changes_job(spark, base_root, tmp_path):
 
 
 def test_kill_at_any_stage_changes_nothing_served(spark, base_root, tmp_path):
-    from build_helpers import paused_at
+    from helpers.build_job import paused_at
     from test_build_kill import _kill_when_paused
 
     from quarry.core.index import layout

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from build_helpers import (
+from helpers.build_job import (
     assert_excerpts_are_evidence,
     compare_indexes,
     passage_ids,

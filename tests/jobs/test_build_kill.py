@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from build_helpers import passage_ids, paused_at, principal_for, search
+from helpers.build_job import passage_ids, paused_at, principal_for, search
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(900)]
 

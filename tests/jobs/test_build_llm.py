@@ -1,12 +1,12 @@
 """The ``llm`` contextualizer through the Spark job, against the local fake
-OpenAI-compatible server (tests/llm_server.py): a server error, a slow response, and the
+OpenAI-compatible server (tests/helpers/llm_server.py): a server error, a slow response, and the
 cost account summed from the partitions into the job report."""
 
 from __future__ import annotations
 
 import pytest
 
-from llm_server import FakeLLMServer
+from helpers.llm_server import FakeLLMServer
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
 
@@ -17,7 +17,7 @@ def test_llm_contextualizer_in_the_job(spark, tmp_path, sample_docs):
     from quarry.core.ingest.sources import SAMPLE_CORPUS
     from quarry.jobs.build import BuildSettings, run_build
 
-    from build_helpers import principal_for, search
+    from helpers.build_job import principal_for, search
 
     # request 1 stalls past the client timeout, request 2 answers HTTP 500; both are retried
     with FakeLLMServer(slow_first=1, slow_s=3.0, fail_first=2) as srv:

@@ -13,8 +13,8 @@ import time
 import numpy as np
 import pytest
 
-from build_helpers import paused_at
-from freshness_helpers import BASE, EMB, PRINCIPALS, QUERIES, assert_same_view, ch, doc, final_sources, rebuild
+from helpers.build_job import paused_at
+from helpers.freshness import BASE, EMB, PRINCIPALS, QUERIES, assert_same_view, ch, doc, final_sources, rebuild
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(600)]
 

@@ -18,6 +18,8 @@ from quarry.serve.stores.runstore import QuotaExceeded, RunNotFound, RunStore
 from quarry.serve.stores.runstore_actor import ActorRunStore, RunTable
 from quarry.serve.stores.tracestore import TraceWriter, find_trace, hour_of, read_traces
 
+pytestmark = pytest.mark.slow  # the contract suite also runs against a real Redis server
+
 REPO = Path(__file__).resolve().parents[2]
 
 

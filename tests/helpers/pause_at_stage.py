@@ -1,6 +1,6 @@
 """Run a job module as ``python -m`` would, with its driver stopped at one stage.
 
-    python tests/jobs/pause_at_stage.py STAGE MARKER MODULE [ARGS...]
+    python tests/helpers/pause_at_stage.py STAGE MARKER MODULE [ARGS...]
 
 Every job announces its stages through ``quarry.jobs.report.Progress.start``; this wraps
 that method so that, when ``STAGE`` starts, the driver writes ``MARKER`` and sleeps until

@@ -52,7 +52,7 @@ def _candidates(root):
     from quarry.core.index.shards import TenantIndex
     from quarry.core.rank.train import mine_candidates
     from quarry.core.records import Principal
-    from quarry.core.search.stages import SearchSettings
+    from quarry.core.search.settings import SearchSettings
 
     idx = TenantIndex.load(root, "globex")
     p = Principal(tenant="globex", subject="u", groups=frozenset({"all-staff"}))

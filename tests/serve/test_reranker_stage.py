@@ -33,7 +33,7 @@ def index_root(tmp_path_factory):
 
 
 def _reranker(root, **kw):
-    from quarry.serve.deployments import Reranker
+    from quarry.serve.deployments.reranker import Reranker
     from quarry.serve.settings import AuthSettings, ServeSettings
 
     s = ServeSettings(index_root=root, auth=AuthSettings(hs256_secret="x" * 40), stage_check_s=0, **kw)

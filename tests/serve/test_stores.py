@@ -1,6 +1,5 @@
 """Run-store contract suite, run against every backend (the actor's table in-process and a
-real Redis server), plus the actor's checkpoint and the trace store (issue 10 item 3,
-issue 13 defects 3-4)."""
+real Redis server), plus the actor's checkpoint and the trace store."""
 
 from __future__ import annotations
 
@@ -17,6 +16,8 @@ from quarry.core.agent.runs import principal_key
 from quarry.serve.stores.runstore import QuotaExceeded, RunNotFound, RunStore
 from quarry.serve.stores.runstore_actor import ActorRunStore, RunTable
 from quarry.serve.stores.tracestore import TraceWriter, find_trace, hour_of, read_traces
+
+pytestmark = [pytest.mark.slow]  # half the contract suite runs against a real Redis server
 
 REPO = Path(__file__).resolve().parents[2]
 

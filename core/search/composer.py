@@ -15,7 +15,7 @@
 Where each stage runs is the executor's business, the way Ray's ``LLMServer`` takes its
 engine by injection: :class:`quarry.core.search.in_process.InProcessStages` runs them over
 a loaded index (``quarry search``, evaluation, the demo's checks, tests), and
-``quarry.serve.deployments.stages.DeploymentStages`` runs them through Serve deployment
+``quarry.serve.deployments.handles.DeploymentStages`` runs them through Serve deployment
 handles (the Gateway). Both hand each other the frozen records of
 ``quarry.core.search.records``; nothing here imports serve.
 """

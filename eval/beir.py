@@ -29,7 +29,8 @@ from quarry.core.rank.metrics import doc_ranking, mean, ndcg_at_k, recall_at_k
 from quarry.core.ingest.pipeline import build_corpus
 from quarry.core.rank.train import train_and_gate
 from quarry.core.records import Principal, SearchRequest
-from quarry.core.search.stages import SearchSettings, first_stage, lexical_leg
+from quarry.core.search.retrieval import first_stage, lexical_leg
+from quarry.core.search.settings import SearchSettings
 from quarry.core.ingest.sources import load_beir_corpus, load_beir_queries, load_qrels
 from quarry.eval.expected import check as check_expected
 from quarry.eval.expected import load_expected
@@ -111,7 +112,7 @@ def _score(rankings: dict[str, list[str]], ds: Dataset) -> dict[str, float]:
 
 def run_stages(index, ds: Dataset, embedder, second_stage=None) -> dict[str, dict[str, float]]:
     """Lexical, dense and hybrid (and rerank when a second stage is given) over the queries,
-    all from one :func:`quarry.core.search.stages.first_stage` call per query (each leg's own
+    all from one :func:`quarry.core.search.retrieval.first_stage` call per query (each leg's own
     ranking rides in its record)."""
     settings = SearchSettings(lexical_width=WIDTH, dense_width=WIDTH, candidate_width=WIDTH)
     principal = Principal(tenant=index.tenant, subject="eval")

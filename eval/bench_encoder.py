@@ -74,7 +74,7 @@ def load_encoders(encoders: list[str], manifest: dict[str, Any]) -> dict[str, tu
 
 def measure_encoders(loaded: dict[str, tuple[Any, float]], queries: list[str], index=None, ds=None) -> list[dict]:
     from quarry.core.records import Principal, SearchRequest
-    from quarry.core.search.stages import hybrid_search
+    from quarry.core.search.in_process import search
     from quarry.eval.beir import run_stages
 
     for emb, _ in loaded.values():  # warm-up
@@ -85,11 +85,11 @@ def measure_encoders(loaded: dict[str, tuple[Any, float]], queries: list[str], i
         principal = Principal(tenant=index.tenant, subject="bench")
         # each search starts with the resolver's text caches empty: otherwise the first
         # encoder in the row would pay for parsing the passages and the others would not
-        srch = interleaved({k: (lambda q, e=e: hybrid_search(index, principal, SearchRequest(query=q, top_k=4), e))
+        srch = interleaved({k: (lambda q, e=e: search(index, principal, SearchRequest(query=q, top_k=4), e))
                             for k, (e, _) in loaded.items()}, queries, before=clear_text_caches)
         # without the resolution stage (its contradiction search encodes up to 2 more
         # queries): the path issue 15 was measured on
-        bare = interleaved({k: (lambda q, e=e: hybrid_search(index, principal, SearchRequest(query=q, top_k=4), e,
+        bare = interleaved({k: (lambda q, e=e: search(index, principal, SearchRequest(query=q, top_k=4), e,
                                                              resolve=False))
                             for k, (e, _) in loaded.items()}, queries)
     rows = []

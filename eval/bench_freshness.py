@@ -38,7 +38,8 @@ from quarry.core.index.shards import TenantIndex
 from quarry.core.rank.metrics import doc_ranking, mean, ndcg_at_k
 from quarry.core.ingest.pipeline import build_corpus
 from quarry.core.records import Principal, SearchRequest
-from quarry.core.search.stages import SearchSettings, hybrid_search
+from quarry.core.search.in_process import search
+from quarry.core.search.settings import SearchSettings
 from quarry.core.ingest.sources import load_beir_corpus, load_beir_queries, load_qrels
 from quarry.core.text.units import split_sentences
 
@@ -50,7 +51,7 @@ def _rankings(index, queries, emb, settings):
     out, secs = {}, []
     for qid, q in queries.items():
         t = time.perf_counter()
-        r = hybrid_search(index, p, SearchRequest(query=q, top_k=10), emb, settings)
+        r = search(index, p, SearchRequest(query=q, top_k=10), emb, settings)
         secs.append(time.perf_counter() - t)
         out[qid] = doc_ranking([c.doc_id for c in sorted(r.candidates, key=lambda c: c.fused_rank)])[:10]
     return out, secs

@@ -1,5 +1,5 @@
 """Load benchmark for ``POST /v1/search`` over loopback HTTP, against the same search
-called in-process through ``quarry.core.search.stages.hybrid_search``.
+called in-process through ``quarry.core.search.in_process.search``.
 
     python -m quarry.eval.bench_serve [--requests 200] [--concurrency 1,4,16] [--out eval/results/serve.md]
 
@@ -89,7 +89,7 @@ def promote_learned(root: str, embedder) -> dict[str, str]:
     from quarry.core.rank.model import LearnedRanker
     from quarry.core.rank.train import label_candidates, mine_candidates
     from quarry.core.records import Principal
-    from quarry.core.search.stages import SearchSettings
+    from quarry.core.search.settings import SearchSettings
 
     ids = {}
     for tenant in sorted(QUERIES):
@@ -122,7 +122,8 @@ def in_process_search(root: str, embedder, width: int, stage_kind: str, ce_dir: 
     from quarry.core.records import Principal, SearchRequest
     from quarry.core.rank.cross_encoder import CrossEncoderReranker
     from quarry.core.rank.rerank import RerankInput, apply_rerank
-    from quarry.core.search.stages import SearchSettings, hybrid_search
+    from quarry.core.search.in_process import search
+    from quarry.core.search.settings import SearchSettings
 
     import torch
 
@@ -150,7 +151,7 @@ def in_process_search(root: str, embedder, width: int, stage_kind: str, ce_dir: 
     principals = {t: Principal(tenant=t, subject="bench", groups=frozenset(GROUPS)) for t in QUERIES}
 
     def one(t: str, q: str) -> None:
-        hybrid_search(idx[t], principals[t], SearchRequest(query=q, top_k=TOP_K), embedder, settings, stages[t])
+        search(idx[t], principals[t], SearchRequest(query=q, top_k=TOP_K), embedder, settings, stages[t])
 
     for t, q in workload(20):  # warm-up: model loads, mask caches
         one(t, q)
@@ -326,7 +327,7 @@ def run_config(name: str, root: str, secret: str, args, extra: dict[str, Any], e
 
 def markdown(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     out = [
-        "# Serving benchmark: `POST /v1/search` over loopback HTTP vs in-process `hybrid_search`",
+        "# Serving benchmark: `POST /v1/search` over loopback HTTP vs in-process `search`",
         "",
         f"Command: `{meta['command']}`  ",
         f"Machine: {meta['machine']}; client, Ray, Serve and the in-process baseline share these cores.  ",

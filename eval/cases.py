@@ -376,7 +376,7 @@ def _run_search(index, principal: Principal, request: SearchRequest, embedder, s
                 second_stage=None) -> SearchResult:
     """The one call into the search path: the composed in-process ``search()``, the same
     stages as serving, with the decision record filled."""
-    from quarry.core.search.stages import search
+    from quarry.core.search.in_process import search
 
     return search(index, principal, request, embedder, settings, second_stage=second_stage)
 
@@ -513,7 +513,7 @@ def run_case(case: EvidenceCase, index, embedder, settings, second_stage=None,
     if only is not None and only.valid_at == case.valid_at:
         decision = only
     else:
-        from quarry.core.search.stages import resolve_delivered
+        from quarry.core.search.resolution import resolve_delivered
 
         decision = resolve_delivered(index, principal, case_query(case), list(delivered.values()), case.valid_at,
                                      settings, embedder)
@@ -748,7 +748,7 @@ def run_suite(cases: Sequence[EvidenceCase], index_root: str, settings=None, *, 
     under ``index_root`` (or the given generation per tenant). With ``counterfactuals``,
     each answerable case's four also run, once per principal at the case's top_k (a run
     made only for them, when that width is not swept, still counts for isolation)."""
-    from quarry.core.search.stages import SearchSettings
+    from quarry.core.search.settings import SearchSettings
 
     settings = settings or SearchSettings()
     if widths is not None:

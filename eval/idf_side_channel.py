@@ -38,7 +38,7 @@ TOP = 10
 
 
 def _lexical_top(index, principal, query: str, width: int = TOP) -> list[tuple[str, float]]:
-    from quarry.core.search.stages import lexical_leg
+    from quarry.core.search.retrieval import lexical_leg
 
     hits = lexical_leg(index, index.masks(principal), query, width, 0.0)
     return [(index.passage_at(r).passage_id, float(s)) for r, s in zip(hits.rows, hits.scores)]

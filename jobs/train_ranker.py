@@ -42,7 +42,7 @@ from quarry.core.rank.gate import DEFAULT_MARGIN, record_decision
 from quarry.core.index.shards import TenantIndex
 from quarry.core.rank.train import TrainSettings, train_and_gate
 from quarry.core.records import PUBLIC_GROUP, Principal
-from quarry.core.search.stages import SearchSettings
+from quarry.core.search.settings import SearchSettings
 from quarry.core.rank.sentence_vectors import SentenceVectors
 from quarry.core.ingest.sources import read_qrels, read_queries
 

@@ -11,7 +11,8 @@ from quarry.core.embed.factory import embedder_for_index
 from quarry.core.errors import UsageError
 from quarry.core.index.shards import TenantIndex
 from quarry.core.records import TOP_K_CEILING, TOP_K_DEFAULT, Principal, SearchRequest
-from quarry.core.search.stages import SearchSettings, search
+from quarry.core.search.in_process import search
+from quarry.core.search.settings import SearchSettings
 from quarry.core.text.units import heading_text
 
 

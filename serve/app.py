@@ -9,7 +9,9 @@ from ray.serve import Application
 
 from quarry.core.capacity.workload import DEPLOYMENTS
 
-from quarry.serve.deployments import Reranker, Resolver, Retriever
+from quarry.serve.deployments.reranker import Reranker
+from quarry.serve.deployments.resolver import Resolver
+from quarry.serve.deployments.retriever import Retriever
 from quarry.serve.http.gateway import Gateway
 from quarry.serve.settings import ServeSettings, settings_from_args
 

@@ -11,6 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
 from quarry.core.records import TOP_K_CEILING, TOP_K_MAX
+from quarry.core.search.settings import SearchSettings
 
 
 class AuthSettings(BaseModel):
@@ -110,7 +111,9 @@ class ServeSettings(BaseModel):
     # Fused candidates handed to the second stage: search.candidate_width by default; a
     # request may ask for up to this many.
     candidate_width_ceiling: int = Field(default=100, ge=1, le=1000)
-    search: dict[str, Any] = Field(default_factory=dict)  # quarry.core.search.stages.SearchSettings overrides
+    # The search configuration, validated here; its top_k_ceiling defaults to this
+    # server's top_k_ceiling (below).
+    search: SearchSettings = Field(default_factory=SearchSettings)
     # Ray Serve options per deployment name (Gateway, Retriever, Reranker): autoscaling_config,
     # max_ongoing_requests, ray_actor_options, as `quarry plan` writes them into a Serve
     # config's `deployments` list. They override the builder's defaults.
@@ -183,9 +186,23 @@ class ServeSettings(BaseModel):
     def trace_root(self) -> str:
         return self.trace_dir or str(Path(self.index_root) / "_traces")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _search_ceiling(cls, data: Any) -> Any:
+        """``search.top_k_ceiling`` is the server's ``top_k_ceiling`` unless set itself."""
+        if not isinstance(data, dict):
+            return data
+        ceiling = data.get("top_k_ceiling", TOP_K_CEILING)
+        search = data.get("search")
+        if search is None or isinstance(search, dict):
+            return {**data, "search": {"top_k_ceiling": ceiling, **(search or {})}}
+        if isinstance(search, SearchSettings) and "top_k_ceiling" not in search.model_fields_set:
+            return {**data, "search": search.model_copy(update={"top_k_ceiling": ceiling})}
+        return data
+
     @model_validator(mode="after")
     def _widths(self) -> "ServeSettings":
-        width = int(self.search.get("candidate_width", 50))
+        width = self.search.candidate_width
         if width > self.candidate_width_ceiling:
             raise ValueError(f"search.candidate_width {width} exceeds candidate_width_ceiling "
                              f"{self.candidate_width_ceiling}")

@@ -14,11 +14,8 @@ from quarry.core.agent.citations import ABSTENTION_MESSAGE
 
 pytestmark = [pytest.mark.slow, pytest.mark.serve]
 
-# Lead: after merging the `resolve` branch this flag is False and the Acme assertions run.
-
 
 def test_demo_runs_the_scripted_agent_over_http(tmp_path):
-    pytest.importorskip("ray")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "QUARRY_HOME": str(tmp_path / "home")}
     env.pop("RAY_ADDRESS", None)
     p = subprocess.run(

@@ -1,6 +1,6 @@
 """The fetch tool and citable text (DESIGN §5), over one tenant index under the verified
 principal's permissions. A fetched passage carries the same envelope fields as a search
-excerpt (``quarry.core.search.stages.excerpt`` builds both), so REST, MCP and the in-process
+excerpt (``quarry.core.search.expansion.excerpt`` builds both), so REST, MCP and the in-process
 callers see one view. Not found and not permitted are the same ``None``.
 """
 
@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from quarry.core.index.shards import TenantIndex
 from quarry.core.records import Decision, Excerpt, Frozen, Passage, Principal
-from quarry.core.search.stages import excerpt
+from quarry.core.search.expansion import excerpt
 
 
 class SectionView(Frozen):

@@ -32,7 +32,7 @@ from quarry.core.rank.sentence_vectors import SentenceVectors
 
 if TYPE_CHECKING:  # pragma: no cover
     from quarry.core.embed.embedders import Embedder
-    from quarry.core.search.stages import SecondStage
+    from quarry.core.search.survivors import SecondStage
 
 __all__ = ["DEFAULT_MARGIN", "GateDecision", "check_margin", "evaluate_gate", "ranker_dir", "record_decision",
            "read_decision", "load_second_stage"]

@@ -25,7 +25,7 @@ from quarry.core.rank.sentence_vectors import SentenceVectors
 
 if TYPE_CHECKING:  # pragma: no cover
     from quarry.core.embed.embedders import Embedder
-    from quarry.core.search.stages import SecondStage
+    from quarry.core.search.survivors import SecondStage
 
 __all__ = ["RANKER_VERSION", "DEFAULT_PARAMS", "Group", "LearnedRanker"]
 
@@ -150,7 +150,7 @@ class LearnedRanker:
                 for pid, s, r in apply_rerank(scores, [c.passage_id for c in candidates], top_k)]
 
     def as_second_stage(self) -> "SecondStage":
-        """A ``SecondStage`` for :func:`quarry.core.search.stages.search`."""
+        """A ``SecondStage`` for :func:`quarry.core.search.in_process.search`."""
         self._check()
 
         def stage(query: str, candidates: Sequence[Candidate], passages: Sequence[Passage], top_k: int) -> list[Candidate]:

@@ -19,7 +19,8 @@ from quarry.core.rank.gate import DEFAULT_MARGIN, GateDecision, check_margin, ev
 from quarry.core.rank.metrics import doc_ranking, ndcg_at_k
 from quarry.core.rank.model import LearnedRanker
 from quarry.core.records import Candidate, Passage, SearchRequest
-from quarry.core.search.stages import SearchSettings, first_stage
+from quarry.core.search.retrieval import first_stage
+from quarry.core.search.settings import SearchSettings
 from quarry.core.rank.sentence_vectors import SentenceVectors
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -70,7 +71,7 @@ def mine_candidates(
     settings: "SearchSettings",
     query_vectors: Mapping[str, np.ndarray] | None = None,
 ) -> dict[str, Mined]:
-    """Quarry's own first stage (:func:`quarry.core.search.stages.first_stage`: mask -> lexical
+    """Quarry's own first stage (:func:`quarry.core.search.retrieval.first_stage`: mask -> lexical
     and dense legs with floors -> RRF) for each query, unfiltered by doc type or date.
     Candidates are therefore exactly those the principal could be served."""
     qids = list(queries)

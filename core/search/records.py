@@ -1,9 +1,9 @@
 """Typed records passed between the stages of one search (DESIGN §4, §6).
 
-The in-process search (:func:`quarry.core.search.stages.search`) and the Serve composition
-(Gateway -> Retriever -> Reranker -> Retriever -> Resolver) hand each other these same
-frozen records, so both run the same stages in the same order and no stage reads a dict
-by key. They carry ids, ranks, scores, codes and small records, never arrays or masks.
+The composer (:func:`quarry.core.search.composer.compose`) and its two stage executors
+(in-process, and Serve deployment handles: Retriever -> Reranker -> Retriever -> Resolver)
+hand each other these same frozen records, so both run the same stages in the same order
+and no stage reads a dict by key. They carry ids, ranks, scores, codes and small records, never arrays or masks.
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ class Expansion(Frozen):
 class Retrieval(_Carrying):
     """A first stage, the expansion of its fused top-k and the evidence resolution needs
     (the delivered passages and their evidence-graph neighbours), from one Retriever call:
-    what a search delivers when no second stage reorders the candidates (the Gateway asks
+    what a search delivers when no second stage reorders the candidates (the composer asks
     for it when the tenant's generation serves none, saving the separate expansion hop)."""
 
     first: FirstStage

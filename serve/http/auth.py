@@ -17,6 +17,7 @@ from collections.abc import Iterable
 import jwt
 from pydantic import BaseModel, ConfigDict
 
+from quarry.core.lru import LRU
 from quarry.core.records import Principal
 
 from quarry.serve.settings import AuthSettings
@@ -187,3 +188,24 @@ def mint_platform_token(secret: str, subject: str = "platform", *, ttl_s: int = 
     claims = {"iss": issuer, "aud": audience, "sub": subject, "iat": iat, "exp": iat + ttl_s,
               "jti": uuid.uuid4().hex, "scope": PLATFORM_SCOPE}
     return jwt.encode(claims, secret, algorithm="HS256")
+
+
+class CachedVerifier:
+    """Bearer-token verification that remembers a verified token until its ``exp``
+    (signature checks are the largest fixed cost of a request; a cached entry is only ever
+    a token that passed every check, and it leaves the cache when it expires). One per
+    Gateway replica, shared by REST and MCP."""
+
+    def __init__(self, settings: AuthSettings, capacity: int = 4096):
+        self.settings = settings
+        self._verified: LRU[str, tuple[Identity, float]] = LRU(capacity)
+
+    def verify(self, token: str) -> Identity:
+        now = time.time()
+        hit = self._verified.get(token)
+        if hit is not None and now < hit[1]:
+            return hit[0]
+        ident = verify_token(token, self.settings)
+        exp = float(jwt.decode(token, options={"verify_signature": False})["exp"])
+        self._verified.put(token, (ident, exp + self.settings.leeway_s))
+        return ident

@@ -1,4 +1,4 @@
-"""Validation errors as the caller sees them: where and why, never the input (defect 1, 2).
+"""Validation errors as the caller sees them: where and why, never the input.
 
 FastAPI's default handler echoes each offending value (``"input": "globex"``) and fails
 with a 500 while doing so when the value cannot be encoded: a lone surrogate

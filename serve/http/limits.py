@@ -1,4 +1,4 @@
-"""Request ceilings, enforced before anything parses the request (issue 13, defect 2).
+"""Request ceilings, enforced before anything parses the request.
 
 A pure ASGI middleware, outermost in the gateway app: it sees the raw header list and the
 body as bytes, so a 4 MiB ``Authorization`` header never reaches the token verifier and a

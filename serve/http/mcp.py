@@ -3,11 +3,11 @@
 Mounted in the same FastAPI app as the REST API (one Serve application, one port). The
 three tools (``search``, ``fetch``, ``submit_answer``) have exactly the names,
 descriptions, input schemas and ceilings of ``GET /v1/tools`` (``tools.tool_definitions``)
-and call the same Gateway methods as the REST handlers (``_search_impl`` and friends), so
+and call the same :class:`~quarry.serve.http.agent_tools.AgentTools` as the REST routes, so
 permissions, run rules, traces and responses are the REST ones.
 
 Authentication is the SDK's token-verifier hook (``BearerAuthBackend`` +
-``RequireAuthMiddleware``) around the same ``verify_token`` as REST; the principal comes
+``RequireAuthMiddleware``) around the same verifier (and its cache) as REST; the principal comes
 only from the bearer token. Protected-resource metadata (RFC 9728) is served at
 ``/.well-known/oauth-protected-resource/mcp``.
 
@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import mcp_types as types
 from mcp.server.auth.middleware.auth_context import AuthContextMiddleware
@@ -45,11 +45,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
 
-from quarry.serve.http.auth import AuthError, Identity
+from quarry.serve.http.agent_tools import AgentTools, ToolError
+from quarry.serve.http.auth import AuthError, CachedVerifier, Identity
 from quarry.serve.http.tools import FetchRequest, SearchToolRequest, SubmitAnswerRequest, tool_definitions
-
-if TYPE_CHECKING:
-    from quarry.serve.http.gateway import Gateway
+from quarry.serve.settings import ServeSettings
 
 SESSION_HEADER = "mcp-session-id"
 RUN_HEADER = "x-quarry-run"
@@ -65,16 +64,16 @@ class QuarryAccessToken(AccessToken):
 class JWTTokenVerifier:
     """The SDK ``TokenVerifier`` hook over the gateway's own verification (and its cache)."""
 
-    def __init__(self, gateway: "Gateway"):
-        self.g = gateway
+    def __init__(self, verifier: CachedVerifier):
+        self.verifier = verifier
 
     async def verify_token(self, token: str) -> AccessToken | None:
         try:
-            ident = self.g.verify(token)
+            ident = self.verifier.verify(token)
         except AuthError:
             return None
         return QuarryAccessToken(token=token, client_id=ident.principal.subject, scopes=sorted(ident.scopes),
-                                 subject=ident.principal.subject, claims={"iss": self.g.s.auth.issuer},
+                                 subject=ident.principal.subject, claims={"iss": self.verifier.settings.issuer},
                                  identity=ident)
 
 
@@ -89,11 +88,10 @@ class _ASGI(Response):
 
 
 class MCPEndpoint:
-    def __init__(self, gateway: "Gateway"):
-        self.g = gateway
-        s = gateway.s
+    def __init__(self, settings: ServeSettings, agent_tools: AgentTools, verifier: CachedVerifier):
+        self.settings, self.agent_tools = settings, agent_tools
         self.tools = [types.Tool(name=t["name"], description=t["description"], input_schema=t["input_schema"])
-                      for t in tool_definitions(s.top_k_ceiling, s.candidate_width_ceiling)["anthropic"]]
+                      for t in tool_definitions(settings.top_k_ceiling, settings.candidate_width_ceiling)["anthropic"]]
         self.server = Server("quarry", version="0.1.0", instructions=(
             "Evidence search over your organisation's documents. One session is one task: a search budget "
             "(searches_left), fetch to read around a hit, then submit_answer once."),
@@ -104,7 +102,7 @@ class MCPEndpoint:
             app=self.server, json_response=True, stateless=True,
             security_settings=TransportSecuritySettings(enable_dns_rebinding_protection=False))
         inner = RequireAuthMiddleware(_Sessions(self, StreamableHTTPASGIApp(self.manager)), [], None)
-        self.app = AuthenticationMiddleware(AuthContextMiddleware(inner), backend=BearerAuthBackend(JWTTokenVerifier(gateway)))
+        self.app = AuthenticationMiddleware(AuthContextMiddleware(inner), backend=BearerAuthBackend(JWTTokenVerifier(verifier)))
         self._running: asyncio.Event | None = None
 
     async def _ensure_running(self) -> None:
@@ -129,10 +127,10 @@ class MCPEndpoint:
         return _ASGI(self.app)
 
     def resource_url(self, request: Request) -> str:
-        return self.g.s.mcp_resource_url or str(request.base_url).rstrip("/") + "/mcp"
+        return self.settings.mcp_resource_url or str(request.base_url).rstrip("/") + "/mcp"
 
     def resource_metadata(self, request: Request) -> Response:
-        servers = self.g.s.mcp_authorization_servers or [str(request.base_url).rstrip("/")]
+        servers = self.settings.mcp_authorization_servers or [str(request.base_url).rstrip("/")]
         meta = ProtectedResourceMetadata(resource=AnyHttpUrl(self.resource_url(request)),
                                          authorization_servers=[AnyHttpUrl(u) for u in servers],
                                          scopes_supported=None, resource_name="Quarry evidence search")
@@ -144,8 +142,6 @@ class MCPEndpoint:
         return types.ListToolsResult(tools=self.tools)
 
     async def _call_tool(self, ctx, params: types.CallToolRequestParams) -> types.CallToolResult:
-        from quarry.serve.http.gateway import _Reject
-
         request: Request = ctx.request
         user = request.scope.get("user")
         if not isinstance(user, AuthenticatedUser) or not isinstance(user.access_token, QuarryAccessToken):
@@ -155,23 +151,24 @@ class MCPEndpoint:
         args = params.arguments or {}
         try:
             if params.name == "search":
-                body = await self.g._search_impl(ident, run_id, SearchToolRequest.model_validate(args))
+                body = await self.agent_tools.search(ident, run_id, SearchToolRequest.model_validate(args))
             elif params.name == "fetch":
-                body = await self.g._fetch_impl(ident, run_id, FetchRequest.model_validate(args))
+                body = await self.agent_tools.fetch(ident, run_id, FetchRequest.model_validate(args))
             elif params.name == "submit_answer":
                 try:
                     decision, errors = SubmitAnswerRequest.model_validate(args), None
                 except ValidationError as e:
                     decision, errors = None, e.errors(include_url=False, include_input=False)
-                body = await self.g._answer_impl(ident, run_id, decision, errors)
+                body = await self.agent_tools.answer(ident, run_id, decision, errors)
             else:
                 return _error(404, {"detail": f"unknown tool {params.name[:40]!r}; tools: search, fetch, submit_answer"})
         except ValidationError as e:
             return _error(422, {"detail": [{"loc": list(x.get("loc", ())), "type": x.get("type"), "msg": x.get("msg")}
                                            for x in e.errors(include_url=False, include_input=False)]})
-        except _Reject as e:
+        except ToolError as e:
             return _error(e.status, e.body)
-        return types.CallToolResult(content=[types.TextContent(text=json.dumps(body))], structured_content=body)
+        data = body.model_dump(mode="json")
+        return types.CallToolResult(content=[types.TextContent(text=json.dumps(data))], structured_content=data)
 
 
 def _error(status: int, body: dict[str, Any]) -> types.CallToolResult:
@@ -185,7 +182,7 @@ class _Sessions:
     sessionless protocol era (see the module docstring)."""
 
     def __init__(self, endpoint: MCPEndpoint, app):
-        self.ep, self.app = endpoint, app
+        self.endpoint, self.app = endpoint, app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
@@ -228,15 +225,13 @@ class _Sessions:
         if method != "initialize":
             await self.app(scope, replay, send)
             return
-        from quarry.serve.http.gateway import _Reject
-
         ident = scope["user"].access_token.identity
         try:
-            run = await self.ep.g._create_run_impl(ident)
-        except _Reject as e:
+            run = await self.endpoint.agent_tools.create_run(ident)
+        except ToolError as e:
             await JSONResponse(e.body, status_code=e.status, headers=e.headers)(scope, receive, send)
             return
-        session = run["run_id"].encode()
+        session = run.run_id.encode()
 
         async def send_with_session(msg: dict[str, Any]) -> None:
             if msg["type"] == "http.response.start":

@@ -1,4 +1,4 @@
-"""The OpenAPI document, made to say exactly what the gateway accepts and returns (defect 9).
+"""The OpenAPI document, made to say exactly what the gateway accepts and returns.
 
 FastAPI's generated spec documents only 200 and 422, takes request schemas from pydantic's
 lax models (``top_k ≤ 50`` where the server allows 10; a ``$defs`` ref on ``/v1/answer``
@@ -10,8 +10,9 @@ regenerated from the routes and then corrected:
 - authentication is a bearer security scheme, not a header parameter;
 - every status an operation can return is listed with its body schema, including those
   produced before routing (400, 413, 415, 431 from ``limits``) and 429 (run quotas);
-- success bodies name their required fields and types; extra fields are allowed so new
-  response fields do not break clients.
+- every response body's schema is generated from its model in ``responses.py`` (inlined,
+  so each schema stands alone); extra fields are allowed so new response fields do not
+  break clients.
 """
 
 from __future__ import annotations
@@ -22,49 +23,42 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
+from pydantic import BaseModel
 
-from quarry.serve.settings import ServeSettings
+from quarry.serve.http.responses import (
+    Abstained,
+    Answered,
+    Detail,
+    FetchResponse,
+    Health,
+    RunCreated,
+    SearchResponse,
+    ToolDefinitions,
+    TraceView,
+    ValidationErrors,
+)
 from quarry.serve.http.tools import tool_definitions
+from quarry.serve.settings import ServeSettings
 
-_STR = {"type": "string"}
-_INT = {"type": "integer"}
-_BOOL = {"type": "boolean"}
-_ARR = {"type": "array"}
-DETAIL = {"type": "object", "required": ["detail"], "properties": {"detail": _STR}}
-VALIDATION = {
-    "type": "object", "required": ["detail"],
-    "properties": {"detail": {"type": "array", "items": {
-        "type": "object", "required": ["loc", "type", "msg"], "additionalProperties": False,
-        "properties": {"loc": {"type": "array", "items": {"anyOf": [_STR, _INT]}}, "type": _STR, "msg": _STR}}}},
-}
-ABSTAINED = {
-    "type": "object", "required": ["status", "message", "searches_left", "trace_id"],
-    "properties": {"status": {"const": "abstained"}, "message": _STR, "searches_left": _INT, "trace_id": _STR},
-}
-ANSWERED = {
-    "type": "object", "required": ["status", "claims", "trace_id"],
-    "properties": {"status": {"const": "answered"}, "claims": _ARR, "trace_id": _STR},
-}
-RUN = {"type": "object", "required": ["run_id", "budget", "searches_left"],
-       "properties": {"run_id": _STR, "budget": _INT, "searches_left": _INT}}
-EXCERPT = {"type": "object", "required": ["passage_id", "doc_id", "text", "trust"],
-           "properties": {"passage_id": _STR, "doc_id": _STR, "text": _STR, "trust": {"const": "untrusted"}}}
-SEARCH = {
-    "type": "object",
-    "required": ["run_id", "excerpts", "stages", "generation", "delivered_tokens", "truncated", "message",
-                 "new_passage_ids", "searches_left", "trace_id"],
-    "properties": {"run_id": _STR, "excerpts": {"type": "array", "items": EXCERPT}, "stages": _ARR,
-                   "generation": _INT, "delivered_tokens": _INT, "truncated": _BOOL, "message": _STR,
-                   "new_passage_ids": {"type": "array", "items": _STR}, "searches_left": _INT, "trace_id": _STR},
-}
-FETCHED = {"type": "object", "required": ["kind", "generation"],
-           "properties": {"kind": {"enum": ["passage", "section", "document"]}, "generation": _INT,
-                          "passages": _ARR, "section": {"type": "object"}}}
-HEALTH = {"type": "object", "required": ["status"], "properties": {"status": {"const": "ok"},
-                                                                   "tenants": {"type": "object"}}}
-TOOLS = {"type": "object", "required": ["openai", "anthropic"], "properties": {"openai": _ARR, "anthropic": _ARR}}
-TRACE = {"type": "object", "required": ["trace_id", "kind", "tenant"],
-         "properties": {"trace_id": _STR, "kind": _STR, "tenant": _STR}}
+
+def _inline(node: Any, defs: dict[str, Any]) -> Any:
+    """``node`` with every ``#/$defs/...`` reference replaced by its definition, and
+    ``additionalProperties: false`` dropped (clients must accept new fields)."""
+    if isinstance(node, dict):
+        ref = node.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#/$defs/"):
+            return _inline(defs[ref.rsplit("/", 1)[-1]], defs)
+        return {k: _inline(v, defs) for k, v in node.items()
+                if not (k == "additionalProperties" and v is False)}
+    if isinstance(node, list):
+        return [_inline(v, defs) for v in node]
+    return node
+
+
+def schema_of(model: type[BaseModel]) -> dict[str, Any]:
+    """A response model's JSON schema as serialised (``mode="serialization"``), standing alone."""
+    schema = model.model_json_schema(mode="serialization")
+    return _inline(schema, schema.pop("$defs", {}))
 
 _WHY = {
     "400": "Malformed request: invalid JSON, JSON nested too deeply, or a malformed Content-Length.",
@@ -85,7 +79,7 @@ def _resp(schema: dict[str, Any], why: str) -> dict[str, Any]:
 
 
 def _errors(*codes: str) -> dict[str, Any]:
-    return {c: _resp(VALIDATION if c == "422" else DETAIL, _WHY[c]) for c in (*_EDGE, *codes)}
+    return {c: _resp(schema_of(ValidationErrors if c == "422" else Detail), _WHY[c]) for c in (*_EDGE, *codes)}
 
 
 def _body(schema: dict[str, Any]) -> dict[str, Any]:
@@ -108,24 +102,24 @@ def operations(top_k_ceiling: int | None, candidates_ceiling: int | None) -> dic
     bearer = [{"bearer": []}]
     return {
         ("/healthz", "get"): {"security": [{}, {"bearer": []}],
-                              "responses": {"200": _resp(HEALTH, "Liveness; details only for operators."),
+                              "responses": {"200": _resp(schema_of(Health), "Liveness; details only for operators."),
                                             **_errors()}},
-        ("/v1/tools", "get"): {"responses": {"200": _resp(TOOLS, "Tool definitions."), **_errors()}},
+        ("/v1/tools", "get"): {"responses": {"200": _resp(schema_of(ToolDefinitions), "Tool definitions."), **_errors()}},
         ("/v1/runs", "post"): {"security": bearer,
-                               "responses": {"200": _resp(RUN, "A new run."), **_errors("401", "429")}},
+                               "responses": {"200": _resp(schema_of(RunCreated), "A new run."), **_errors("401", "429")}},
         ("/v1/search", "post"): {"security": bearer, "requestBody": _body(tools["search"]), "responses": {
-            "200": _resp(SEARCH, "Cited excerpts."),
-            "409": _resp(ABSTAINED, "The run's search budget is spent; the run ends as an abstention."),
+            "200": _resp(schema_of(SearchResponse), "Cited excerpts."),
+            "409": _resp(schema_of(Abstained), "The run's search budget is spent; the run ends as an abstention."),
             **_errors("401", "404", "422")}},
         ("/v1/fetch", "post"): {"security": bearer, "requestBody": _body(tools["fetch"]), "responses": {
-            "200": _resp(FETCHED, "The passage, section or document."), **_errors("401", "404", "422")}},
+            "200": _resp(schema_of(FetchResponse), "The passage, section or document."), **_errors("401", "404", "422")}},
         ("/v1/answer", "post"): {"security": bearer, "requestBody": _body(answer_schema(tools["submit_answer"])),
                                  "responses": {
-            "200": _resp({"oneOf": [ANSWERED, ABSTAINED]}, "Answered with checked claims, or abstained."),
-            "409": _resp(DETAIL, "This run has already finished."),
+            "200": _resp({"oneOf": [schema_of(Answered), schema_of(Abstained)]}, "Answered with checked claims, or abstained."),
+            "409": _resp(schema_of(Detail), "This run has already finished."),
             **_errors("401", "404", "422")}},
         ("/v1/trace/{trace_id}", "get"): {"security": bearer, "responses": {
-            "200": _resp(TRACE, "The trace, filtered by the operator's groups."), **_errors("401", "404")}},
+            "200": _resp(schema_of(TraceView), "The trace, filtered by the operator's groups."), **_errors("401", "404")}},
     }
 
 

@@ -20,7 +20,7 @@ from quarry.core.records import TOP_K_DEFAULT, TOP_K_MAX, SearchRequest
 __all__ = ["SearchRequest", "SearchToolRequest", "FetchRequest", "Abstention", "SubmitAnswerRequest", "Claim", "tool_definitions", "TOOLS"]
 
 
-# Every string and list an agent sends is bounded (defect 5) and strictly typed (defect 9):
+# Every string and list an agent sends is bounded and strictly typed:
 # a JSON "5" or true is not an integer (5.0 is, as in JSON Schema), 0 is not a date, and control characters (NUL and
 # the like) are not text. The patterns are written so pydantic and a JSON-Schema validator
 # read them the same way (anchored, ASCII classes).

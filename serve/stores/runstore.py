@@ -1,4 +1,5 @@
-"""The run-store protocol and its factory (DESIGN §6 "State").
+"""The run-store protocol and its errors (DESIGN §6 "State"); ``factory.make_run_store``
+picks the configured backend.
 
 A run's rules (budget, new evidence, one exit) are read-modify-write decisions that must be
 atomic across gateway replicas. They live once, as pure functions in ``quarry.core.agent.runs``
@@ -30,10 +31,7 @@ from typing import Protocol, runtime_checkable
 
 from quarry.core.agent.runs import AnswerStart, RunView, SearchDecision
 
-from quarry.serve.settings import ServeSettings
-
-__all__ = ["RunStore", "RunNotFound", "QuotaExceeded", "StoreUnavailable", "make_run_store",
-           "RunView", "SearchDecision", "AnswerStart"]
+__all__ = ["RunStore", "RunNotFound", "QuotaExceeded", "StoreUnavailable"]
 
 
 class RunNotFound(Exception):
@@ -73,13 +71,3 @@ class RunStore(Protocol):
 
     async def end_answer(self, run_id: str, pkey: str, outcome: str) -> None: ...
 
-
-def make_run_store(settings: ServeSettings) -> RunStore:
-    """The configured backend, attached from inside a gateway replica."""
-    if settings.run_store == "redis":
-        from quarry.serve.stores.redis_store import RedisRunStore
-
-        return RedisRunStore.from_settings(settings)
-    from quarry.serve.stores.runstore_actor import ActorRunStore
-
-    return ActorRunStore.from_settings(settings)

@@ -1,4 +1,4 @@
-"""What a trace may hold and what an operator may read of it (issue 13, defect 7).
+"""What a trace may hold and what an operator may read of it.
 
 Operator model (README "Security model"): an operator reads traces of its own tenant, and
 sees of each trace only the evidence its own groups could read. Ids of passages and

@@ -23,7 +23,9 @@ from quarry.core.changes.delta import apply_local
 from quarry.core.index.shards import TenantIndex
 from quarry.core.ingest.pipeline import build_corpus
 from quarry.core.records import Principal, SearchRequest, SourceDocument
-from quarry.core.search.stages import SearchSettings, hybrid_search, lexical_leg
+from quarry.core.search.in_process import search
+from quarry.core.search.retrieval import lexical_leg
+from quarry.core.search.settings import SearchSettings
 
 pytestmark = pytest.mark.unit
 
@@ -52,7 +54,7 @@ def test_revocation_delete_and_upsert_match_a_rebuild(base_root):
     a = Principal(tenant="t", subject="u", groups=frozenset({"a"}))
     assert idx.passage(idx.shards[0].passage_ids[0], a) is None or not idx.shards[0].passage_ids[0].startswith("d0")
     assert not idx.document("d0", a) and idx.document("d9", a)
-    r = hybrid_search(idx, a, SearchRequest(query="fresh marker", top_k=3), EMB, SearchSettings(dense_floor=-1))
+    r = search(idx, a, SearchRequest(query="fresh marker", top_k=3), EMB, SearchSettings(dense_floor=-1))
     assert r.excerpts and r.excerpts[0].doc_id == "d9"
     # re-applying the same log changes nothing and publishes nothing
     seq2, res2 = apply_local(base_root, "t", changes, EMB)
@@ -151,7 +153,7 @@ def test_as_of_superseded_versions_stay_queryable_and_a_delete_removes_every_ver
     s = SearchSettings(dense_floor=-1)
 
     def versions(day):
-        r = hybrid_search(idx, p, SearchRequest(query="refunds approval", top_k=5, valid_at=day), emb, s)
+        r = search(idx, p, SearchRequest(query="refunds approval", top_k=5, valid_at=day), emb, s)
         return sorted({e.version for e in r.excerpts if e.doc_id == "rate"})
 
     assert versions(dt.date(2026, 2, 15)) == ["1"] and versions(dt.date(2026, 3, 15)) == ["2"]

@@ -16,7 +16,7 @@ from quarry.core.embed.embedders import HashingEmbedder, passage_text_for_embedd
 from quarry.core.index.shards import TenantIndex, build_tenant_index
 from quarry.core.ingest.pipeline import prepare
 from quarry.core.records import Principal, SourceDocument
-from quarry.core.search.stages import dense_leg
+from quarry.core.search.retrieval import dense_leg
 
 EMB = HashingEmbedder(dim=32)
 

@@ -17,7 +17,9 @@ from quarry.core.index.shards import TenantIndex
 from quarry.core.ingest.pipeline import build_corpus
 from quarry.core.records import Event, Principal, SearchRequest, SourceDocument
 from quarry.core.evidence.resolve import resolve
-from quarry.core.search.stages import SearchSettings, gather_evidence, search
+from quarry.core.search.in_process import search
+from quarry.core.search.resolution import gather_evidence
+from quarry.core.search.settings import SearchSettings
 
 pytestmark = pytest.mark.unit
 

@@ -10,7 +10,7 @@ from quarry.core.agent.fetch import citable_texts, fetch
 from quarry.core.index.shards import TenantIndex
 from quarry.core.ingest.pipeline import build_corpus
 from quarry.core.records import PUBLIC_GROUP, Principal, SearchRequest
-from quarry.core.search.stages import hybrid_search
+from quarry.core.search.in_process import search
 
 pytestmark = pytest.mark.unit
 
@@ -50,7 +50,7 @@ def test_a_fetched_passage_carries_the_whole_envelope(acme):
 
 def test_fetch_and_search_show_one_view(acme):
     p = Principal(tenant="acme", subject="t", groups=STAFF)
-    res = hybrid_search(acme, p, SearchRequest(query="refund policy threshold", top_k=4), EMB)
+    res = search(acme, p, SearchRequest(query="refund policy threshold", top_k=4), EMB)
     plain = [e for e in res.excerpts if e.expanded_to is None and not e.truncated]
     assert plain, res.excerpts
     for e in plain:

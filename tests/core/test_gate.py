@@ -113,7 +113,7 @@ def _train_on_sample(root):
     from quarry.core.index.shards import TenantIndex
     from quarry.core.rank.train import mine_candidates
     from quarry.core.records import Principal
-    from quarry.core.search.stages import SearchSettings
+    from quarry.core.search.settings import SearchSettings
 
     index = TenantIndex.load(str(root), "acme")
     principal = Principal(tenant="acme", subject="t", groups=frozenset({"all-staff", "engineering", "support",
@@ -128,7 +128,7 @@ def _train_on_sample(root):
 def test_record_and_load_second_stage(sample_root):
     from quarry.core.embed.embedders import HashingEmbedder
     from quarry.core.records import SearchRequest
-    from quarry.core.search.stages import hybrid_search
+    from quarry.core.search.in_process import search
 
     root = str(sample_root)
     index, principal, ranker, _ = _train_on_sample(sample_root)
@@ -142,7 +142,7 @@ def test_record_and_load_second_stage(sample_root):
     stage, dec = load_second_stage(root, "acme")
     assert stage is None and dec["enabled"] is False and dec["model_id"] == ranker.model_id
 
-    # An enabled one is served, and hybrid_search uses it.
+    # An enabled one is served, and search uses it.
     yes = evaluate_gate(0.7, 0.8, 0.005, model_id=ranker.model_id, n_queries=6)
     record_decision(root, "acme", index.generation, yes, ranker)
     for m in (layout.read_manifest(root, "acme", index.generation),
@@ -153,7 +153,7 @@ def test_record_and_load_second_stage(sample_root):
     assert hashlib.sha256(model.read_bytes()).hexdigest() == ranker.model_id
     stage, dec = load_second_stage(root, "acme")
     assert stage is not None and dec["enabled"] is True
-    res = hybrid_search(index, principal, SearchRequest(query="webhook error E-4471", top_k=3),
+    res = search(index, principal, SearchRequest(query="webhook error E-4471", top_k=3),
                         HashingEmbedder(dim=64), second_stage=stage)
     rr = next(s for s in res.stages if s.name == "rerank")
     assert rr.kept == 3 and "skipped" not in rr.note
@@ -177,7 +177,7 @@ def test_second_stage_sees_only_the_principals_candidates(sample_root, monkeypat
     from quarry.core.embed.embedders import HashingEmbedder
     from quarry.core.index.shards import TenantIndex
     from quarry.core.records import Principal, SearchRequest
-    from quarry.core.search.stages import hybrid_search
+    from quarry.core.search.in_process import search
 
     index, _, ranker, _ = _train_on_sample(sample_root)
     inner = ranker.as_second_stage()
@@ -196,7 +196,7 @@ def test_second_stage_sees_only_the_principals_candidates(sample_root, monkeypat
 
     narrow = Principal(tenant="acme", subject="u", groups=frozenset({"engineering"}))
     for q in ("treasury account details", "settlement cutoff", "rotate API keys"):
-        hybrid_search(index, narrow, SearchRequest(query=q, top_k=4), HashingEmbedder(dim=64), second_stage=spy)
+        search(index, narrow, SearchRequest(query=q, top_k=4), HashingEmbedder(dim=64), second_stage=spy)
     assert seen and all(p.tenant == "acme" and narrow.can_read(p.tenant, p.envelope.acl) for ps in seen for p in ps)
     assert all(p.doc_id != "treasury-accounts" for ps in seen for p in ps)  # finance-admins only
 

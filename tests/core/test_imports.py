@@ -21,7 +21,7 @@ HEAVY = ("ray", "pyspark", "torch", "sentence_transformers", "transformers", "qu
 
 
 def test_every_core_module_is_found():
-    assert {"quarry.core.search.stages", "quarry.core.index.shards", "quarry.core.evidence.resolve"} <= set(CORE_MODULES)
+    assert {"quarry.core.search.composer", "quarry.core.index.shards", "quarry.core.evidence.resolve"} <= set(CORE_MODULES)
 
 
 @pytest.mark.parametrize("module", CORE_MODULES)

@@ -12,7 +12,7 @@ from quarry.core.embed.embedders import HashingEmbedder, passage_text_for_embedd
 from quarry.core.index.shards import TenantIndex, build_tenant_index
 from quarry.core.ingest.pipeline import prepare
 from quarry.core.records import Principal
-from quarry.core.search.stages import dense_leg, lexical_leg
+from quarry.core.search.retrieval import dense_leg, lexical_leg
 
 pytestmark = pytest.mark.unit
 EMB = HashingEmbedder(dim=64)

@@ -10,7 +10,9 @@ import pytest
 from quarry.core.text.units import count_tokens
 from quarry.core.index.shards import TenantIndex
 from quarry.core.records import Principal, SearchRequest
-from quarry.core.search.stages import SearchSettings, hybrid_search, lexical_leg
+from quarry.core.search.in_process import search
+from quarry.core.search.retrieval import lexical_leg
+from quarry.core.search.settings import SearchSettings
 
 pytestmark = [pytest.mark.unit, pytest.mark.slow]
 
@@ -46,7 +48,7 @@ def test_identifier_query_ranks_the_literal_document_first(indexes, minilm, iden
         hits += 1
         lex = lexical_leg(idx, idx.masks(principal), ident, 10, 0.0)
         assert idx.passage_at(lex.rows[0]).doc_id in want, (tenant, ident)
-        res = hybrid_search(idx, principal, SearchRequest(query=ident), minilm)
+        res = search(idx, principal, SearchRequest(query=ident), minilm)
         assert res.candidates[0].doc_id in want, (tenant, ident, res.candidates[:3])
         assert res.excerpts[0].doc_id in want
     assert hits >= 1
@@ -56,7 +58,7 @@ def test_valid_at_returns_only_passages_in_force_and_flags_unknown(indexes, mini
     idx = indexes["acme"]
     principal = Principal(tenant="acme", subject="t", groups=STAFF)
     for day, version in ((dt.date(2025, 6, 1), "1"), (dt.date(2026, 3, 1), "2")):
-        res = hybrid_search(idx, principal, SearchRequest(query="refund policy window days", top_k=10,
+        res = search(idx, principal, SearchRequest(query="refund policy window days", top_k=10,
                                                           valid_at=day), minilm)
         versions = {e.version for e in res.excerpts if e.doc_id == "refund-policy"}
         assert versions == {version}, (day, versions)
@@ -66,15 +68,15 @@ def test_valid_at_returns_only_passages_in_force_and_flags_unknown(indexes, mini
             else:
                 assert e.validity == "in_force"
                 assert (e.effective_from or day) <= day <= (e.effective_to or day)
-    res = hybrid_search(idx, principal, SearchRequest(query="refund policy window days"), minilm)
+    res = search(idx, principal, SearchRequest(query="refund policy window days"), minilm)
     assert all(e.validity is None for e in res.excerpts)
 
 
 def test_group_restricted_document(indexes, minilm):
     idx = indexes["acme"]
     q = SearchRequest(query="Acme treasury account details IBAN", top_k=5)
-    staff = hybrid_search(idx, Principal(tenant="acme", subject="t", groups=STAFF), q, minilm)
-    fin = hybrid_search(idx, Principal(tenant="acme", subject="t", groups=frozenset({"finance-admins"})), q, minilm)
+    staff = search(idx, Principal(tenant="acme", subject="t", groups=STAFF), q, minilm)
+    fin = search(idx, Principal(tenant="acme", subject="t", groups=frozenset({"finance-admins"})), q, minilm)
     assert "treasury-accounts" not in {c.doc_id for c in staff.candidates}
     assert fin.excerpts[0].doc_id == "treasury-accounts"
 
@@ -83,14 +85,14 @@ def test_group_restricted_document(indexes, minilm):
 def test_expansion_never_exceeds_the_token_ceiling(indexes, minilm, ceiling):
     idx = indexes["acme"]
     principal = Principal(tenant="acme", subject="t", groups=STAFF)
-    res = hybrid_search(idx, principal, SearchRequest(query="settlement cutoff EUR", top_k=6), minilm,
+    res = search(idx, principal, SearchRequest(query="settlement cutoff EUR", top_k=6), minilm,
                         SearchSettings(delivered_token_ceiling=ceiling))
     total = sum(count_tokens(e.text) for e in res.excerpts)
     assert total == res.delivered_tokens <= ceiling
     if ceiling == 16:
         assert res.truncated  # six survivors cannot fit in 16 tokens, and the response says so
         assert any(s.name == "expand" and s.note == "truncated" for s in res.stages)
-    full = hybrid_search(idx, principal, SearchRequest(query="settlement cutoff EUR", top_k=6), minilm,
+    full = search(idx, principal, SearchRequest(query="settlement cutoff EUR", top_k=6), minilm,
                          SearchSettings(delivered_token_ceiling=100_000))
     assert not full.truncated
 
@@ -107,12 +109,12 @@ def test_survivors_expand_to_their_parent_section(tmp_path):
     build_corpus([doc], str(tmp_path), emb)
     idx = TenantIndex.load(str(tmp_path), "t")
     principal = Principal(tenant="t", subject="u")
-    res = hybrid_search(idx, principal, SearchRequest(query="beta7 beta8", top_k=1), emb,
+    res = search(idx, principal, SearchRequest(query="beta7 beta8", top_k=1), emb,
                         SearchSettings(delivered_token_ceiling=100_000))
     top = res.excerpts[0]
     passage = idx.passage(top.passage_id, principal)
     assert top.expanded_to == passage.parent_id and passage.text in top.text and len(top.text) > len(passage.text)
-    small = hybrid_search(idx, principal, SearchRequest(query="beta7 beta8", top_k=1), emb,
+    small = search(idx, principal, SearchRequest(query="beta7 beta8", top_k=1), emb,
                           SearchSettings(delivered_token_ceiling=200))
     assert small.excerpts[0].expanded_to is None and small.excerpts[0].text == passage.text  # parent does not fit
 
@@ -120,7 +122,7 @@ def test_survivors_expand_to_their_parent_section(tmp_path):
 def test_context_is_indexed_but_never_evidence(indexes, minilm):
     idx = indexes["acme"]
     principal = Principal(tenant="acme", subject="t", groups=STAFF)
-    res = hybrid_search(idx, principal, SearchRequest(query="settlement cutoff", top_k=5), minilm,
+    res = search(idx, principal, SearchRequest(query="settlement cutoff", top_k=5), minilm,
                         SearchSettings(expand=False))
     for e in res.excerpts:
         p = idx.passage(e.passage_id, principal)
@@ -131,7 +133,7 @@ def test_context_is_indexed_but_never_evidence(indexes, minilm):
 def test_empty_result_says_what_was_tried(indexes, minilm):
     idx = indexes["acme"]
     principal = Principal(tenant="acme", subject="t", groups=STAFF)
-    res = hybrid_search(idx, principal, SearchRequest(query="zzqx", doc_type=("contract",),
+    res = search(idx, principal, SearchRequest(query="zzqx", doc_type=("contract",),
                                                       valid_at=dt.date(2020, 1, 1)), minilm)
     assert not res.excerpts
     assert "lexical" in res.message and "semantic" in res.message and "doc_type" in res.message
@@ -141,5 +143,5 @@ def test_empty_result_says_what_was_tried(indexes, minilm):
 def test_top_k_ceiling_enforced(indexes, minilm):
     idx = indexes["acme"]
     with pytest.raises(ValueError, match="ceiling"):
-        hybrid_search(idx, Principal(tenant="acme", subject="t"), SearchRequest(query="x", top_k=30), minilm,
+        search(idx, Principal(tenant="acme", subject="t"), SearchRequest(query="x", top_k=30), minilm,
                       SearchSettings(top_k_ceiling=10))

@@ -16,7 +16,9 @@ from quarry.core.index.filters import epoch_day
 from quarry.core.index.shards import TenantIndex, build_tenant_index
 from quarry.core.ingest.pipeline import prepare
 from quarry.core.records import Principal, SearchRequest, SourceDocument
-from quarry.core.search.stages import SearchSettings, dense_leg, hybrid_search, lexical_leg
+from quarry.core.search.in_process import search
+from quarry.core.search.retrieval import dense_leg, lexical_leg
+from quarry.core.search.settings import SearchSettings
 
 pytestmark = pytest.mark.unit
 
@@ -101,9 +103,9 @@ def test_no_leg_returns_a_forbidden_passage(data, n_shards, groups, doc_type, va
         if wrong_tenant:
             assert not lex.rows and not den.rows
             with pytest.raises(PermissionError):
-                hybrid_search(idx, principal, req, EMB)
+                search(idx, principal, req, EMB)
         else:
-            res = hybrid_search(idx, principal, req, EMB, SearchSettings(dense_floor=-1.0))
+            res = search(idx, principal, req, EMB, SearchSettings(dense_floor=-1.0))
             for c in res.candidates:
                 assert allowed(idx.passage_at(c.row), principal, req)
             for e in res.excerpts:

@@ -15,7 +15,9 @@ from quarry.core.embed.embedders import passage_text_for_embedding
 from quarry.core.index.shards import TenantIndex, build_tenant_index
 from quarry.core.ingest.pipeline import prepare
 from quarry.core.records import Principal, SearchRequest
-from quarry.core.search.stages import SearchSettings, dense_leg, hybrid_search
+from quarry.core.search.in_process import search
+from quarry.core.search.retrieval import dense_leg
+from quarry.core.search.settings import SearchSettings
 
 from test_search_contract import EMB, TYPES, WORDS, allowed, dates, documents  # the flat suite's generators
 
@@ -53,6 +55,6 @@ def test_hnsw_leg_never_returns_a_forbidden_passage(data, n_shards, groups, doc_
                   if allowed(p, principal, req)}
         assert got <= expect  # never a forbidden row
         assert got == expect  # and on a corpus this small, HNSW (efSearch >= 128) finds every visible row
-        res = hybrid_search(idx, principal, req, EMB, SearchSettings(dense_floor=-1.0))
+        res = search(idx, principal, req, EMB, SearchSettings(dense_floor=-1.0))
         for c in res.candidates:
             assert allowed(idx.passage_at(c.row), principal, req)

@@ -3,8 +3,7 @@ resolution with its contradiction follow-ups, composed by ``search`` in serving'
 
 Resolution here is driven by hand-made decisions (monkeypatched ``resolve`` and
 ``follow_up_queries``) so the composition is tested on its own; the Acme case at the end
-checks the real resolver's rules and is skipped while ``quarry.core.evidence.resolve`` is the
-placeholder interface.
+checks the real resolver's rules.
 """
 
 from __future__ import annotations
@@ -14,21 +13,16 @@ import datetime as dt
 import pytest
 
 from quarry.core.evidence import resolve as resolve_mod
-from quarry.core.search import stages as search_mod
+from quarry.core.search import resolution as resolution_mod
 from quarry.core.agent.citations import Claim, check_claims
 from quarry.core.embed.embedders import HashingEmbedder
 from quarry.core.index.shards import TenantIndex
 from quarry.core.records import Decision, Principal, RejectedEvidence, SearchRequest, SelectedEvidence
 from quarry.core.agent.runs import new_run, record_results, reserve_search
-from quarry.core.search.stages import (
-    SearchSettings,
-    apply_second_stage,
-    dense_leg,
-    first_stage,
-    fuse,
-    lexical_leg,
-    search,
-)
+from quarry.core.search.in_process import search
+from quarry.core.search.retrieval import dense_leg, first_stage, fuse, lexical_leg
+from quarry.core.search.settings import SearchSettings
+from quarry.core.search.survivors import apply_second_stage
 from quarry.core.search.records import RankedCandidate, RerankOutcome
 
 pytestmark = [pytest.mark.unit]
@@ -111,8 +105,8 @@ def test_hand_made_decision_sets_verdicts_and_follow_ups_join_the_decision_only(
                         governing=tuple(SelectedEvidence(passage_id=i, reason="answers") for i in ids if i != top),
                         rejected=(RejectedEvidence(passage_id=top, reason="condition_ended", by=ids[-1]),))
 
-    monkeypatch.setattr(search_mod, "resolve_evidence", fake_resolve)
-    monkeypatch.setattr(search_mod, "follow_up_queries", lambda d, ps: ["acme cutover completed", "  "])
+    monkeypatch.setattr(resolution_mod, "resolve_evidence", fake_resolve)
+    monkeypatch.setattr(resolution_mod, "follow_up_queries", lambda d, ps: ["acme cutover completed", "  "])
     req = SearchRequest(query="settlement runbook EUR cutoff", top_k=3)
     plain = search(acme, STAFF, req, EMB, resolve=False)
     first_id = [plain.excerpts[0].passage_id]
@@ -134,15 +128,15 @@ def test_hand_made_decision_sets_verdicts_and_follow_ups_join_the_decision_only(
 
 def test_follow_ups_keep_the_principal_and_filters(acme, monkeypatch):
     seen: list[set[str]] = []
-    monkeypatch.setattr(search_mod, "follow_up_queries", lambda d, ps: ["ticket comment exception cutover"])
-    real = search_mod.resolve_evidence
+    monkeypatch.setattr(resolution_mod, "follow_up_queries", lambda d, ps: ["ticket comment exception cutover"])
+    real = resolution_mod.resolve_evidence
 
     def spy(passages, principal, valid_at=None, authority=None, **kw):
         seen.append({p.envelope.doc_type for p in passages})
         assert all(principal.can_read(p.tenant, p.envelope.acl) for p in passages)
         return real(passages, principal, valid_at, authority, **kw)
 
-    monkeypatch.setattr(search_mod, "resolve_evidence", spy)
+    monkeypatch.setattr(resolution_mod, "resolve_evidence", spy)
     res = search(acme, STAFF, SearchRequest(query="settlement cutoff", top_k=2, doc_type=("policy",)), EMB, NO_GRAPH)
     assert res.excerpts and seen and all(s == {"policy"} for s in seen)  # the ticket comment never joins
     empty = search(acme, STAFF, SearchRequest(query="settlement cutoff", doc_type=("no-such-type",)), EMB)
@@ -209,7 +203,7 @@ def test_lexical_only_first_stage_encodes_nothing_and_keeps_the_lexical_order(ac
 
 def test_follow_up_encodings_are_one_batch_or_none(acme, monkeypatch):
     queries = ["settlement cutoff superseded exception", "refund window revoked completed"]
-    monkeypatch.setattr(search_mod, "plan_resolution", lambda *a, **k: (Decision(valid_at=dt.date(2026, 3, 1)),
+    monkeypatch.setattr(resolution_mod, "plan_resolution", lambda *a, **k: (Decision(valid_at=dt.date(2026, 3, 1)),
                                                                          tuple(queries)))
     req = SearchRequest(query=ACME_Q, top_k=4)
     for dense, want_calls in ((True, 2), (False, 1)):  # the agent's query, then one batch of both follow-ups

@@ -16,7 +16,7 @@ import pytest
 
 from quarry.core.index.shards import TenantIndex
 from quarry.core.records import Principal, SearchRequest
-from quarry.core.search.stages import search
+from quarry.core.search.in_process import search
 
 pytestmark = [pytest.mark.unit, pytest.mark.slow]
 

@@ -370,7 +370,7 @@ def test_shift_dates_keeps_text_and_order():
 def test_change_tenant_runs_the_real_search_and_catches_a_leak(hash_root):
     run = C.run_suite(_pick("acme-sev2-first-response"), hash_root, counterfactuals=False)
     ctx = run.contexts[0]
-    from quarry.core.search.stages import SearchSettings
+    from quarry.core.search.settings import SearchSettings
 
     loaded: dict = {}
     r = CF.change_tenant(ctx, hash_root, SearchSettings(), loaded)

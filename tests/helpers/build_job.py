@@ -48,9 +48,9 @@ def principal_for(docs, tenant: str):
 
 def search(index, principal, query: str, embedder, top_k: int = 5):
     from quarry.core.records import SearchRequest
-    from quarry.core.search.stages import hybrid_search
+    from quarry.core.search.in_process import search as search_in_process
 
-    return hybrid_search(index, principal, SearchRequest(query=query, top_k=top_k), embedder)
+    return search_in_process(index, principal, SearchRequest(query=query, top_k=top_k), embedder)
 
 
 def compare_indexes(a, b, principal, queries: Sequence[str], embedder, *, exact: bool = True, top_k: int = 5) -> int:

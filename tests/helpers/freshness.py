@@ -12,7 +12,7 @@ from quarry.core.embed.embedders import HashingEmbedder
 from quarry.core.index.shards import TenantIndex
 from quarry.core.ingest.pipeline import build_corpus
 from quarry.core.records import Principal, SourceDocument
-from quarry.core.search.stages import dense_leg, lexical_leg
+from quarry.core.search.retrieval import dense_leg, lexical_leg
 
 EMB = HashingEmbedder(dim=32)
 WORDS = ["settlement", "refund", "cutover", "window", "approval", "ledger", "invoice", "quota", "alpha", "beta"]

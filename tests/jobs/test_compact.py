@@ -42,7 +42,7 @@ def changed_root(tmp_path):
 
 
 def _scores(index, p, q):
-    from quarry.core.search.stages import dense_leg, lexical_leg
+    from quarry.core.search.retrieval import dense_leg, lexical_leg
 
     pid = lambda g: index.shards[g >> 32].passage_ids[g & 0xFFFFFFFF]  # noqa: E731
     m = index.masks(p)

@@ -16,7 +16,7 @@ def test_concurrent_requests_share_batches(quarry_app, tmp_path_factory):
     from quarry.core.rank.cross_encoder import CrossEncoderReranker
     from quarry.core.rank.rerank import RerankInput
     from quarry.eval.bench_crossencoder import build_random_cross_encoder
-    from quarry.serve.deployments import Reranker
+    from quarry.serve.deployments.reranker import Reranker
     from quarry.serve.settings import AuthSettings, ServeSettings
 
     model = str(build_random_cross_encoder(tmp_path_factory.mktemp("ce"), layers=1, hidden=32, heads=2,

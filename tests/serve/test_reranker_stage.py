@@ -33,7 +33,7 @@ def index_root(tmp_path_factory):
 
 
 def _reranker(root, **kw):
-    from quarry.serve.deployments import Reranker
+    from quarry.serve.deployments.reranker import Reranker
     from quarry.serve.settings import AuthSettings, ServeSettings
 
     s = ServeSettings(index_root=root, auth=AuthSettings(hs256_secret="x" * 40), stage_check_s=0, **kw)
@@ -52,7 +52,7 @@ def _candidates(root):
     from quarry.core.index.shards import TenantIndex
     from quarry.core.rank.train import mine_candidates
     from quarry.core.records import Principal
-    from quarry.core.search.stages import SearchSettings
+    from quarry.core.search.settings import SearchSettings
 
     idx = TenantIndex.load(root, "globex")
     p = Principal(tenant="globex", subject="u", groups=frozenset({"all-staff"}))

@@ -33,8 +33,9 @@ def test_concurrent_principals_get_their_in_process_answers(quarry_app):
     from quarry.core.embed.factory import embedder_for_index
     from quarry.core.index.shards import TenantIndex
     from quarry.core.records import Principal, SearchRequest
-    from quarry.core.search.stages import SearchSettings, first_stage
-    from quarry.serve.deployments import Retriever
+    from quarry.core.search.retrieval import first_stage
+    from quarry.core.search.settings import SearchSettings
+    from quarry.serve.deployments.retriever import Retriever
     from quarry.serve.settings import AuthSettings, ServeSettings
 
     settings = ServeSettings(index_root=quarry_app.root, auth=AuthSettings(hs256_secret="x" * 40),
@@ -71,7 +72,7 @@ def test_cached_vectors_answer_like_fresh_ones(quarry_app):
     from ray import serve
 
     from quarry.core.records import Principal, SearchRequest
-    from quarry.serve.deployments import Retriever
+    from quarry.serve.deployments.retriever import Retriever
     from quarry.serve.settings import AuthSettings, ServeSettings
 
     settings = ServeSettings(index_root=quarry_app.root, auth=AuthSettings(hs256_secret="x" * 40),
@@ -101,8 +102,9 @@ def test_query_vectors_outside_a_replica_use_the_cache_and_each_principals_mask(
     from quarry.core.index.shards import TenantIndex
     from quarry.core.ingest.pipeline import build_corpus
     from quarry.core.records import Principal, SearchRequest
-    from quarry.core.search.stages import SearchSettings, first_stage
-    from quarry.serve.deployments import Retriever
+    from quarry.core.search.retrieval import first_stage
+    from quarry.core.search.settings import SearchSettings
+    from quarry.serve.deployments.retriever import Retriever
     from quarry.serve.settings import AuthSettings, ServeSettings
 
     root = str(tmp_path)
@@ -133,8 +135,10 @@ def test_one_call_retrieval_equals_the_in_process_stages(tmp_path, sample_docs):
     from quarry.core.index.shards import TenantIndex
     from quarry.core.ingest.pipeline import build_corpus
     from quarry.core.records import Principal, SearchRequest
-    from quarry.core.search.stages import SearchSettings, first_stage, search
-    from quarry.serve.deployments import Retriever
+    from quarry.core.search.in_process import search
+    from quarry.core.search.retrieval import first_stage
+    from quarry.core.search.settings import SearchSettings
+    from quarry.serve.deployments.retriever import Retriever
     from quarry.serve.settings import AuthSettings, ServeSettings
 
     root = str(tmp_path)

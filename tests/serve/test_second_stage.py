@@ -22,7 +22,7 @@ def _train(root: str, tenant: str):
     from quarry.core.rank.model import LearnedRanker
     from quarry.core.rank.train import label_candidates, mine_candidates
     from quarry.core.records import Principal
-    from quarry.core.search.stages import SearchSettings
+    from quarry.core.search.settings import SearchSettings
 
     idx = TenantIndex.load(root, tenant)
     principal = Principal(tenant=tenant, subject="trainer",

@@ -1,6 +1,5 @@
 """Run-store contract suite, run against every backend (the actor's table in-process and a
-real Redis server), plus the actor's checkpoint and the trace store (issue 10 item 3,
-issue 13 defects 3-4)."""
+real Redis server), plus the actor's checkpoint and the trace store."""
 
 from __future__ import annotations
 

@@ -1,0 +1,129 @@
+"""The REST response bodies as pydantic models: what the routes return and what the
+OpenAPI document's response schemas are generated from (``openapi.py``). Field order and
+omissions are the wire format's; extra fields may be added without breaking clients."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from quarry.core.agent.citations import Claim
+from quarry.core.agent.fetch import FetchResult, SectionView
+from quarry.core.records import Decision, Excerpt, StageReport
+
+from quarry.serve.deployments.tenant_status import TenantStatus
+from quarry.serve.wire import OmittingNone
+
+
+class Detail(BaseModel):
+    """An error: one sentence saying what to do (``{"detail": "not found"}`` for not found
+    and not permitted alike)."""
+
+    model_config = ConfigDict(frozen=True)
+    detail: str
+
+
+class FieldError(BaseModel):
+    """Where and why a request did not validate; never the input."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    loc: list[str | int]
+    type: str
+    msg: str
+
+
+class ValidationErrors(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    detail: list[FieldError]
+
+
+class RunCreated(OmittingNone):
+    run_id: str
+    budget: int
+    searches_left: int
+
+
+class SearchResponse(OmittingNone):
+    """The agent-facing body of a search: excerpts (each with its verdict), the decision
+    record next to them (the same record ``quarry search --json`` prints), stages and
+    counts. The trace-only parts (candidates) stay out."""
+
+    run_id: str
+    excerpts: tuple[Excerpt, ...]
+    decision: Decision | None
+    stages: tuple[StageReport, ...]
+    generation: int
+    delivered_tokens: int
+    truncated: bool
+    message: str
+    new_passage_ids: tuple[str, ...]
+    searches_left: int
+    trace_id: str
+
+
+class FetchResponse(OmittingNone):
+    """A passage, section or document: ``passages`` or ``section``, never both; the
+    fetched passages' decision when they were resolved."""
+
+    omit_when_none: ClassVar[tuple[str, ...]] = ("section", "passages", "decision")
+
+    kind: Literal["passage", "section", "document"]
+    generation: int
+    section: SectionView | None = None
+    passages: tuple[Excerpt, ...] | None = None
+    decision: Decision | None = None
+
+    @classmethod
+    def of(cls, res: FetchResult) -> "FetchResponse":
+        return cls(kind=res.kind, generation=res.generation, section=res.section,
+                   passages=res.passages if res.section is None else None, decision=res.decision)
+
+
+class Answered(OmittingNone):
+    status: Literal["answered"] = "answered"
+    claims: tuple[Claim, ...]
+    trace_id: str
+
+
+class Abstained(OmittingNone):
+    """The run ended without an answer; the reason code is only in the trace."""
+
+    status: Literal["abstained"] = "abstained"
+    message: str
+    searches_left: int = 0
+    trace_id: str
+
+
+class TenantHealth(TenantStatus):
+    """A tenant in ``/healthz``: the Retriever's status plus the second stage composed for
+    its generation (None when this replica has not loaded it)."""
+
+    second_stage: dict[str, Any] | None
+
+
+class Health(OmittingNone):
+    """Liveness; ``tenants`` only for operator and platform credentials."""
+
+    omit_when_none: ClassVar[tuple[str, ...]] = ("tenants",)
+
+    status: Literal["ok"] = "ok"
+    tenants: dict[str, TenantHealth] | None = None
+
+
+class ToolDefinitions(BaseModel):
+    """The three tools for OpenAI function calling and Anthropic tool use."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    openai: list[dict[str, Any]]
+    anthropic: list[dict[str, Any]]
+
+
+class TraceView(BaseModel):
+    """A stored trace as written, filtered by the operator's groups; its envelope is
+    typed, the rest is the trace's own record (``serve/stores/tracestore.py``)."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+    trace_id: str
+    kind: str
+    tenant: str = Field(description="always the operator's own tenant")

@@ -24,7 +24,8 @@ from quarry.core.ingest.chunking import ChunkSettings
 from quarry.core.ingest.contextualize import make_contextualizer
 from quarry.core.embed.factory import build_embedder, check_embedder
 from quarry.core.errors import UsageError
-from quarry.core.index.shards import TenantIndex, lexical_text
+from quarry.core.index.lexical import lexical_text
+from quarry.core.index.shards import TenantIndex
 from quarry.core.rank.metrics import doc_ranking, mean, ndcg_at_k, recall_at_k
 from quarry.core.ingest.pipeline import build_corpus
 from quarry.core.rank.train import train_and_gate

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import pickle
-import re
 import threading
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -32,14 +31,14 @@ from quarry.core.ingest.contextualize import LLMSettings, make_contextualizer, w
 from quarry.core.embed.factory import build_embedder
 from quarry.core.embed.embedders import passage_text_for_embedding
 from quarry.core.ingest.enrich import enrich
-from quarry.core.index.shards import TermStats, build_and_upload_shard, lexical_text, shard_of
-from quarry.core.records import ParentSection, Passage, SourceDocument, validation_reason
+from quarry.core.index.build import build_and_upload_shard, shard_of
+from quarry.core.index.lexical import TermStats, lexical_text
+from quarry.core.records import ParentSection, Passage, SourceDocument, is_slug, validation_reason
 from quarry.core.ingest.sources import read_file, record_id, validate
 from quarry.core.text.units import count_tokens
 from quarry.core.text.tokenizer import tokenize
 
 UNKNOWN_TENANT = "_unknown"
-_SLUG = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")  # the tenant rule of core.records
 
 # --------------------------------------------------------------------------- schemas (DDL)
 
@@ -77,7 +76,7 @@ def tenant_of_raw(raw: Mapping[str, Any]) -> str:
     """Which tenant an input record is accounted under: its ``tenant`` when that is a
     valid tenant slug, else ``_unknown`` (a record whose tenant cannot be read)."""
     t = raw.get("tenant") if isinstance(raw, Mapping) else None
-    return t if isinstance(t, str) and _SLUG.match(t) else UNKNOWN_TENANT
+    return t if is_slug(t) else UNKNOWN_TENANT
 
 
 # --------------------------------------------------------------------------- read

@@ -29,7 +29,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from quarry.core.records import _SLUG, Frozen, SourceDocument, validation_reason
+from quarry.core.records import Frozen, SourceDocument, check_acl, check_slug, validation_reason
 
 Op = Literal["upsert", "delete", "acl"]
 Outcome = Literal["applied", "stale"]
@@ -55,9 +55,7 @@ class Change(Frozen):
     @field_validator("tenant")
     @classmethod
     def _tenant(cls, v: str) -> str:
-        if not _SLUG.match(v):
-            raise ValueError("must be a lowercase slug: [a-z0-9][a-z0-9_.-]*")
-        return v
+        return check_slug(v)
 
     @field_validator("at")
     @classmethod
@@ -66,12 +64,8 @@ class Change(Frozen):
 
     @field_validator("acl")
     @classmethod
-    def _acl(cls, v):
-        if v is None:
-            return v
-        if not v or any(not g or g != g.strip() for g in v):
-            raise ValueError("acl must be a non-empty list of group names without surrounding spaces")
-        return tuple(sorted(set(v)))
+    def _acl(cls, v: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        return None if v is None else check_acl(v)
 
     @model_validator(mode="after")
     def _shape(self) -> "Change":

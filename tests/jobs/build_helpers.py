@@ -22,7 +22,7 @@ def reference_build(docs, root: str, tenant: str, *, contextualizer, embedder, s
     from quarry.core.ingest.enrich import enrich
     from quarry.core.ingest.contextualize import with_context
     from quarry.core.embed.embedders import passage_text_for_embedding
-    from quarry.core.index.shards import build_tenant_index
+    from quarry.core.index.build import build_tenant_index
 
     mine = [d for d in docs if d.tenant == tenant]
     passages, parents = [], []

@@ -18,6 +18,8 @@ from build_helpers import (
     write_jsonl,
 )
 
+from quarry.core.index.manifest import read_manifest
+
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
 
 SAMPLE_QUERIES = [
@@ -66,9 +68,9 @@ def test_sample_corpus_equals_in_process_build(sample_build, sample_docs, tmp_pa
         assert passage_ids(str(root), tenant) == passage_ids(ref_root, tenant)
         assert len(job) == tr.passages
         # Same shards, same rows: the shard files themselves are identical.
-        for a, b in zip(job.manifest["shards"], ref.manifest["shards"]):
-            assert a["shard"] == b["shard"] and a["passages"] == b["passages"]
-            assert a["checksums"] == b["checksums"], (tenant, a["shard"])
+        for a, b in zip(job.manifest.shards, ref.manifest.shards):
+            assert a.shard == b.shard and a.passages == b.passages
+            assert a.checksums == b.checksums, (tenant, a.shard)
         compared += compare_indexes(job, ref, principal_for(sample_docs, tenant), SAMPLE_QUERIES, emb)
     assert compared > 20
 
@@ -102,8 +104,8 @@ def test_report_files_and_stage_timings(sample_build):
         rep = layout.read_json(layout.join(tr.generation_uri, "report.json"))
         assert rep["accounting"]["ok"] and rep["passages"] == tr.passages and rep["tokens_embedded"] > 0
         assert set(rep["stage_seconds"]) >= {"read", "embed", "build"}
-        man = layout.read_manifest(str(root), tenant, tr.generation)
-        assert man["report"]["documents"] == tr.documents and man["counts"]["passages"] == tr.passages
+        man = read_manifest(str(root), tenant, tr.generation)
+        assert man.report["documents"] == tr.documents and man.counts.passages == tr.passages
     run = json.loads((Path(root) / "_runs" / f"{report.run_id}.json").read_text())
     assert run["documents"] == 71  # the sample corpus (quarry/sample_corpus/README.md)
 

@@ -52,7 +52,7 @@ def cases_dir(tmp_path) -> Path:
 def _build(root: str, docs, tenant: str, publish: bool) -> int:
     from quarry.core.ingest.chunking import CHUNKER_VERSION
     from quarry.core.embed.embedders import passage_text_for_embedding
-    from quarry.core.index.shards import build_tenant_index
+    from quarry.core.index.build import build_tenant_index
     from quarry.core.ingest.pipeline import prepare
 
     emb = HashingEmbedder()

@@ -9,6 +9,7 @@ import pytest
 
 from quarry.cli import main
 from quarry.core.index import layout
+from quarry.core.index.manifest import manifest_path
 
 pytestmark = pytest.mark.unit
 
@@ -39,7 +40,7 @@ CASES = [
 def build_sample_index(root, tenant: str = "acme") -> int:
     from quarry.core.ingest.chunking import CHUNKER_VERSION, ChunkSettings, chunk_document
     from quarry.core.embed.embedders import HashingEmbedder, passage_text_for_embedding
-    from quarry.core.index.shards import build_tenant_index
+    from quarry.core.index.build import build_tenant_index
     from quarry.core.ingest.sources import SAMPLE_CORPUS, load_documents
 
     docs, _ = load_documents(SAMPLE_CORPUS)
@@ -87,7 +88,7 @@ def test_cli_end_to_end_records_decision_and_model(sample_root, tmp_path, capsys
     assert gate["enabled"] == (h["learned_ndcg@10"] - h["fused_ndcg@10"] >= 0.005 and h["delta"] > 0)
     assert rep["feature_importances"] and rep["model_id"] == gate["model_id"]
     gen = rep["generation"]
-    gm = layout.read_manifest(str(sample_root), "acme", gen)
+    gm = layout.read_json(manifest_path(str(sample_root), "acme", gen))
     tm = layout.read_json(layout.join(str(sample_root), "acme", "manifest.json"))
     assert gm["second_stage"]["model_id"] == tm["second_stage"]["model_id"] == rep["model_id"]
     assert gm["second_stage"]["enabled"] == gate["enabled"]
@@ -97,7 +98,7 @@ def test_cli_end_to_end_records_decision_and_model(sample_root, tmp_path, capsys
 
     assert hashlib.sha256(model.read_bytes()).hexdigest() == rep["model_id"]
     stage, decision = load_second_stage(str(sample_root), "acme")
-    assert (stage is not None) == gate["enabled"] and decision["model_id"] == rep["model_id"]
+    assert (stage is not None) == gate["enabled"] and decision.model_id == rep["model_id"]
 
     # Same seed, same data: the same model.
     rc, rep2 = run_cli(sample_root, labels, "--holdout", "0.3", "--no-store", capsys=capsys)
@@ -129,7 +130,7 @@ def test_tenant_without_labels_keeps_fused_order(sample_root, tmp_path, capsys):
     assert rc == 0 and rep["gate"]["enabled"] is False and rep["gate"]["model_id"] is None
     assert "feature_importances" not in rep
     stage, decision = load_second_stage(str(root), "acme")
-    assert stage is None and decision["enabled"] is False
+    assert stage is None and decision.enabled is False
     assert not (root / "acme" / "gen-1" / "ranker").exists()
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from quarry.core.errors import UsageError
 from quarry.core.capacity import arithmetic as cap
 from quarry.core.capacity.arithmetic import QUANTILES, AutoscalingPolicy, DeploymentLoad, DeploymentSizing, Dist
 
@@ -95,9 +96,9 @@ class WorkloadProfile(_Frozen):
     def _known(cls, v: dict[str, DeploymentLoad]) -> dict[str, DeploymentLoad]:
         unknown = sorted(set(v) - set(DEPLOYMENTS))
         if unknown:
-            raise ValueError(f"unknown deployment(s) {unknown}; the application has {list(DEPLOYMENTS)}")
+            raise UsageError(f"unknown deployment(s) {unknown}; the application has {list(DEPLOYMENTS)}")
         if not {"Gateway", "Retriever"} <= set(v):
-            raise ValueError("deployments must size at least Gateway and Retriever")
+            raise UsageError("deployments must size at least Gateway and Retriever")
         return v
 
     @field_validator("app_args")
@@ -105,17 +106,17 @@ class WorkloadProfile(_Frozen):
     def _no_counts(cls, v: dict[str, Any]) -> dict[str, Any]:
         picked = sorted(k for k in v if k.endswith("_replicas"))
         if picked:
-            raise ValueError(f"app_args may not fix replica counts ({picked}): the plan computes them")
+            raise UsageError(f"app_args may not fix replica counts ({picked}): the plan computes them")
         return v
 
     @model_validator(mode="after")
     def _rates_and_provenance(self) -> "WorkloadProfile":
         if self.trough_tasks_per_s > self.peak_tasks_per_s:
-            raise ValueError("trough_tasks_per_s exceeds peak_tasks_per_s")
+            raise UsageError("trough_tasks_per_s exceeds peak_tasks_per_s")
         tops = set(type(self).model_fields)
         bad = sorted(k for k in self.provenance if k.split(".")[0] not in tops)
         if bad:
-            raise ValueError(f"provenance names unknown fields {bad}")
+            raise UsageError(f"provenance names unknown fields {bad}")
         return self
 
 

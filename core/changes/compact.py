@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from quarry.core.errors import UsageError
 from quarry.core.index import layout
 from quarry.core.index.build import build_tenant_index
 from quarry.core.index.manifest import publish
@@ -64,7 +65,7 @@ def write_compacted(ci: CompactionInput) -> int:
     """Build (but do not publish) the compacted generation; returns its number."""
     ix, m = ci.index, ci.index.manifest
     if not ci.passages:
-        raise ValueError(f"{ix.tenant}: every document was deleted; a tenant index cannot be empty")
+        raise UsageError(f"{ix.tenant}: every document was deleted; a tenant index cannot be empty")
     extra = {k: getattr(m, k) for k in ("contextualizer", "run_id") if k in m.model_fields_set}
     extra["compacted_from"] = {"generation": ix.generation, "delta": ix.delta_seq, "watermark": ix.watermark}
     return build_tenant_index(
@@ -78,9 +79,9 @@ def publish_compacted(index: TenantIndex, generation: int) -> None:
     """Switch ``CURRENT`` to the compacted generation, unless changes were applied since
     the compaction read its input (they would be lost): then raise, and nothing changes."""
     if layout.read_watermark(index.root, index.tenant) != index.watermark:
-        raise RuntimeError(f"{index.tenant}: changes were applied during compaction; run it again")
+        raise UsageError(f"{index.tenant}: changes were applied during compaction; run it again")
     if layout.current_generation(index.root, index.tenant) != index.generation:
-        raise RuntimeError(f"{index.tenant}: CURRENT moved during compaction; run it again")
+        raise UsageError(f"{index.tenant}: CURRENT moved during compaction; run it again")
     publish(index.root, index.tenant, generation)
 
 

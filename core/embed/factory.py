@@ -9,6 +9,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from quarry.core.errors import UsageError
 from quarry.core.embed.embedders import Embedder, HashingEmbedder, SentenceTransformerEmbedder
 from quarry.core.index.manifest import IndexManifest
 
@@ -16,7 +17,7 @@ Encoder = Literal["torch", "onnx", "onnx-int8"]
 ENCODERS: tuple[str, ...] = ("torch", "onnx", "onnx-int8")
 
 
-class EmbedderMismatch(ValueError):
+class EmbedderMismatch(UsageError):
     """The requested embedder is not the model the index was built with."""
 
 
@@ -54,7 +55,7 @@ def build_embedder(spec: str | None = "default", *, encoder: str = "torch", batc
     if spec == "hashing" or spec.startswith("hashing:"):
         dim = spec.split(":", 1)[1] if ":" in spec else "256"
         if not dim.isdigit() or int(dim) < 1:
-            raise ValueError(f"embedder {spec!r}: the hashing dimension must be a positive integer (hashing:256)")
+            raise UsageError(f"embedder {spec!r}: the hashing dimension must be a positive integer (hashing:256)")
         return HashingEmbedder(int(dim))
     path = None if spec == "default" else spec
     if encoder == "torch":
@@ -63,7 +64,7 @@ def build_embedder(spec: str | None = "default", *, encoder: str = "torch", batc
         from quarry.core.embed.onnx_encoders import OnnxEmbedder
 
         return OnnxEmbedder(path, quantized=encoder == "onnx-int8", batch_size=batch_size, cache_dir=cache_dir)
-    raise ValueError(f"unknown encoder {encoder!r}; choose one of {', '.join(ENCODERS)}")
+    raise UsageError(f"unknown encoder {encoder!r}; choose one of {', '.join(ENCODERS)}")
 
 
 def manifest_spec(manifest: IndexManifest) -> str:

@@ -11,7 +11,7 @@ import numpy as np
 
 
 def paused_at(stage: str, marker: Path) -> list[str]:
-    """The command prefix that runs a job module (``[*paused_at(...), "quarry.jobs.build",
+    """The command prefix that runs a module (``[*paused_at(...), "quarry", "build",
     args...]``) with its driver stopped at ``stage`` (see pause_at_stage.py)."""
     return [sys.executable, str(Path(__file__).with_name("pause_at_stage.py")), stage, str(marker)]
 

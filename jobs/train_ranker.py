@@ -142,8 +142,8 @@ def train(args) -> dict[str, Any]:
     settings = SearchSettings(lexical_width=w, dense_width=w, candidate_width=w)
     sentence = None
     if args.sentence_features:
-        st = embedder if isinstance(embedder, SentenceTransformerEmbedder) else build_embedder("default")
-        sentence = SentenceVectors(st)
+        sentence_model = embedder if isinstance(embedder, SentenceTransformerEmbedder) else build_embedder("default")
+        sentence = SentenceVectors(sentence_model)
     ranker, decision, report = train_and_gate(index, principal, embedder, queries, qrels, settings, train_settings,
                                               sentence)
     report = {
@@ -161,7 +161,7 @@ def train(args) -> dict[str, Any]:
                               sentence_cache=sentence,
                               report={k: report[k] for k in ("queries", "split", "heldout") if k in report})
         report["stored"] = {"manifest": f"gen-{index.generation}/manifest.json",
-                            "ranker": f"gen-{index.generation}/{rec['path']}/" if "path" in rec else None}
+                            "ranker": f"gen-{index.generation}/{rec.path}/" if rec.path else None}
     report["seconds"] = round(time.perf_counter() - t0, 2)
     return report
 

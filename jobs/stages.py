@@ -299,7 +299,7 @@ def merge_term_stats(a: dict, b: dict) -> dict:
 def build_one_shard(key, passages_pdf: pd.DataFrame, parents_pdf: pd.DataFrame, *, root: str,
                     generations: Mapping[str, int], stats_bc, dim: int, approx_threshold: int) -> pd.DataFrame:
     """cogroup(passages, parents) by (tenant, shard): build and upload the shard with
-    ``core.index.build_and_upload_shard`` into the tenant's new generation folder."""
+    ``core.index.build.build_and_upload_shard`` into the tenant's new generation folder."""
     tenant, shard = str(key[0]), int(key[1])
     passages = [Passage.model_validate_json(p) for p in passages_pdf["passage_json"]]
     parents = [ParentSection.model_validate_json(p) for p in parents_pdf["parent_json"]]

@@ -29,6 +29,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
+from quarry.core.ingest.sources import ERROR_KEY, SOURCE_KEY, read_records, validate
 from quarry.core.records import Frozen, SourceDocument, check_acl, check_slug, validation_reason
 
 Op = Literal["upsert", "delete", "acl"]
@@ -100,8 +101,6 @@ class Change(Frozen):
 def validate_change(raw: Mapping[str, Any]) -> Change:
     """Validate one raw change record (reader bookkeeping keys, ``_*``, are dropped).
     Raises ``pydantic.ValidationError``; :func:`change_reason` makes it a quarantine line."""
-    from quarry.core.ingest.sources import ERROR_KEY, validate
-
     if ERROR_KEY in raw:
         validate(raw)  # raises the reader's field-located error
     return Change.model_validate({k: v for k, v in raw.items() if not k.startswith("_")})
@@ -266,8 +265,6 @@ def dump_state(state: TenantState) -> bytes:
 def read_changes(path: str) -> tuple[list[Change], list[tuple[str | None, str, str]]]:
     """In-process reader: every change under ``path`` (JSONL/Parquet file or folder), and
     the invalid ones as (record id, source, reason). The Spark job reads the same way."""
-    from quarry.core.ingest.sources import SOURCE_KEY, read_records
-
     good, bad = [], []
     for raw in read_records(path):
         try:

@@ -5,7 +5,9 @@
     <root>/<tenant>/manifest.json           copy of the live generation's manifest
     <root>/<tenant>/CURRENT                 names the live generation; replaced atomically
 
-A crashed build leaves a gen folder without a manifest; it is never published.
+A crashed build leaves a gen folder without a manifest; it is never published. The
+manifest itself is read, written and published by ``quarry.core.index.manifest``; this
+module knows paths, atomic writes, checksums and copies.
 
 Changes applied since the live generation was built (``quarry apply-changes``):
 

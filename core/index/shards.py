@@ -14,11 +14,11 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from quarry.core.changes.log import TenantState, parse_state
+from quarry.core.evidence.graph import PassageFacts, passage_facts
 from quarry.core.index import layout
 from quarry.core.index.dense_gpu import GpuDense
 from quarry.core.index.filters import FilterColumns, RowOverlay
@@ -80,8 +80,6 @@ class Shard:
         """Per row: the passage's stored evidence facts (``core.evidence_graph``); a shard
         built before facts were stored gets them from its text, once."""
         if self._facts is None:
-            from quarry.core.evidence.graph import PassageFacts, passage_facts
-
             path = self.dir / "evidence.jsonl"
             if path.exists():
                 self._facts = [PassageFacts.from_json(line) for line in path.read_text().splitlines() if line]

@@ -155,7 +155,7 @@ def quarantine(job: BuildJob, v: Validated) -> dict[str, int]:
     """Rejected records -> <root>/quarantine/<run-id>/; quarantined records per tenant."""
     report = job.report
     job.start("quarantine")
-    q_uri = layout.join(job.root, "quarantine", job.run_id)
+    q_uri = layout.join(job.root, "_quarantine", job.run_id)
     q_counts = {r["tenant"]: int(r["n"]) for r in v.rejected.coalesce(max(1, min(job.par, 4))).mapInPandas(
         functools.partial(stages.write_quarantine, out_uri=q_uri), stages.QUARANTINE_OUT).groupBy("tenant")
         .agg(F.sum("n").alias("n")).collect()}

@@ -8,11 +8,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-import yaml
-from pydantic import ValidationError
-
 from quarry.core.capacity.trace_samples import apply_samples, collect_samples, read_trace_records
-from quarry.core.capacity.workload import WorkloadProfile
+from quarry.core.capacity.workload import load_profile
 from quarry.core.capacity.workload import plan as make_plan
 from quarry.core.errors import UsageError
 from quarry import plan_manifests as pm
@@ -39,24 +36,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default=None, metavar="FILE", help="write the Ray Serve config here")
     p.add_argument("--rayservice", default=None, metavar="FILE", help="write a KubeRay RayService manifest here")
     p.add_argument("--json", action="store_true", help="print the plan as one JSON object instead of the table")
-
-
-def load_profile(path: str) -> WorkloadProfile:
-
-    try:
-        data = yaml.safe_load(Path(path).read_text())
-    except OSError as e:
-        raise UsageError(f"cannot read profile {path}: {e.strerror}") from e
-    except yaml.YAMLError as e:
-        raise UsageError(f"{path} is not valid YAML: {e}") from e
-    if not isinstance(data, dict):
-        raise UsageError(f"{path}: expected a mapping of profile fields (see infra/profiles/seed-11-5.yaml)")
-    try:
-        return WorkloadProfile.model_validate(data)
-    except ValidationError as e:
-        err = e.errors()[0]
-        where = ".".join(str(x) for x in err["loc"]) or "profile"
-        raise UsageError(f"{path}: {where}: {err['msg']} ({e.error_count()} problem(s) in all)") from e
 
 
 def plan_json(plan) -> dict[str, Any]:

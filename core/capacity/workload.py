@@ -9,9 +9,12 @@ says, per field, whether a number was measured (and where, on which machine) or 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+import yaml
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from quarry.core.errors import UsageError
 from quarry.core.capacity import arithmetic as cap
@@ -225,3 +228,20 @@ def plan(p: WorkloadProfile) -> CapacityPlan:
     return CapacityPlan(profile=p.name, measured_on=p.measured_on,
                         **{q: economics(p, q) for q in QUANTILES}, deployments=sized)
 
+
+def load_profile(path: str | Path) -> WorkloadProfile:
+    """A workload profile YAML, validated; every problem is a one-line :class:`UsageError`."""
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except OSError as e:
+        raise UsageError(f"cannot read profile {path}: {e.strerror}") from e
+    except yaml.YAMLError as e:
+        raise UsageError(f"{path} is not valid YAML: {e}") from e
+    if not isinstance(data, dict):
+        raise UsageError(f"{path}: expected a mapping of profile fields (see infra/profiles/seed-11-5.yaml)")
+    try:
+        return WorkloadProfile.model_validate(data)
+    except ValidationError as e:
+        err = e.errors()[0]
+        where = ".".join(str(x) for x in err["loc"]) or "profile"
+        raise UsageError(f"{path}: {where}: {err['msg']} ({e.error_count()} problem(s) in all)") from e

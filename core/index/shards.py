@@ -23,20 +23,10 @@ from quarry.core.index import layout
 from quarry.core.index.dense_gpu import GpuDense
 from quarry.core.index.filters import FilterColumns, RowOverlay
 from quarry.core.index.manifest import IndexManifest, read_manifest
+from quarry.core.index.rows import pack_row, unpack_row
 from quarry.core.lru import LRU
 from quarry.core.records import ParentSection, Passage, Principal
 from quarry.core.text.tokenizer import tokenize
-
-ROW_BITS = 32  # a tenant-wide row id packs (shard << ROW_BITS) | local row
-
-
-def pack_row(shard: int, row: int) -> int:
-    return (shard << ROW_BITS) | row
-
-
-def unpack_row(gid: int) -> tuple[int, int]:
-    return gid >> ROW_BITS, gid & ((1 << ROW_BITS) - 1)
-
 
 class Shard:
     """A loaded shard: memory-mapped where the formats allow it."""

@@ -30,7 +30,8 @@ from quarry.core.embed.embedders import Embedder
 from quarry.core.evidence.graph import EvidenceSet, facts_for, neighbours
 from quarry.core.index.filters import validity
 from quarry.core.search.fusion import rrf
-from quarry.core.index.shards import TenantIndex, pack_row
+from quarry.core.index.rows import pack_row
+from quarry.core.index.shards import TenantIndex
 from quarry.core.records import (
     TOP_K_CEILING,
     TOP_K_MAX,

@@ -7,19 +7,19 @@ functions in ``quarry.jobs.stages``, so an upsert is chunked, contextualized and
 exactly as the build would):
 
     read         change files -> mapInPandas(stages.read_files)            raw records
-    validate     mapInPandas(core.changes.validate_change)                 changes | bad
+    validate     mapInPandas(core.changes.log.validate_change)              changes | bad
     quarantine   bad records -> <root>/_quarantine/<run-id>/part-*.jsonl   (field-level reasons)
-    fold         driver: core.changes.fold per tenant, in ``at`` order per document
+    fold         driver: core.changes.log.fold per tenant, in ``at`` order per document
     chunk        upserts still live -> stages.chunk_docs
     contextualize stages.contextualize_docs (the base's contextualizer)
     embed        stages.embed_passages (the base's embedder; the manifest is the contract)
-    publish      driver: core.delta.publish_delta per tenant: delta shard + state written,
+    publish      driver: core.changes.delta.publish_delta per tenant: delta shard + state written,
                  checksums verified, then the tenant's DELTA watermark swapped atomically
 
 Change records are small and bounded per run, so the fold runs on the driver; upserted
 passages reach the driver only as the (small) delta shard's rows. A run killed at any
 point leaves every watermark as it was (a half-written delta folder is never named), and a
-re-run is a no-op for every change already applied (``core.changes``: per-document order).
+re-run is a no-op for every change already applied (``core.changes.log``: per-document order).
 
 ``--stream`` runs the same batch function under Spark Structured Streaming over the change
 folder (file source, one micro-batch per new file set, checkpointed under the index root);

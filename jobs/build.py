@@ -5,9 +5,9 @@ Stages (each a Spark transformation delegating to ``quarry.core`` via
 ``quarry.jobs.stages``; each is materialised once, timed and reported):
 
     read        file list -> mapInPandas(core's per-format readers)      raw records
-    validate    mapInPandas(core.sources.validate); duplicates by window  docs | bad
+    validate    mapInPandas(core.ingest.sources.validate); duplicates      docs | bad
     quarantine  bad records -> <root>/_quarantine/<run-id>/part-*.jsonl   per-tenant counts
-    chunk       mapInPandas(core.chunking.chunk_document) + shard_of       one row per doc
+    chunk       mapInPandas(core.ingest.chunking.chunk_document) + shard_of one row per doc
     contextualize mapInPandas(contextualizer.contextualize_many)         per document
     embed       explode + mapInPandas(embedder.encode), model cached per worker
     stats       per-partition TermStats, treeReduce -> only stats reach the driver

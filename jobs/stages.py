@@ -87,7 +87,7 @@ def read_files(batches: Iterator[pd.DataFrame], root: str) -> Iterator[pd.DataFr
 
     Uses core's per-format readers with the source root, so Markdown doc ids derived from
     relative paths, ``_source`` strings and unparseable-record markers are exactly those of
-    ``core.sources.read_records(root)``.
+    ``core.ingest.sources.read_records(root)``.
     """
     base = Path(root)
     for pdf in batches:
@@ -161,7 +161,7 @@ def write_quarantine(batches: Iterator[pd.DataFrame], out_uri: str) -> Iterator[
 
 def chunk_docs(batches: Iterator[pd.DataFrame], n_shards: Mapping[str, int],
                max_tokens: int = 200) -> Iterator[pd.DataFrame]:
-    """One row per document, enriched (``core.enrich``, as ``core.pipeline.prepare`` does):
+    """One row per document, enriched (``core.ingest.enrich``, as ``core.ingest.pipeline.prepare`` does):
     its passages and parent sections (JSON) and its shard."""
     settings = ChunkSettings(max_tokens=max_tokens)
     for pdf in batches:

@@ -181,7 +181,7 @@ def _state_only(state: TenantState):
 def apply_local(root: str, tenant: str, changes: Sequence[Change], embedder, contextualizer=None,
                 chunk_settings=None) -> tuple[int | None, FoldResult]:
     """Apply one tenant's changes in-process (tests, small tenants): the same fold and
-    publish as the Spark job, upserts prepared by ``core.pipeline.prepare``.
+    publish as the Spark job, upserts prepared by ``core.ingest.pipeline.prepare``.
     Returns (delta seq or None when nothing was applied, fold result)."""
     index = TenantIndex.load(root, tenant)
     check_embedder(index.manifest, embedder)  # the manifest is the contract: upserts use the base's model

@@ -148,6 +148,8 @@ def run(args: argparse.Namespace) -> int:
 
     profile = load_profile(args.profile)
     if args.from_traces:
+        if not Path(args.from_traces).exists():
+            raise UsageError(f"{args.from_traces}: no trace file or folder there")
         samples = collect_samples(read_trace_records(args.from_traces))
         profile = apply_samples(profile, samples, args.from_traces)
     plan = make_plan(profile)

@@ -39,7 +39,7 @@ def read_trace_records(path: str | Path) -> Iterator[dict[str, Any]]:
     """Trace records from a JSON-lines/Parquet file or every such file under a folder."""
     p = Path(path)
     if not p.exists():
-        raise UsageError(f"{p}: no trace file or folder there")
+        raise FileNotFoundError(f"{p}: no trace file or folder there")
     files = sorted(f for f in p.rglob("*") if f.suffix in _SUFFIXES) if p.is_dir() else [p]
     if not files:
         raise UsageError(f"{p}: no *.jsonl, *.json or *.parquet trace files found")

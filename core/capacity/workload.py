@@ -12,8 +12,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from quarry.core.errors import UsageError
@@ -231,6 +229,8 @@ def plan(p: WorkloadProfile) -> CapacityPlan:
 
 def load_profile(path: str | Path) -> WorkloadProfile:
     """A workload profile YAML, validated; every problem is a one-line :class:`UsageError`."""
+    import yaml  # deferred: the capacity arithmetic itself imports no YAML parser (tests/core/test_capacity.py)
+
     try:
         data = yaml.safe_load(Path(path).read_text())
     except OSError as e:

@@ -31,9 +31,30 @@ DEFAULT_AUTHORITY: dict[str, int] = {
 
 PUBLIC_GROUP = "*"  # an ACL entry meaning "every principal of the tenant"
 
-_SLUG = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
+# Tenants and doc types: the one slug rule every layer checks (records, change logs, the
+# build's accounting, tokens, trace stores).
+SLUG = re.compile(r"[a-z0-9][a-z0-9_.-]{0,62}")
+SLUG_RULE = "[a-z0-9][a-z0-9_.-]*"
 _DOC_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_./:-]{0,200}$")  # never '@' or '#': they delimit passage ids
 _VERSION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,40}$")
+
+
+def is_slug(value: object) -> bool:
+    return isinstance(value, str) and SLUG.fullmatch(value) is not None
+
+
+def check_slug(value: str) -> str:
+    """``value`` if it is a lowercase slug (a pydantic field validator's body)."""
+    if not is_slug(value):
+        raise ValueError(f"must be a lowercase slug: {SLUG_RULE}")
+    return value
+
+
+def check_acl(groups: tuple[str, ...]) -> tuple[str, ...]:
+    """A validated ACL: at least one group, none blank or padded; sorted, without duplicates."""
+    if not groups or any(not g or g != g.strip() for g in groups):
+        raise ValueError("acl must be a non-empty list of group names without surrounding spaces")
+    return tuple(sorted(set(groups)))
 
 
 class Frozen(BaseModel):
@@ -90,16 +111,12 @@ class SourceDocument(Frozen):
     @field_validator("tenant", "doc_type")
     @classmethod
     def _slug(cls, v: str) -> str:
-        if not _SLUG.match(v):
-            raise ValueError("must be a lowercase slug: [a-z0-9][a-z0-9_.-]*")
-        return v
+        return check_slug(v)
 
     @field_validator("acl")
     @classmethod
     def _acl(cls, v: tuple[str, ...]) -> tuple[str, ...]:
-        if any(not g or g != g.strip() for g in v):
-            raise ValueError("acl groups must be non-empty strings without surrounding spaces")
-        return tuple(sorted(set(v)))
+        return check_acl(v)
 
     @field_validator("text")
     @classmethod

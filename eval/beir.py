@@ -24,14 +24,16 @@ from quarry.core.ingest.chunking import ChunkSettings
 from quarry.core.ingest.contextualize import make_contextualizer
 from quarry.core.embed.factory import build_embedder, check_embedder
 from quarry.core.errors import UsageError
-from quarry.core.index.shards import TenantIndex, lexical_text
+from quarry.core.index.lexical import lexical_text
+from quarry.core.index.manifest import read_manifest
+from quarry.core.index.shards import TenantIndex
 from quarry.core.rank.metrics import doc_ranking, mean, ndcg_at_k, recall_at_k
 from quarry.core.ingest.pipeline import build_corpus
 from quarry.core.rank.train import train_and_gate
 from quarry.core.records import Principal, SearchRequest
 from quarry.core.search.retrieval import first_stage, lexical_leg
 from quarry.core.search.settings import SearchSettings
-from quarry.core.ingest.sources import load_beir_corpus, load_beir_queries, load_qrels
+from quarry.core.ingest.sources import load_beir_corpus, load_beir_queries, load_qrels, write_source_jsonl
 from quarry.eval.expected import check as check_expected
 from quarry.eval.expected import load_expected
 
@@ -76,7 +78,8 @@ def ensure_index(dataset_dir: Path, index_root: str, tenant: str, contextualizer
         try:
             saved = layout.read_json(_recipe_path(index_root, tenant))
         except FileNotFoundError:
-            saved = {"generation": gen, "recipe": layout.read_manifest(index_root, tenant, gen).get("recipe")}
+            legacy = read_manifest(index_root, tenant, gen).model_extra or {}  # indexes that kept it in the manifest
+            saved = {"generation": gen, "recipe": legacy.get("recipe")}
         if saved.get("generation") == gen and saved.get("recipe") == recipe:
             log(f"reusing {tenant} gen-{gen} under {index_root}")
             return gen
@@ -87,7 +90,8 @@ def ensure_index(dataset_dir: Path, index_root: str, tenant: str, contextualizer
 
         from pyspark.sql import SparkSession
 
-        from quarry.jobs.build import BuildSettings, run_build, write_source_jsonl  # needs pyspark: deferred
+        from quarry.jobs.build import run_build  # needs pyspark: deferred
+        from quarry.jobs.build_settings import BuildSettings
 
         with tempfile.TemporaryDirectory(prefix="quarry-beir-") as tmp:
             src = write_source_jsonl(docs, Path(tmp) / f"{tenant}.jsonl")
@@ -274,8 +278,7 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     d = Path(args.dataset_dir)
     if not (d / "corpus.jsonl").exists():
-        print(f"error: {d} is not a BEIR dataset folder (no corpus.jsonl)", file=sys.stderr)
-        return 2
+        raise UsageError(f"{d} is not a BEIR dataset folder (no corpus.jsonl)")
     splits = sorted(q.stem for q in (d / "qrels").glob("*.tsv"))
     for flag, split in (("--split", args.split), ("--train-split", args.train_split)):
         if split is not None and split not in splits:

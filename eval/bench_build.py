@@ -68,7 +68,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     from quarry.core.ingest.sources import load_beir_corpus
-    from quarry.jobs.build import BuildSettings, run_build, write_source_jsonl
+    from quarry.core.ingest.sources import write_source_jsonl
+    from quarry.jobs.build import run_build
+    from quarry.jobs.build_settings import BuildSettings
     from quarry.jobs.report import peak_rss_mb
     from quarry.jobs.spark import get_spark
 

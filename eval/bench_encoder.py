@@ -59,7 +59,7 @@ def clear_text_caches() -> None:
         fn.cache_clear()
 
 
-def load_encoders(encoders: list[str], manifest: dict[str, Any]) -> dict[str, tuple[Any, float]]:
+def load_encoders(encoders: list[str], manifest) -> dict[str, tuple[Any, float]]:
     from quarry.core.embed.factory import embedder_for_index
 
     out = {}
@@ -230,6 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from quarry.core.embed.factory import EmbedderSpec, build_embedder
+    from quarry.core.index.manifest import Counts, EmbedderRecord, IndexManifest
     from quarry.core.index.shards import TenantIndex
     from quarry.eval.beir import ensure_index, load_dataset
     from quarry.serve import launch
@@ -243,7 +244,9 @@ def main(argv: list[str] | None = None) -> int:
         root = launch.absolute_root(args.index_root)
         ensure_index(d, root, tenant, "none", build_embedder("default"), "in-process")  # reused when present
         index = TenantIndex.load(root, tenant)
-    manifest = index.manifest if index is not None else {"embedder": EmbedderSpec.of(build_embedder("default")).model_dump()}
+    manifest = index.manifest if index is not None else IndexManifest(  # no index: the packaged model's record
+        tenant=tenant, generation=0, shards=(), counts=Counts(passages=0, parents=0, documents=0),
+        embedder=EmbedderRecord(**EmbedderSpec.of(build_embedder("default")).model_dump()))
     enc_rows = measure_encoders(load_encoders(encoders, manifest), queries, index, ds)
     http_rows: list[dict[str, Any]] = []
     if not args.no_http and not args.encode_only:

@@ -28,7 +28,7 @@ DEFAULT_DATASET = REPO.parent / "shared" / "data" / "beir" / "scifact"
 
 def _build(root: str, tenant: str, docs, embeddings, with_evidence: bool) -> float:
     from quarry.core.ingest.contextualize import ExtractiveContextualizer
-    from quarry.core.index.shards import build_tenant_index
+    from quarry.core.index.build import build_tenant_index
     from quarry.core.ingest.pipeline import prepare
 
     t0 = time.perf_counter()

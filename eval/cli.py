@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from quarry.eval import beir, report_cases, traces
+
 
 def add_arguments(p) -> None:
-    from quarry.eval import beir, report_cases, traces
-
     sub = p.add_subparsers(dest="suite", metavar="SUITE", required=True)
     b = sub.add_parser("beir", help="nDCG@10 / recall@100 per stage on a BEIR dataset, plus lexical throughput")
     beir.add_arguments(b)

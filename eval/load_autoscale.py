@@ -273,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from quarry.core.capacity.workload import plan as make_plan
     from quarry.demo import build
-    from quarry.plan_cmd import load_profile
+    from quarry.core.capacity.workload import load_profile
     from quarry.plan_manifests import serve_config
     from quarry.serve import launch
     from quarry.serve.serve_cmd import config_args

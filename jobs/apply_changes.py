@@ -7,19 +7,19 @@ functions in ``quarry.jobs.stages``, so an upsert is chunked, contextualized and
 exactly as the build would):
 
     read         change files -> mapInPandas(stages.read_files)            raw records
-    validate     mapInPandas(core.changes.validate_change)                 changes | bad
+    validate     mapInPandas(core.changes.log.validate_change)              changes | bad
     quarantine   bad records -> <root>/_quarantine/<run-id>/part-*.jsonl   (field-level reasons)
-    fold         driver: core.changes.fold per tenant, in ``at`` order per document
+    fold         driver: core.changes.log.fold per tenant, in ``at`` order per document
     chunk        upserts still live -> stages.chunk_docs
     contextualize stages.contextualize_docs (the base's contextualizer)
     embed        stages.embed_passages (the base's embedder; the manifest is the contract)
-    publish      driver: core.delta.publish_delta per tenant: delta shard + state written,
+    publish      driver: core.changes.delta.publish_delta per tenant: delta shard + state written,
                  checksums verified, then the tenant's DELTA watermark swapped atomically
 
 Change records are small and bounded per run, so the fold runs on the driver; upserted
 passages reach the driver only as the (small) delta shard's rows. A run killed at any
 point leaves every watermark as it was (a half-written delta folder is never named), and a
-re-run is a no-op for every change already applied (``core.changes``: per-document order).
+re-run is a no-op for every change already applied (``core.changes.log``: per-document order).
 
 ``--stream`` runs the same batch function under Spark Structured Streaming over the change
 folder (file source, one micro-batch per new file set, checkpointed under the index root);
@@ -44,16 +44,16 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pyspark.sql import functions as F
 
-from quarry.cli import main as cli_main
 from quarry.core.index import layout
 from quarry.core.changes.log import Change, change_reason, change_record_id, lag_summary, validate_change
 from quarry.core.changes.delta import DeltaRows, fold_for, publish_delta, upsert_contextualizer
 from quarry.core.embed.factory import build_embedder, check_embedder, manifest_spec
+from quarry.core.index.manifest import IndexManifest
 from quarry.core.index.shards import TenantIndex
 from quarry.core.records import ParentSection, Passage
-from quarry.core.ingest.sources import ERROR_KEY, SOURCE_KEY
-from quarry.jobs import stages as st
-from quarry.jobs.build import BuildError, list_source_files
+from quarry.core.errors import UsageError
+from quarry.core.ingest.sources import ERROR_KEY, SOURCE_KEY, list_source_files
+from quarry.jobs import stages
 from quarry.jobs.report import Progress, new_run_id
 from quarry.jobs.spark import get_spark
 from quarry.jobs.stages import UNKNOWN_TENANT, tenant_of_raw
@@ -130,7 +130,7 @@ def upsert_docs(batches: Iterator) -> Iterator:
 # --------------------------------------------------------------------------- the job
 
 
-def embedder_spec(manifest: dict[str, Any], requested: str) -> str:
+def embedder_spec(manifest: IndexManifest, requested: str) -> str:
     """The embedder spec that reproduces the base's embeddings ('auto': from its manifest)."""
     return manifest_spec(manifest) if requested == "auto" else requested
 
@@ -139,20 +139,20 @@ def run_apply(settings: ApplySettings, spark=None) -> ApplyReport:
 
     src = Path(settings.changes.removeprefix("file://"))
     if not src.exists():
-        raise BuildError(f"--changes {src}: no such file or directory")
+        raise UsageError(f"--changes {src}: no such file or directory")
     if not layout.list_tenants(settings.index_root):
-        raise BuildError(f"--index-root {settings.index_root}: no published index (run `quarry build` first)")
+        raise UsageError(f"--index-root {settings.index_root}: no published index (run `quarry build` first)")
     files = list_source_files(src)
     if not files:
-        raise BuildError(f"--changes {src}: no .jsonl, .ndjson or .parquet files found")
+        raise UsageError(f"--changes {src}: no .jsonl, .ndjson or .parquet files found")
     own = spark is None
     if own:
         spark = get_spark(settings.master, app_name="quarry-apply-changes")
     try:
-        files_df = spark.createDataFrame(list(enumerate(files)), st.FILES_SCHEMA)
+        files_df = spark.createDataFrame(list(enumerate(files)), stages.FILES_SCHEMA)
         par = settings.partitions or max(2, spark.sparkContext.defaultParallelism * 2)
         raw = files_df.repartition(min(len(files), par)).mapInPandas(
-            functools.partial(st.read_files, root=str(src if src.is_dir() else src.parent)), st.RAW_SCHEMA)
+            functools.partial(stages.read_files, root=str(src if src.is_dir() else src.parent)), stages.RAW_SCHEMA)
         return apply_raw(settings, spark, raw, str(src))
     finally:
         if own:
@@ -183,7 +183,7 @@ def apply_raw(s: ApplySettings, spark, raw, changes_uri: str) -> ApplyReport:
         q_uri = layout.join(root, "_quarantine", run_id)
         bad = val.filter(F.col("kind") == "bad").select("tenant", "record_id", "source", "reason")
         q_counts = {r["tenant"]: int(r["n"]) for r in bad.coalesce(max(1, min(par, 4))).mapInPandas(
-            functools.partial(st.write_quarantine, out_uri=q_uri), st.QUARANTINE_OUT).groupBy("tenant")
+            functools.partial(stages.write_quarantine, out_uri=q_uri), stages.QUARANTINE_OUT).groupBy("tenant")
             .agg(F.sum("n").alias("n")).collect()}
         report.quarantined = sum(q_counts.values())
         report.quarantine_uri = q_uri if report.quarantined else None
@@ -219,7 +219,7 @@ def apply_raw(s: ApplySettings, spark, raw, changes_uri: str) -> ApplyReport:
             specs = {spec for _, _, spec in plans.values()}
             ctx_kinds = {upsert_contextualizer(ix.manifest, s.contextualizer) for ix, _, _ in plans.values()}
             if len(specs) > 1 or len(ctx_kinds) > 1:  # one embedder/contextualizer per run keeps the stages shared
-                raise BuildError("tenants in this change log were built with different embedders or "
+                raise UsageError("tenants in this change log were built with different embedders or "
                                  "contextualizers; apply their changes in separate runs")
             spec, kind = specs.pop(), ctx_kinds.pop()
             stage("chunk")
@@ -227,17 +227,17 @@ def apply_raw(s: ApplySettings, spark, raw, changes_uri: str) -> ApplyReport:
             docs = ups.select("tenant", "doc_id", "change_json").repartition(par, "doc_id").mapInPandas(
                 upsert_docs, "tenant string, doc_id string, doc_json string")
             chunked = docs.mapInPandas(functools.partial(
-                st.chunk_docs, n_shards={t: 1 for t in plans}, max_tokens=s.chunk_tokens), st.CHUNKED_SCHEMA)
+                stages.chunk_docs, n_shards={t: 1 for t in plans}, max_tokens=s.chunk_tokens), stages.CHUNKED_SCHEMA)
             done("chunk")
             stage("contextualize")
             ctxd = chunked.mapInPandas(functools.partial(
-                st.contextualize_docs, kind=kind, llm_json=None, api_key=None), st.CONTEXT_SCHEMA).persist()
+                stages.contextualize_docs, kind=kind, llm_json=None, api_key=None), stages.CONTEXT_SCHEMA).persist()
             done("contextualize")
             stage("embed")
             exploded = ctxd.select("tenant", "shard", "doc_id", F.explode("passages").alias("passage_json"))
             embedded = exploded.repartition(par).mapInPandas(functools.partial(
-                st.embed_passages, spec=spec, batch_size=s.batch_size,
-                torch_threads=int(sc.getConf().get("spark.task.cpus", "1"))), st.EMBEDDED_SCHEMA)
+                stages.embed_passages, spec=spec, batch_size=s.batch_size,
+                torch_threads=int(sc.getConf().get("spark.task.cpus", "1"))), stages.EMBEDDED_SCHEMA)
             for r in embedded.select("tenant", "passage_json", "embedding").collect():  # the delta is small
                 fresh[r["tenant"]][0].append(Passage.model_validate_json(r["passage_json"]))
                 fresh[r["tenant"]][2].append(np.frombuffer(r["embedding"], dtype=np.float32))
@@ -252,7 +252,7 @@ def apply_raw(s: ApplySettings, spark, raw, changes_uri: str) -> ApplyReport:
             if not tr.applied:
                 continue
             ps, pa, vecs = fresh[t]
-            dim = int((index.manifest.get("embedder") or {}).get("dim") or 0)
+            dim = index.manifest.embedder.dim
             emb = np.stack(vecs) if vecs else np.zeros((0, dim), np.float32)
             tr.delta = publish_delta(index, result, DeltaRows(ps, pa, emb), changes[t],
                                      build_embedder(spec).name)
@@ -279,7 +279,7 @@ def run_stream(settings: ApplySettings, spark, checkpoint: str, once: bool = Tru
     def batch(df, batch_id: int) -> None:
         if df.isEmpty():
             return
-        raw = df.mapInPandas(_lines_to_raw, st.RAW_SCHEMA)
+        raw = df.mapInPandas(_lines_to_raw, stages.RAW_SCHEMA)
         reports.append(apply_raw(settings.model_copy(update={"run_id": f"{settings.run_id or 'stream'}-{batch_id}"}),
                                  spark, raw, settings.changes))
 
@@ -339,24 +339,19 @@ def run(args: argparse.Namespace) -> int:
     s = ApplySettings(changes=args.changes, index_root=args.index_root, master=args.master, embedder=args.embedder,
                       contextualizer=args.contextualizer, chunk_tokens=args.chunk_tokens, batch_size=args.batch_size,
                       quiet=args.quiet)
-    try:
-        if args.stream:
-            kafka = (args.kafka_bootstrap, args.kafka_topic) if args.kafka_bootstrap else None
-            if kafka and not args.kafka_topic:
-                raise BuildError("--kafka-bootstrap needs --kafka-topic")
-            if not kafka and not Path(args.changes).is_dir():
-                raise BuildError(f"--changes {args.changes}: --stream needs a folder of change files")
-            spark = get_spark(args.master, app_name="quarry-apply-changes-stream")
-            try:
-                reports = run_stream(s, spark, args.checkpoint or layout.join(args.index_root, "_stream"), args.once,
-                                     kafka)
-            finally:
-                spark.stop()
-        else:
-            reports = [run_apply(s)]
-    except (BuildError, ValueError) as e:
-        print(f"quarry apply-changes: error: {e}", file=sys.stderr)
-        return 2
+    if args.stream:
+        kafka = (args.kafka_bootstrap, args.kafka_topic) if args.kafka_bootstrap else None
+        if kafka and not args.kafka_topic:
+            raise UsageError("--kafka-bootstrap needs --kafka-topic")
+        if not kafka and not Path(args.changes).is_dir():
+            raise UsageError(f"--changes {args.changes}: --stream needs a folder of change files")
+        spark = get_spark(args.master, app_name="quarry-apply-changes-stream")
+        try:
+            reports = run_stream(s, spark, args.checkpoint or layout.join(args.index_root, "_stream"), args.once, kafka)
+        finally:
+            spark.stop()
+    else:
+        reports = [run_apply(s)]
     for rep in reports:
         if args.json:
             print(json.dumps(rep.model_dump(mode="json"), indent=2, sort_keys=True))
@@ -365,12 +360,3 @@ def run(args: argparse.Namespace) -> int:
             print(f"{t}: changes={tr.changes} applied={tr.applied} stale={tr.stale} quarantined={tr.quarantined} "
                   f"upserted_passages={tr.upserted_passages} delta={tr.delta} lag_p95_s={tr.lag.get('p95_s')}")
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m quarry.jobs.apply_changes``: the ``quarry apply-changes`` command, with the CLI's error reporting."""
-    return cli_main(["apply-changes", *(sys.argv[1:] if argv is None else argv)])
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 
-from quarry.cli import main as cli_main
+from quarry.core.errors import UsageError
 from quarry.core.index import layout
 from quarry.core.changes.compact import compaction_input, publish_compacted, write_compacted
 from quarry.core.index.shards import TenantIndex
@@ -55,23 +54,9 @@ def compact_tenant(root: str, tenant: str, quiet: bool = True) -> dict:
 
 def run(args: argparse.Namespace) -> int:
     if layout.current_generation(args.index_root, args.tenant) is None:
-        print(f"quarry compact: error: no published index for tenant {args.tenant!r} under {args.index_root} "
-              f"(check --tenant and --index-root)", file=sys.stderr)
-        return 2
-    try:
-        out = compact_tenant(args.index_root, args.tenant, quiet=args.quiet)
-    except (ValueError, RuntimeError) as e:
-        print(f"quarry compact: error: {e}", file=sys.stderr)
-        return 2
+        raise UsageError(f"no published index for tenant {args.tenant!r} under {args.index_root} "
+                         f"(check --tenant and --index-root)")
+    out = compact_tenant(args.index_root, args.tenant, quiet=args.quiet)
     print(json.dumps(out, sort_keys=True) if args.json else
           " ".join(f"{k}={v}" for k, v in out.items()))
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m quarry.jobs.compact``: the ``quarry compact`` command, with the CLI's error reporting."""
-    return cli_main(["compact", *(sys.argv[1:] if argv is None else argv)])
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -10,10 +10,9 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import sys
 from pathlib import Path
 
-from quarry.cli import main as cli_main
+from quarry.core.errors import UsageError
 from quarry.core.index import layout
 from quarry.core.ingest.contextualize import make_contextualizer
 from quarry.core.changes.delta import apply_local, upsert_contextualizer
@@ -92,14 +91,9 @@ def _apply_in_process(root: str, repairs) -> dict[str, int]:
 
 def run(args: argparse.Namespace) -> int:
     if not Path(args.source).exists():
-        print(f"quarry reconcile: error: --source {args.source}: no such file or directory", file=sys.stderr)
-        return 2
-    try:
-        rep = reconcile(args.source, args.index_root, args.tenants.split(",") if args.tenants else None,
-                        args.dry_run, args.apply, args.master)
-    except (ValueError, RuntimeError) as e:
-        print(f"quarry reconcile: error: {e}", file=sys.stderr)
-        return 2
+        raise UsageError(f"--source {args.source}: no such file or directory")
+    rep = reconcile(args.source, args.index_root, args.tenants.split(",") if args.tenants else None,
+                    args.dry_run, args.apply, args.master)
     if args.json:
         print(json.dumps(rep, indent=2, sort_keys=True))
         return 0
@@ -112,12 +106,3 @@ def run(args: argparse.Namespace) -> int:
     if rep["unindexed_tenants"]:
         print(f"tenants in the source without an index: {', '.join(rep['unindexed_tenants'])}")
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m quarry.jobs.reconcile``: the ``quarry reconcile`` command, with the CLI's error reporting."""
-    return cli_main(["reconcile", *(sys.argv[1:] if argv is None else argv)])
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import pickle
-import re
 import threading
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -32,14 +31,14 @@ from quarry.core.ingest.contextualize import LLMSettings, make_contextualizer, w
 from quarry.core.embed.factory import build_embedder
 from quarry.core.embed.embedders import passage_text_for_embedding
 from quarry.core.ingest.enrich import enrich
-from quarry.core.index.shards import TermStats, build_and_upload_shard, lexical_text, shard_of
-from quarry.core.records import ParentSection, Passage, SourceDocument, validation_reason
+from quarry.core.index.build import build_and_upload_shard, shard_of
+from quarry.core.index.lexical import TermStats, lexical_text
+from quarry.core.records import ParentSection, Passage, SourceDocument, is_slug, validation_reason
 from quarry.core.ingest.sources import read_file, record_id, validate
 from quarry.core.text.units import count_tokens
 from quarry.core.text.tokenizer import tokenize
 
 UNKNOWN_TENANT = "_unknown"
-_SLUG = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")  # the tenant rule of core.records
 
 # --------------------------------------------------------------------------- schemas (DDL)
 
@@ -77,7 +76,7 @@ def tenant_of_raw(raw: Mapping[str, Any]) -> str:
     """Which tenant an input record is accounted under: its ``tenant`` when that is a
     valid tenant slug, else ``_unknown`` (a record whose tenant cannot be read)."""
     t = raw.get("tenant") if isinstance(raw, Mapping) else None
-    return t if isinstance(t, str) and _SLUG.match(t) else UNKNOWN_TENANT
+    return t if is_slug(t) else UNKNOWN_TENANT
 
 
 # --------------------------------------------------------------------------- read
@@ -88,7 +87,7 @@ def read_files(batches: Iterator[pd.DataFrame], root: str) -> Iterator[pd.DataFr
 
     Uses core's per-format readers with the source root, so Markdown doc ids derived from
     relative paths, ``_source`` strings and unparseable-record markers are exactly those of
-    ``core.sources.read_records(root)``.
+    ``core.ingest.sources.read_records(root)``.
     """
     base = Path(root)
     for pdf in batches:
@@ -162,7 +161,7 @@ def write_quarantine(batches: Iterator[pd.DataFrame], out_uri: str) -> Iterator[
 
 def chunk_docs(batches: Iterator[pd.DataFrame], n_shards: Mapping[str, int],
                max_tokens: int = 200) -> Iterator[pd.DataFrame]:
-    """One row per document, enriched (``core.enrich``, as ``core.pipeline.prepare`` does):
+    """One row per document, enriched (``core.ingest.enrich``, as ``core.ingest.pipeline.prepare`` does):
     its passages and parent sections (JSON) and its shard."""
     settings = ChunkSettings(max_tokens=max_tokens)
     for pdf in batches:
@@ -300,7 +299,7 @@ def merge_term_stats(a: dict, b: dict) -> dict:
 def build_one_shard(key, passages_pdf: pd.DataFrame, parents_pdf: pd.DataFrame, *, root: str,
                     generations: Mapping[str, int], stats_bc, dim: int, approx_threshold: int) -> pd.DataFrame:
     """cogroup(passages, parents) by (tenant, shard): build and upload the shard with
-    ``core.index.build_and_upload_shard`` into the tenant's new generation folder."""
+    ``core.index.build.build_and_upload_shard`` into the tenant's new generation folder."""
     tenant, shard = str(key[0]), int(key[1])
     passages = [Passage.model_validate_json(p) for p in passages_pdf["passage_json"]]
     parents = [ParentSection.model_validate_json(p) for p in parents_pdf["parent_json"]]

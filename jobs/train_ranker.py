@@ -36,6 +36,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from quarry.core.errors import UsageError
 from quarry.core.embed.factory import build_embedder, embedder_for_index
 from quarry.core.embed.embedders import SentenceTransformerEmbedder
 from quarry.core.rank.gate import DEFAULT_MARGIN, record_decision
@@ -83,7 +84,7 @@ def read_labels(labels: str | Path, queries: str | Path | None = None) -> tuple[
     if first.lstrip().startswith("{"):
         return _read_cases(path)
     if queries is None:
-        raise ValueError(f"{path} looks like a qrels TSV: pass --queries (a BEIR queries.jsonl)")
+        raise UsageError(f"{path} looks like a qrels TSV: pass --queries (a BEIR queries.jsonl)")
     qrels = read_qrels(path)
     texts = read_queries(queries)
     missing = [q for q in qrels if q not in texts]
@@ -102,10 +103,10 @@ def _read_cases(path: Path) -> tuple[dict[str, str], dict[str, dict[str, int]]]:
             row = json.loads(line)
             query, relevant = row.get("query"), row.get("relevant")
             if not isinstance(query, str) or not query.strip() or not isinstance(relevant, list):
-                raise ValueError(f"{path}:{n}: an evidence case needs 'query' (text) and 'relevant' (a list of ids)")
+                raise UsageError(f"{path}:{n}: an evidence case needs 'query' (text) and 'relevant' (a list of ids)")
             qid = str(row.get("id") or f"case-{n}")
             if qid in texts:
-                raise ValueError(f"{path}:{n}: duplicate case id {qid!r}")
+                raise UsageError(f"{path}:{n}: duplicate case id {qid!r}")
             grades = row.get("grades") or {}
             texts[qid] = query
             qrels[qid] = {str(r): int(grades.get(str(r), 1)) for r in relevant}
@@ -130,16 +131,19 @@ def train(args) -> dict[str, Any]:
     ref = dt.date.fromisoformat(args.reference_date) if args.reference_date else dt.date.today()
     train_settings = TrainSettings(holdout=args.holdout, seed=args.split_seed, reference_date=ref,
                                    margin=DEFAULT_MARGIN if args.margin is None else args.margin)
-    queries, qrels = read_labels(args.labels, args.queries)
-    index = TenantIndex.load(args.index_root, args.tenant, args.generation)
+    try:  # a missing labels file or index is the caller's to fix
+        queries, qrels = read_labels(args.labels, args.queries)
+        index = TenantIndex.load(args.index_root, args.tenant, args.generation)
+    except FileNotFoundError as e:
+        raise UsageError(str(e)) from None
     embedder = embedder_for_index(index.manifest, args.embedder)
     principal = mining_principal(index, args.groups)
     w = int(args.width)
     settings = SearchSettings(lexical_width=w, dense_width=w, candidate_width=w)
     sentence = None
     if args.sentence_features:
-        st = embedder if isinstance(embedder, SentenceTransformerEmbedder) else build_embedder("default")
-        sentence = SentenceVectors(st)
+        sentence_model = embedder if isinstance(embedder, SentenceTransformerEmbedder) else build_embedder("default")
+        sentence = SentenceVectors(sentence_model)
     ranker, decision, report = train_and_gate(index, principal, embedder, queries, qrels, settings, train_settings,
                                               sentence)
     report = {
@@ -157,7 +161,7 @@ def train(args) -> dict[str, Any]:
                               sentence_cache=sentence,
                               report={k: report[k] for k in ("queries", "split", "heldout") if k in report})
         report["stored"] = {"manifest": f"gen-{index.generation}/manifest.json",
-                            "ranker": f"gen-{index.generation}/{rec['path']}/" if "path" in rec else None}
+                            "ranker": f"gen-{index.generation}/{rec.path}/" if rec.path else None}
     report["seconds"] = round(time.perf_counter() - t0, 2)
     return report
 
@@ -187,10 +191,6 @@ def format_report(r: dict[str, Any]) -> str:
 
 
 def run(args) -> int:
-    try:
-        report = train(args)
-    except (ValueError, FileNotFoundError) as e:
-        print(f"train-ranker: {e}", file=sys.stderr)
-        return 2
+    report = train(args)
     print(json.dumps(report, indent=2, sort_keys=True, default=str) if args.json else format_report(report))
     return 0

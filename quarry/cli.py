@@ -36,7 +36,7 @@ class Parser(argparse.ArgumentParser):
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("quarry.demo", "the main job: build the sample corpus and run searches (README's first command)"),
-    "build": ("quarry.jobs.build", "PySpark job: validate, chunk, contextualize, embed and publish per-tenant indexes"),
+    "build": ("quarry.build_cmd", "PySpark job: validate, chunk, contextualize, embed and publish per-tenant indexes"),
     "search": ("quarry.search_cmd", "search a published index in-process as a given principal (operators)"),
     "eval": ("quarry.eval.cli", "evaluate retrieval stages (BEIR datasets, evidence cases)"),
     "serve": ("quarry.serve.serve_cmd", "start the Ray Serve endpoint for agents"),

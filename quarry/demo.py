@@ -99,7 +99,8 @@ def build(index_root: str, embedder: str | None, mode: str) -> str:
             _say(f"Spark build unavailable ({e}); using the in-process build")
     t = time.perf_counter()
     if use_spark:
-        from quarry.jobs.build import BuildSettings, run_build  # needs pyspark: deferred
+        from quarry.jobs.build import run_build  # needs pyspark: deferred
+        from quarry.jobs.build_settings import BuildSettings
 
         spec = "hashing" if embedder == "hashing" else (embedder or "default")
         _say(f"building {SAMPLE_CORPUS} with the PySpark build job (local[2], embedder {spec}) ...")

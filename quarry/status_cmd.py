@@ -7,9 +7,14 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import sys
 import time
 from pathlib import Path
+
+from quarry.core.changes.delta import current_state, fold_for
+from quarry.core.changes.log import lag_summary, read_changes
+from quarry.core.errors import UsageError
+from quarry.core.index import layout
+from quarry.core.index.shards import TenantIndex
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -19,10 +24,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def tenant_status(root: str, tenant: str, changes=None, now: float | None = None) -> dict:
-    from quarry.core.changes.log import lag_summary
-    from quarry.core.changes.delta import current_state, fold_for
-    from quarry.core.index.shards import TenantIndex
-
     now = time.time() if now is None else now
     index = TenantIndex.load(root, tenant)
     state = current_state(index)
@@ -39,18 +40,13 @@ def tenant_status(root: str, tenant: str, changes=None, now: float | None = None
 
 
 def run(args: argparse.Namespace) -> int:
-    from quarry.core.index import layout
-    from quarry.core.changes.log import read_changes
-
     tenants = layout.list_tenants(args.index_root)
     if not tenants:
-        print(f"quarry status: error: --index-root {args.index_root}: no published index", file=sys.stderr)
-        return 2
+        raise UsageError(f"--index-root {args.index_root}: no published index")
     changes = None
     if args.changes:
         if not Path(args.changes).exists():
-            print(f"quarry status: error: --changes {args.changes}: no such file or directory", file=sys.stderr)
-            return 2
+            raise UsageError(f"--changes {args.changes}: no such file or directory")
         changes, _bad = read_changes(args.changes)
     rep = {t: tenant_status(args.index_root, t, changes) for t in tenants}
     if args.json:

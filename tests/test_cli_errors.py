@@ -98,3 +98,29 @@ def test_a_missing_extra_imported_inside_run_gets_the_install_hint(monkeypatch, 
     assert main(["search", "--index-root", "x", "--tenant", "t", "q"]) == 2
     err = capsys.readouterr().err
     assert "needs the 'spark' extra" in err and "pip install" in err
+
+
+@pytest.mark.parametrize("argv, module, name", [
+    (["compact", "--tenant", "acme", "--index-root", "{idx}"], "quarry.jobs.compact", "compact_tenant"),
+    (["reconcile", "--source", "{tmp}", "--index-root", "{idx}", "--apply", "in-process"], "quarry.jobs.reconcile",
+     "reconcile"),
+    (["build", "--source", "{tmp}", "--index-root", "{tmp}/out"], "quarry.build_cmd", "run_build"),
+    (["status", "--index-root", "{idx}"], "quarry.status_cmd", "tenant_status"),
+])
+def test_a_bug_inside_a_command_is_exit_1_with_a_traceback_under_debug(idx, tmp_path, monkeypatch, capsys,
+                                                                        argv, module, name):
+    """No command reports its own errors: a RuntimeError (a bug) raised inside one is never a
+    user mistake (exit 2); it goes through the one reporter, which shows the traceback with --debug."""
+    import importlib
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setattr(importlib.import_module(module), name, boom)
+    argv = [a.format(idx=idx, tmp=tmp_path) for a in argv]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert "internal error: RuntimeError: disk on fire" in err and "Traceback" not in err
+    assert main(["--debug", *argv]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback (most recent call last)" in err and "disk on fire" in err

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Collection, Iterator, Sequence
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -42,7 +42,7 @@ ABSTENTION_MESSAGE = "I can't answer this from the evidence available to you."
 MIN_QUOTE_WORDS = 4
 
 CheckName = Literal["retrieved", "quote_length", "quote_match", "numbers", "not_rejected"]
-CHECK_NAMES: tuple[str, ...] = ("retrieved", "quote_length", "quote_match", "numbers", "not_rejected")
+CHECK_NAMES: tuple[CheckName, ...] = get_args(CheckName)  # in the order the checks run
 
 
 class Claim(BaseModel):

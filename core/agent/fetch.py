@@ -10,6 +10,8 @@ import datetime as dt
 from collections.abc import Sequence
 from typing import Any, Literal
 
+from quarry.core.evidence.graph import facts_for, neighbours
+from quarry.core.evidence.resolve import resolve
 from quarry.core.index.shards import TenantIndex
 from quarry.core.records import Decision, Excerpt, Frozen, Passage, Principal
 from quarry.core.search.expansion import excerpt
@@ -59,9 +61,6 @@ def _resolved(index: TenantIndex, principal: Principal, kind: str, passages: Seq
               valid_at: dt.date | None) -> FetchResult:
     """Fetched passages resolved like searched ones: their graph neighbours under the same
     principal, every rule applied, each excerpt carrying its verdict."""
-    from quarry.core.evidence.graph import facts_for, neighbours
-    from quarry.core.evidence.resolve import resolve
-
     ids = [p.passage_id for p in passages]
     linked = [x for x in (index.passage(pid, principal) for pid in neighbours(index, principal, valid_at, ids))
               if x is not None]

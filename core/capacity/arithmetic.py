@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from quarry.core.errors import UsageError
 Quantile = Literal["p50", "p95"]
 QUANTILES: tuple[Quantile, ...] = ("p50", "p95")
 
@@ -40,7 +41,7 @@ class Dist(BaseModel):
     @model_validator(mode="after")
     def _ordered(self) -> "Dist":
         if self.p95 < self.p50:
-            raise ValueError(f"p95 ({self.p95}) is below p50 ({self.p50}); swap them or re-measure")
+            raise UsageError(f"p95 ({self.p95}) is below p50 ({self.p50}); swap them or re-measure")
         return self
 
     @classmethod
@@ -49,7 +50,7 @@ class Dist(BaseModel):
         import numpy as np
 
         if len(samples) == 0:
-            raise ValueError("no samples: a distribution needs at least one measurement")
+            raise UsageError("no samples: a distribution needs at least one measurement")
         a = np.asarray(samples, dtype=float)
         return cls(p50=float(np.percentile(a, 50)), p95=float(np.percentile(a, 95)))
 
@@ -148,7 +149,7 @@ def poisson_quantile(mean: float, q: float = 0.95) -> int:
 
 def _rate(x: float, name: str) -> None:
     if not 0 <= x <= 1:
-        raise ValueError(f"{name} must be a fraction in [0, 1], got {x}")
+        raise UsageError(f"{name} must be a fraction in [0, 1], got {x}")
 
 
 # --- per-deployment sizing -> Ray Serve options ---------------------------------------------
@@ -170,7 +171,7 @@ class AutoscalingPolicy(BaseModel):
     def _delays(self) -> "AutoscalingPolicy":
         for name in ("upscale_delay_s", "downscale_delay_s"):
             if getattr(self, name) < self.look_back_period_s:
-                raise ValueError(f"{name} ({getattr(self, name)}) is shorter than look_back_period_s "
+                raise UsageError(f"{name} ({getattr(self, name)}) is shorter than look_back_period_s "
                                  f"({self.look_back_period_s}); raise it to at least the look-back window")
         return self
 
@@ -193,7 +194,7 @@ class DeploymentLoad(BaseModel):
     @model_validator(mode="after")
     def _batch(self) -> "DeploymentLoad":
         if self.batch_size is not None and self.concurrency_per_replica < self.batch_size:
-            raise ValueError(f"concurrency_per_replica ({self.concurrency_per_replica}) is below batch_size "
+            raise UsageError(f"concurrency_per_replica ({self.concurrency_per_replica}) is below batch_size "
                              f"({self.batch_size}): a batch could never fill; measure at a full batch")
         return self
 
@@ -252,7 +253,7 @@ def size_deployment(name: str, load: DeploymentLoad, peak_calls_per_s: float, tr
     - ``max_replicas`` covers peak at p95 service time; ``min_replicas`` the trough at p50.
     """
     if trough_calls_per_s > peak_calls_per_s:
-        raise ValueError(f"trough rate {trough_calls_per_s}/s exceeds peak rate {peak_calls_per_s}/s")
+        raise UsageError(f"trough rate {trough_calls_per_s}/s exceeds peak rate {peak_calls_per_s}/s")
     lam = peak_calls_per_s * load.visits_per_call
     mean_in_flight = Dist(p50=round(in_flight(lam, load.service_ms.p50 / 1000), 6),
                           p95=round(in_flight(lam, load.service_ms.p95 / 1000), 6))

@@ -28,6 +28,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from quarry.core.errors import UsageError
 from quarry.core.capacity.arithmetic import Dist
 from quarry.core.capacity.workload import WorkloadProfile
 
@@ -41,7 +42,7 @@ def read_trace_records(path: str | Path) -> Iterator[dict[str, Any]]:
         raise FileNotFoundError(f"{p}: no trace file or folder there")
     files = sorted(f for f in p.rglob("*") if f.suffix in _SUFFIXES) if p.is_dir() else [p]
     if not files:
-        raise ValueError(f"{p}: no *.jsonl, *.json or *.parquet trace files found")
+        raise UsageError(f"{p}: no *.jsonl, *.json or *.parquet trace files found")
     for f in files:
         if f.suffix == ".parquet":
             import pyarrow.parquet as pq
@@ -54,7 +55,7 @@ def read_trace_records(path: str | Path) -> Iterator[dict[str, Any]]:
                     try:
                         yield json.loads(line)
                     except json.JSONDecodeError as e:
-                        raise ValueError(f"{f}:{n}: not a JSON trace record ({e.msg})") from e
+                        raise UsageError(f"{f}:{n}: not a JSON trace record ({e.msg})") from e
 
 
 class TraceSamples(BaseModel):
@@ -128,7 +129,7 @@ def apply_samples(profile: WorkloadProfile, s: TraceSamples, source: str) -> Wor
     """The profile with every distribution the traces measured replaced, and provenance
     saying so. ``calls_per_task`` is only taken when it is at least 1 (complete runs)."""
     if s.searches == 0:
-        raise ValueError(f"{source}: no search traces (kind == 'search') to measure")
+        raise UsageError(f"{source}: no search traces (kind == 'search') to measure")
     note = f"measured: {s.searches} search traces in {source}"
     prov = dict(profile.provenance)
     funnel_up: dict[str, Dist] = {}

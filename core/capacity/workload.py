@@ -9,10 +9,12 @@ says, per field, whether a number was measured (and where, on which machine) or 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from quarry.core.errors import UsageError
 from quarry.core.capacity import arithmetic as cap
 from quarry.core.capacity.arithmetic import QUANTILES, AutoscalingPolicy, DeploymentLoad, DeploymentSizing, Dist
 
@@ -95,9 +97,9 @@ class WorkloadProfile(_Frozen):
     def _known(cls, v: dict[str, DeploymentLoad]) -> dict[str, DeploymentLoad]:
         unknown = sorted(set(v) - set(DEPLOYMENTS))
         if unknown:
-            raise ValueError(f"unknown deployment(s) {unknown}; the application has {list(DEPLOYMENTS)}")
+            raise UsageError(f"unknown deployment(s) {unknown}; the application has {list(DEPLOYMENTS)}")
         if not {"Gateway", "Retriever"} <= set(v):
-            raise ValueError("deployments must size at least Gateway and Retriever")
+            raise UsageError("deployments must size at least Gateway and Retriever")
         return v
 
     @field_validator("app_args")
@@ -105,17 +107,17 @@ class WorkloadProfile(_Frozen):
     def _no_counts(cls, v: dict[str, Any]) -> dict[str, Any]:
         picked = sorted(k for k in v if k.endswith("_replicas"))
         if picked:
-            raise ValueError(f"app_args may not fix replica counts ({picked}): the plan computes them")
+            raise UsageError(f"app_args may not fix replica counts ({picked}): the plan computes them")
         return v
 
     @model_validator(mode="after")
     def _rates_and_provenance(self) -> "WorkloadProfile":
         if self.trough_tasks_per_s > self.peak_tasks_per_s:
-            raise ValueError("trough_tasks_per_s exceeds peak_tasks_per_s")
+            raise UsageError("trough_tasks_per_s exceeds peak_tasks_per_s")
         tops = set(type(self).model_fields)
         bad = sorted(k for k in self.provenance if k.split(".")[0] not in tops)
         if bad:
-            raise ValueError(f"provenance names unknown fields {bad}")
+            raise UsageError(f"provenance names unknown fields {bad}")
         return self
 
 
@@ -224,3 +226,22 @@ def plan(p: WorkloadProfile) -> CapacityPlan:
     return CapacityPlan(profile=p.name, measured_on=p.measured_on,
                         **{q: economics(p, q) for q in QUANTILES}, deployments=sized)
 
+
+def load_profile(path: str | Path) -> WorkloadProfile:
+    """A workload profile YAML, validated; every problem is a one-line :class:`UsageError`."""
+    import yaml  # deferred: the capacity arithmetic itself imports no YAML parser (tests/core/test_capacity.py)
+
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except OSError as e:
+        raise UsageError(f"cannot read profile {path}: {e.strerror}") from e
+    except yaml.YAMLError as e:
+        raise UsageError(f"{path} is not valid YAML: {e}") from e
+    if not isinstance(data, dict):
+        raise UsageError(f"{path}: expected a mapping of profile fields (see infra/profiles/seed-11-5.yaml)")
+    try:
+        return WorkloadProfile.model_validate(data)
+    except ValidationError as e:
+        err = e.errors()[0]
+        where = ".".join(str(x) for x in err["loc"]) or "profile"
+        raise UsageError(f"{path}: {where}: {err['msg']} ({e.error_count()} problem(s) in all)") from e

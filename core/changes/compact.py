@@ -15,8 +15,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from quarry.core.errors import UsageError
 from quarry.core.index import layout
-from quarry.core.index.shards import TenantIndex, build_tenant_index
+from quarry.core.index.build import build_tenant_index
+from quarry.core.index.manifest import publish
+from quarry.core.index.shards import TenantIndex
 from quarry.core.records import ParentSection, Passage
 
 
@@ -53,7 +56,7 @@ def compaction_input(index: TenantIndex) -> CompactionInput:
             live, acl = index.version_view(si, sec.envelope.doc_id, sec.envelope.version)
             if live:
                 parents.append(_with_acl(sec, acl))
-    dim = int((index.manifest.get("embedder") or {}).get("dim") or 0)
+    dim = index.manifest.embedder.dim
     emb = np.stack(vecs).astype(np.float32) if vecs else np.zeros((0, dim), np.float32)
     return CompactionInput(index, passages, parents, emb)
 
@@ -62,13 +65,13 @@ def write_compacted(ci: CompactionInput) -> int:
     """Build (but do not publish) the compacted generation; returns its number."""
     ix, m = ci.index, ci.index.manifest
     if not ci.passages:
-        raise ValueError(f"{ix.tenant}: every document was deleted; a tenant index cannot be empty")
-    extra = {k: m[k] for k in ("contextualizer", "run_id") if k in m}
+        raise UsageError(f"{ix.tenant}: every document was deleted; a tenant index cannot be empty")
+    extra = {k: getattr(m, k) for k in ("contextualizer", "run_id") if k in m.model_fields_set}
     extra["compacted_from"] = {"generation": ix.generation, "delta": ix.delta_seq, "watermark": ix.watermark}
     return build_tenant_index(
         ix.root, ix.tenant, ci.passages, ci.parents, ci.embeddings, n_shards=len(ix.base_shards),
-        embedder_name=(m.get("embedder") or {}).get("name", "unknown"), chunker_version=m.get("chunker_version", "unknown"),
-        source_watermark=m.get("source_watermark"), extra=extra, publish=False,
+        embedder_name=m.embedder.name, chunker_version=m.chunker_version,
+        source_watermark=m.source_watermark, extra=extra, publish=False,
     )
 
 
@@ -76,10 +79,10 @@ def publish_compacted(index: TenantIndex, generation: int) -> None:
     """Switch ``CURRENT`` to the compacted generation, unless changes were applied since
     the compaction read its input (they would be lost): then raise, and nothing changes."""
     if layout.read_watermark(index.root, index.tenant) != index.watermark:
-        raise RuntimeError(f"{index.tenant}: changes were applied during compaction; run it again")
+        raise UsageError(f"{index.tenant}: changes were applied during compaction; run it again")
     if layout.current_generation(index.root, index.tenant) != index.generation:
-        raise RuntimeError(f"{index.tenant}: CURRENT moved during compaction; run it again")
-    layout.publish(index.root, index.tenant, generation)
+        raise UsageError(f"{index.tenant}: CURRENT moved during compaction; run it again")
+    publish(index.root, index.tenant, generation)
 
 
 def compact(root: str, tenant: str) -> int | None:

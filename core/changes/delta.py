@@ -26,7 +26,10 @@ from quarry.core.changes.log import Change, FoldResult, TenantState, dump_state,
 from quarry.core.ingest.chunking import ChunkSettings
 from quarry.core.embed.factory import check_embedder
 from quarry.core.embed.embedders import passage_text_for_embedding
-from quarry.core.index.shards import Delta, TenantIndex, TermStats, build_and_upload_shard, lexical_text
+from quarry.core.index.build import build_and_upload_shard
+from quarry.core.index.lexical import TermStats, lexical_text
+from quarry.core.index.manifest import IndexManifest
+from quarry.core.index.shards import Delta, TenantIndex
 from quarry.core.ingest.pipeline import prepare
 from quarry.core.records import ParentSection, Passage
 from quarry.core.text.tokenizer import tokenize
@@ -57,12 +60,12 @@ def base_versions(index: TenantIndex):
     return lookup
 
 
-def upsert_contextualizer(manifest: dict, requested: str = "auto") -> str:
+def upsert_contextualizer(manifest: IndexManifest, requested: str = "auto") -> str:
     """The contextualizer for upserts: ``requested``, or for 'auto' what the base was built
     with (the Spark build records it) when that needs no endpoint, else none."""
     if requested != "auto":
         return requested
-    kind = manifest.get("contextualizer")
+    kind = manifest.contextualizer
     return kind if kind in ("extractive", "none") else "none"
 
 
@@ -76,9 +79,9 @@ def base_stats(index: TenantIndex) -> TermStats:
     for sh in index.base_shards:
         for t, c in sh.document_frequencies().items():
             df[t] = df.get(t, 0) + c
-    bm = index.manifest.get("bm25", {})
-    n = int(bm.get("n_docs", sum(len(s) for s in index.base_shards)))
-    return TermStats(n_docs=n, total_len=int(round(float(bm.get("avgdl", 0.0)) * n)), df=df)
+    bm = index.manifest.bm25
+    n = bm.n_docs if "n_docs" in bm.model_fields_set else sum(len(s) for s in index.base_shards)
+    return TermStats(n_docs=n, total_len=int(round(bm.avgdl * n)), df=df)
 
 
 @dataclass(frozen=True)
@@ -178,7 +181,7 @@ def _state_only(state: TenantState):
 def apply_local(root: str, tenant: str, changes: Sequence[Change], embedder, contextualizer=None,
                 chunk_settings=None) -> tuple[int | None, FoldResult]:
     """Apply one tenant's changes in-process (tests, small tenants): the same fold and
-    publish as the Spark job, upserts prepared by ``core.pipeline.prepare``.
+    publish as the Spark job, upserts prepared by ``core.ingest.pipeline.prepare``.
     Returns (delta seq or None when nothing was applied, fold result)."""
     index = TenantIndex.load(root, tenant)
     check_embedder(index.manifest, embedder)  # the manifest is the contract: upserts use the base's model
@@ -187,7 +190,7 @@ def apply_local(root: str, tenant: str, changes: Sequence[Change], embedder, con
         return None, result
     docs = [c.document for c in result.upserts.values()]
     passages, parents = prepare(docs, contextualizer, chunk_settings or ChunkSettings())
-    dim = int(index.manifest.get("embedder", {}).get("dim") or 0)
+    dim = index.manifest.embedder.dim
     emb = embedder.encode([passage_text_for_embedding(p) for p in passages]) if passages \
         else np.zeros((0, dim), np.float32)
     seq = publish_delta(index, result, DeltaRows(passages, parents, np.asarray(emb, np.float32)), changes,

@@ -29,7 +29,8 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from quarry.core.records import _SLUG, Frozen, SourceDocument, validation_reason
+from quarry.core.ingest.sources import ERROR_KEY, SOURCE_KEY, read_records, validate
+from quarry.core.records import Frozen, SourceDocument, check_acl, check_slug, validation_reason
 
 Op = Literal["upsert", "delete", "acl"]
 Outcome = Literal["applied", "stale"]
@@ -55,9 +56,7 @@ class Change(Frozen):
     @field_validator("tenant")
     @classmethod
     def _tenant(cls, v: str) -> str:
-        if not _SLUG.match(v):
-            raise ValueError("must be a lowercase slug: [a-z0-9][a-z0-9_.-]*")
-        return v
+        return check_slug(v)
 
     @field_validator("at")
     @classmethod
@@ -66,12 +65,8 @@ class Change(Frozen):
 
     @field_validator("acl")
     @classmethod
-    def _acl(cls, v):
-        if v is None:
-            return v
-        if not v or any(not g or g != g.strip() for g in v):
-            raise ValueError("acl must be a non-empty list of group names without surrounding spaces")
-        return tuple(sorted(set(v)))
+    def _acl(cls, v: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        return None if v is None else check_acl(v)
 
     @model_validator(mode="after")
     def _shape(self) -> "Change":
@@ -106,8 +101,6 @@ class Change(Frozen):
 def validate_change(raw: Mapping[str, Any]) -> Change:
     """Validate one raw change record (reader bookkeeping keys, ``_*``, are dropped).
     Raises ``pydantic.ValidationError``; :func:`change_reason` makes it a quarantine line."""
-    from quarry.core.ingest.sources import ERROR_KEY, validate
-
     if ERROR_KEY in raw:
         validate(raw)  # raises the reader's field-located error
     return Change.model_validate({k: v for k, v in raw.items() if not k.startswith("_")})
@@ -272,8 +265,6 @@ def dump_state(state: TenantState) -> bytes:
 def read_changes(path: str) -> tuple[list[Change], list[tuple[str | None, str, str]]]:
     """In-process reader: every change under ``path`` (JSONL/Parquet file or folder), and
     the invalid ones as (record id, source, reason). The Spark job reads the same way."""
-    from quarry.core.ingest.sources import SOURCE_KEY, read_records
-
     good, bad = [], []
     for raw in read_records(path):
         try:

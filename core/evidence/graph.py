@@ -233,7 +233,7 @@ def graph_of(index) -> EvidenceGraph:
     g = getattr(index, "_evidence_graph", None)
     if g is not None:
         return g
-    from quarry.core.index.shards import pack_row, unpack_row
+    from quarry.core.index.rows import pack_row, unpack_row
 
     envelopes: dict[str, Envelope] = {}
     rows_of: dict[str, list[int]] = {}
@@ -269,7 +269,7 @@ def neighbours(index, principal: Principal, valid_at: dt.date | None, delivered:
     """Passage ids linked to ``delivered`` within ``hops`` links, breadth first, each kept
     only when the principal's mask at ``valid_at`` keeps it (as in every retrieval leg).
     At most ``limit``; the order is a pure function of the graph and the start set."""
-    from quarry.core.index.shards import unpack_row
+    from quarry.core.index.rows import unpack_row
 
     g = graph_of(index)
     masks = index.masks(principal, None, valid_at)

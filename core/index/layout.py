@@ -5,7 +5,9 @@
     <root>/<tenant>/manifest.json           copy of the live generation's manifest
     <root>/<tenant>/CURRENT                 names the live generation; replaced atomically
 
-A crashed build leaves a gen folder without a manifest; it is never published.
+A crashed build leaves a gen folder without a manifest; it is never published. The
+manifest itself is read, written and published by ``quarry.core.index.manifest``; this
+module knows paths, atomic writes, checksums and copies.
 
 Changes applied since the live generation was built (``quarry apply-changes``):
 
@@ -135,14 +137,6 @@ def write_json(uri: str, obj: Any) -> None:
     write_atomic(uri, json.dumps(obj, indent=2, sort_keys=True, default=str).encode())
 
 
-def manifest_path(root: str, tenant: str, generation: int) -> str:
-    return join(generation_dir(root, tenant, generation), "manifest.json")
-
-
-def read_manifest(root: str, tenant: str, generation: int) -> dict[str, Any]:
-    return read_json(manifest_path(root, tenant, generation))
-
-
 def file_checksums(local_dir: str | Path) -> dict[str, str]:
     """sha256 of every file under a local shard folder, keyed by relative path."""
     base = Path(local_dir)
@@ -155,20 +149,6 @@ def file_checksums(local_dir: str | Path) -> dict[str, str]:
                     h.update(block)
             out[str(p.relative_to(base))] = h.hexdigest()
     return out
-
-
-def verify_shard(root: str, tenant: str, generation: int, shard: int, checksums: dict[str, str]) -> None:
-    """Re-read a written shard and compare checksums; raise if anything is missing or differs."""
-    verify_files(shard_dir(root, tenant, generation, shard), checksums)
-
-
-def publish(root: str, tenant: str, generation: int) -> None:
-    """Make ``generation`` live: only a complete, manifested generation can be published."""
-    manifest = read_manifest(root, tenant, generation)  # raises if the build never finished
-    for s in manifest["shards"]:
-        verify_shard(root, tenant, generation, s["shard"], s["checksums"])
-    write_json(join(tenant_dir(root, tenant), "manifest.json"), manifest)
-    write_atomic(join(tenant_dir(root, tenant), "CURRENT"), f"gen-{generation}\n".encode())
 
 
 def upload_dir(local_dir: str | Path, uri: str) -> None:

@@ -3,7 +3,6 @@ used by the demo, the tests and the BEIR runner. Steps as DESIGN §7, on one mac
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -11,7 +10,7 @@ from quarry.core.ingest.chunking import CHUNKER_VERSION, ChunkSettings, chunk_do
 from quarry.core.ingest.contextualize import Contextualizer, NoContextualizer, with_context
 from quarry.core.embed.embedders import Embedder, passage_text_for_embedding
 from quarry.core.ingest.enrich import enrich
-from quarry.core.index.shards import build_tenant_index
+from quarry.core.index.build import build_tenant_index, n_shards_for
 from quarry.core.records import ParentSection, Passage, SourceDocument
 
 
@@ -33,13 +32,6 @@ def prepare(
         passages.extend(with_context(ps, ctx.contextualize(d, ps)))
         parents.extend(pa)
     return passages, parents
-
-
-def n_shards_for(n_docs: int, shard_docs: int | None) -> int:
-    """Shards per tenant: one per ``shard_docs`` documents (at least one)."""
-    if not shard_docs:
-        return 1
-    return max(1, math.ceil(n_docs / shard_docs))
 
 
 def build_corpus(

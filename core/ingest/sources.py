@@ -30,6 +30,7 @@ import yaml
 from pydantic import ValidationError
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
+from quarry.core.errors import UsageError
 from quarry.core.records import SourceDocument, validation_reason
 
 log = logging.getLogger(__name__)
@@ -119,6 +120,28 @@ def iter_source_files(root: str | Path) -> list[Path]:
             continue
         out.append(f)
     return out
+
+
+def list_source_files(source: str | Path) -> list[str]:
+    """The files :func:`read_records` reads from ``source`` (a file or a folder), in its
+    sorted order. A single file must be in a source format."""
+    root = Path(source)
+    if root.is_file():
+        if not any(root.name.lower().endswith(x) for x in (".jsonl", ".ndjson", ".parquet", ".md", ".markdown")):
+            raise UsageError(f"{root}: unsupported source format (expected .jsonl, .ndjson, .parquet or .md)")
+        return [str(root)]
+    return [str(f) for f in iter_source_files(root)]
+
+
+def write_source_jsonl(docs: Iterable[SourceDocument], path: str | Path) -> Path:
+    """Write source documents as a JSONL source (e.g. a BEIR corpus loaded with
+    :func:`load_beir_corpus`, for the Spark build of ``quarry eval beir``)."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    with p.open("w", encoding="utf-8") as fh:
+        for d in docs:
+            fh.write(d.model_dump_json(exclude_defaults=True) + "\n")
+    return p
 
 
 def read_file(f: str | Path, root: str | Path) -> Iterator[dict[str, Any]]:

@@ -25,8 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from quarry.core.index import layout
 from quarry.core.embed.factory import build_embedder
+from quarry.core.index import layout
+from quarry.core.index.manifest import SecondStageDecision, read_manifest, record_second_stage
 from quarry.core.rank.model import LearnedRanker
 from quarry.core.rank.sentence_vectors import SentenceVectors
 
@@ -117,14 +118,15 @@ def record_decision(
     sentence_cache: SentenceVectors | None = None,
     kind: str = "learned",
     report: dict[str, Any] | None = None,
-) -> dict[str, Any]:
+) -> SecondStageDecision:
     """Store ``ranker`` (if any) under ``gen-<n>/ranker/`` and write the decision into the
-    generation's manifest and, when that generation is live, the tenant's manifest.
+    generation's manifest and, when that generation is live, the tenant's manifest
+    (``quarry.core.index.manifest.record_second_stage``).
 
     Each file is replaced atomically (layout.write_json / write_atomic). The model is
     written before the manifests name it, so a reader never sees a decision pointing at
-    a missing model. Returns the ``second_stage`` record written. Concurrent writers of the
-    same manifest are not serialised (last writer wins): run one train-ranker per tenant.
+    a missing model. Returns the decision recorded. Concurrent writers of the same
+    manifest are not serialised (last writer wins): run one train-ranker per tenant.
     """
     if decision.enabled and ranker is None:
         raise ValueError("an enabled decision needs the model it enabled")
@@ -148,40 +150,26 @@ def record_decision(
                 data = (local / name).read_bytes()
                 layout.write_atomic(layout.join(dest, name), data)
                 files[name] = _sha256(data)
-        record["model_id"] = ranker.model_id
-        record["path"] = RANKER_DIR
-        record["files"] = files
-        record["feature_names"] = list(ranker.feature_names)
-        record["sentence_features"] = ranker.uses_sentence
+        record.update(model_id=ranker.model_id, path=RANKER_DIR, files=files,
+                      feature_names=list(ranker.feature_names), sentence_features=ranker.uses_sentence)
     if report is not None:
         record["report"] = report
-    gen_manifest = layout.manifest_path(root, tenant, generation)
-    manifest = layout.read_json(gen_manifest)
-    manifest["second_stage"] = record
-    layout.write_json(gen_manifest, manifest)
-    if layout.current_generation(root, tenant) == generation:
-        tenant_manifest = layout.join(layout.tenant_dir(root, tenant), "manifest.json")
-        try:
-            live = layout.read_json(tenant_manifest)
-        except FileNotFoundError:
-            live = dict(manifest)
-        if live.get("generation", generation) == generation:
-            live["second_stage"] = record
-            layout.write_json(tenant_manifest, live)
-    return record
+    recorded = SecondStageDecision.model_validate(record)
+    record_second_stage(root, tenant, generation, recorded)
+    return recorded
 
 
-def read_decision(root: str, tenant: str, generation: int | None = None) -> dict[str, Any]:
-    """The recorded ``second_stage`` of a generation (default: the live one), or a
-    'nothing recorded' decision."""
+def read_decision(root: str, tenant: str, generation: int | None = None) -> SecondStageDecision:
+    """The recorded second-stage decision of a generation (default: the live one), with
+    the generation it was read from, or a 'nothing recorded' decision."""
     gen = generation if generation is not None else layout.current_generation(root, tenant)
     if gen is None:
-        return {"enabled": False, "reason": f"no published index for tenant {tenant!r}", "model_id": None}
-    rec = layout.read_manifest(root, tenant, gen).get("second_stage")
-    if not rec:
-        return {"enabled": False, "reason": "no second stage recorded for this generation: the fused order stands",
-                "model_id": None, "generation": gen}
-    return {**rec, "generation": gen}
+        return SecondStageDecision(enabled=False, reason=f"no published index for tenant {tenant!r}", model_id=None)
+    rec = read_manifest(root, tenant, gen).second_stage
+    if rec is None:
+        return SecondStageDecision(enabled=False, model_id=None, generation=gen,
+                                   reason="no second stage recorded for this generation: the fused order stands")
+    return rec.model_copy(update={"generation": gen})
 
 
 def load_second_stage(
@@ -190,7 +178,7 @@ def load_second_stage(
     generation: int | None = None,
     embedder: "Embedder | None" = None,
     cache_dir: str | None = None,
-) -> tuple["SecondStage | None", dict[str, Any]]:
+) -> tuple["SecondStage | None", SecondStageDecision]:
     """For serving: ``(second_stage, decision)``. ``second_stage`` is None when no decision
     was recorded, the gate said no, the stored model is missing, or its sha256 differs
     from the recorded ``model_id`` (the decision then says why; the fused order stands).
@@ -200,23 +188,20 @@ def load_second_stage(
     from ``ranker/sentences.npz`` when present, and misses are embedded on the fly.
     """
     decision = read_decision(root, tenant, generation)
-    if not decision.get("enabled"):
+    if not decision.enabled:
         return None, decision
-    if decision.get("kind", "learned") != "learned":
-        return None, {**decision, "enabled": False,
-                      "reason": f"second stage kind {decision.get('kind')!r} is not loaded here: the fused order stands"}
-    gen = decision["generation"]
-    src = layout.join(layout.generation_dir(root, tenant, gen), decision.get("path", RANKER_DIR))
+    if decision.kind != "learned":
+        return None, decision.refused(f"second stage kind {decision.kind!r} is not loaded here: the fused order stands")
+    src = layout.join(layout.generation_dir(root, tenant, decision.generation), decision.path or RANKER_DIR)
     try:
         local = layout.fetch_dir(src, cache_dir or tempfile.gettempdir())
         text = (Path(local) / "model.txt").read_bytes()
     except (FileNotFoundError, OSError) as e:
-        return None, {**decision, "enabled": False, "reason": f"ranker model missing ({e}): the fused order stands"}
-    if _sha256(text) != decision.get("model_id"):
-        return None, {**decision, "enabled": False,
-                      "reason": "stored ranker does not match the recorded model_id: the fused order stands"}
+        return None, decision.refused(f"ranker model missing ({e}): the fused order stands")
+    if _sha256(text) != decision.model_id:
+        return None, decision.refused("stored ranker does not match the recorded model_id: the fused order stands")
     sentence = None
-    if decision.get("sentence_features"):
+    if decision.sentence_features:
         if embedder is None:
             embedder = build_embedder("default")
         sentence = SentenceVectors(embedder, max_passages=SERVE_MAX_PASSAGES)

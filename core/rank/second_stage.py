@@ -16,16 +16,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from quarry.core.rank.gate import load_second_stage, read_decision
+from quarry.core.index.manifest import SecondStageDecision
 from quarry.core.index.shards import TenantIndex
+from quarry.core.rank.gate import load_second_stage, read_decision
 from quarry.core.records import Candidate, Passage
 from quarry.core.rank.rerank import RerankInput
 from quarry.core.search.records import StageInfo
 
 log = logging.getLogger("quarry.core.rank.second_stage")
 
-_GATE_KEYS = ("kind", "enabled", "reason", "metrics", "model_id", "decided_at", "generation")
-_CHANGE_KEYS = ("enabled", "model_id", "decided_at", "kind")
+_CHANGE_FIELDS = ("enabled", "model_id", "decided_at", "kind")
 
 
 @dataclass(frozen=True)
@@ -35,19 +35,12 @@ class SecondStageChoice:
     ranker: Callable[..., Any] | None = None  # the learned ranker when kind == "learned"
 
 
-def gate_summary(decision: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The JSON-safe part of a recorded gate decision (no file lists, no training report)."""
-    if not decision:
-        return None
-    return {k: decision[k] for k in _GATE_KEYS if k in decision}
-
-
-def _recorded(index_root: str, tenant: str, gen: int) -> dict[str, Any]:
+def _recorded(index_root: str, tenant: str, gen: int) -> SecondStageDecision:
     try:
         return read_decision(index_root, tenant, gen)
     except Exception as e:  # noqa: BLE001 - an unreadable manifest must not fail searches
         log.exception("reading the gate decision of %s gen %s failed", tenant, gen)
-        return {"enabled": False, "reason": f"gate decision unreadable ({type(e).__name__})"}
+        return SecondStageDecision(enabled=False, reason=f"gate decision unreadable ({type(e).__name__})")
 
 
 def choose_second_stage(index_root: str, tenant: str, gen: int, *, cross_encoder: str | None,
@@ -55,35 +48,34 @@ def choose_second_stage(index_root: str, tenant: str, gen: int, *, cross_encoder
     """The policy above for one generation. ``cross_encoder``: the configured
     cross-encoder's name, or None when there is none."""
     recorded = _recorded(index_root, tenant, gen)
-    base: dict[str, Any] = {"generation": gen, "gate": gate_summary(recorded)}
-    kind = recorded.get("kind") if recorded.get("decided_at") else None
+    base: dict[str, Any] = {"generation": gen, "gate": recorded.summary()}
+    kind = recorded.kind if recorded.decided_at else None
     if kind == "cross-encoder":
-        if recorded.get("enabled") and cross_encoder is not None:
+        if recorded.enabled and cross_encoder is not None:
             return SecondStageChoice("cross-encoder", StageInfo(
-                **base, kind="cross-encoder", enabled=True, name=cross_encoder, reason=recorded.get("reason"),
-                model_id=recorded.get("model_id") or cross_encoder))
-        why = recorded.get("reason") if not recorded.get("enabled") else "no cross-encoder configured"
+                **base, kind="cross-encoder", enabled=True, name=cross_encoder, reason=recorded.reason,
+                model_id=recorded.model_id or cross_encoder))
+        why = recorded.reason if not recorded.enabled else "no cross-encoder configured"
         return SecondStageChoice(None, StageInfo(**base, kind=None, enabled=False, reason=why))
-    if learned_enabled and recorded.get("enabled"):
+    if learned_enabled and recorded.enabled:
         try:
             fn, decision = load_second_stage(index_root, tenant, gen)
         except Exception as e:  # noqa: BLE001 - a broken model degrades to the next stage
             log.exception("loading the learned ranker of %s gen %s failed", tenant, gen)
-            fn, decision = None, {**recorded, "enabled": False,
-                                  "reason": f"loading the learned ranker failed ({type(e).__name__})"}
-        base["gate"] = gate_summary(decision)
+            fn, decision = None, recorded.refused(f"loading the learned ranker failed ({type(e).__name__})")
+        base["gate"] = decision.summary()
         if fn is not None:
-            mid = decision.get("model_id") or ""
+            mid = decision.model_id or ""
             return SecondStageChoice("learned", StageInfo(
-                **base, kind="learned", enabled=True, name=f"learned:{mid[:12]}", reason=decision.get("reason"),
-                metrics=decision.get("metrics"), model_id=mid), ranker=fn)
+                **base, kind="learned", enabled=True, name=f"learned:{mid[:12]}", reason=decision.reason,
+                metrics=decision.metrics, model_id=mid), ranker=fn)
         recorded = decision
     if cross_encoder is not None:
         return SecondStageChoice("cross-encoder", StageInfo(
             **base, kind="cross-encoder", enabled=True, name=cross_encoder, model_id=cross_encoder,
             reason="configured cross-encoder (reranker_factory); no gate-promoted learned ranker"))
-    why = recorded.get("reason") or "no second stage configured"
-    if recorded.get("enabled") and not learned_enabled:
+    why = recorded.reason or "no second stage configured"
+    if recorded.enabled and not learned_enabled:
         why = "learned rankers are switched off in this deployment (learned_ranker: false)"
     return SecondStageChoice(None, StageInfo(**base, kind=None, enabled=False, reason=why))
 
@@ -93,11 +85,11 @@ def decision_changed(index_root: str, tenant: str, gen: int, info: StageInfo) ->
     (a ranker promoted or demoted for a live generation). An unreadable decision is no
     change: keep serving what was chosen."""
     try:
-        now = gate_summary(read_decision(index_root, tenant, gen)) or {}
+        now = read_decision(index_root, tenant, gen).summary()
     except Exception:  # noqa: BLE001
         return False
     was = info.gate or {}
-    return any(now.get(k) != was.get(k) for k in _CHANGE_KEYS)
+    return any(now.get(k) != was.get(k) for k in _CHANGE_FIELDS)
 
 
 def stage_trace(info: StageInfo) -> dict[str, Any]:

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from quarry.core.embed.embedders import Embedder
-from quarry.core.index.shards import TenantIndex, pack_row
+from quarry.core.index.rows import pack_row
+from quarry.core.index.shards import TenantIndex
 from quarry.core.records import Candidate, Principal, SearchRequest, StageReport
 from quarry.core.search.fusion import rrf
 from quarry.core.search.records import FirstStage

@@ -17,8 +17,8 @@ INDEX_ROOT="${INDEX_ROOT:-s3://quarry-indexes/prod}"
 # leave empty when executors already have quarry installed (a shared image).
 ENV_ARCHIVE="${ENV_ARCHIVE:-}"
 
-# The entry script: jobs/build.py from the installed package.
-ENTRY="$(python -c 'import quarry.jobs.build as m; print(m.__file__)')"
+# The entry script: the quarry CLI (quarry/cli.py) from the installed package, run as `build`.
+ENTRY="$(python -c 'import quarry.cli as m; print(m.__file__)')"
 
 ARGS=(
   --master "$MASTER"
@@ -41,7 +41,7 @@ if [[ -n "$ENV_ARCHIVE" ]]; then
          --conf spark.pyspark.driver.python="$(command -v python)")
 fi
 
-exec spark-submit "${ARGS[@]}" "$ENTRY" \
+exec spark-submit "${ARGS[@]}" "$ENTRY" build \
   --source "$SOURCE" \
   --index-root "$INDEX_ROOT" \
   --shard-docs 50000 \

@@ -18,6 +18,7 @@ import jwt
 from pydantic import BaseModel, ConfigDict
 
 from quarry.core.lru import LRU
+from quarry.core.records import SLUG as TENANT_PATTERN
 from quarry.core.records import Principal
 
 from quarry.serve.settings import AuthSettings
@@ -28,7 +29,6 @@ PLATFORM_SCOPE = "platform"  # only in a platform token (own key and audience): 
 # Claims are checked with exact types and full matches (re.fullmatch: a "$" anchor would
 # accept "acme\n"). Groups and subjects are opaque IdP strings, so they are bounded and
 # free of control characters and surrounding space rather than held to a slug.
-TENANT_PATTERN = re.compile(r"[a-z0-9][a-z0-9_.-]{0,62}")
 _OPAQUE = re.compile(r"[^\x00-\x20\x7F](?:[^\x00-\x1F\x7F]{0,254}[^\x00-\x20\x7F])?")
 MAX_GROUPS = 256
 _NUMERIC_CLAIMS = ("exp", "iat", "nbf")

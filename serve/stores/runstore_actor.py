@@ -32,6 +32,7 @@ from typing import Any
 
 from quarry.core.agent import runs as rules
 from quarry.core.agent.runs import RunState, subject_of, tenant_of
+from quarry.core.jsonl import read_appended
 
 from quarry.serve.stores.runstore import QuotaExceeded, RunNotFound, StoreUnavailable
 from quarry.serve.settings import ServeSettings
@@ -191,11 +192,7 @@ class RunTable:
         log = self._dir / "runs.log"
         if log.exists():
             with open(log, encoding="utf-8") as f:
-                for line in f:
-                    try:
-                        e = json.loads(line)
-                    except json.JSONDecodeError:
-                        break  # a torn last line from a crash mid-write
+                for e in read_appended(f):  # a torn line from a crash mid-write is skipped
                     if e["q"] <= snap_seq:
                         continue
                     self._seq = e["q"]

@@ -44,9 +44,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from quarry.core.jsonl import read_appended
+from quarry.core.records import SLUG as _TENANT
+
 log = logging.getLogger("quarry.serve")
 TRACE_ID = re.compile(r"(\d{10})-([0-9a-f]{8})-([0-9a-f]{32})")
-_TENANT = re.compile(r"[a-z0-9][a-z0-9_.-]{0,62}")
 _SWEEP_EVERY_S = 600.0
 
 
@@ -191,11 +193,7 @@ def read_traces(root: str, tenant: str | None = None, *, since: float | None = N
         for hdir in sorted(h for h in tdir.iterdir() if h.is_dir() and lo <= h.name <= hi):
             for f in sorted(hdir.glob("*.jsonl")):
                 with open(f, encoding="utf-8") as fh:
-                    for line in fh:
-                        try:
-                            rec = json.loads(line)
-                        except json.JSONDecodeError:
-                            continue  # a torn last line of a killed writer
+                    for rec in read_appended(fh):  # a torn line of a killed writer is skipped
                         if kind and rec.get("kind") != kind:
                             continue
                         at = rec.get("at", 0)

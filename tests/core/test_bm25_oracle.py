@@ -9,7 +9,8 @@ import bm25s
 import numpy as np
 import pytest
 
-from quarry.core.index.shards import BM25_B, BM25_K1, TermStats, _bm25_with_stats
+from quarry.core.index.lexical import TermStats, bm25_with_stats
+from quarry.core.index.manifest import BM25_B, BM25_K1
 from quarry.core.text.tokenizer import tokenize
 
 pytestmark = pytest.mark.unit
@@ -28,7 +29,7 @@ QUERIES = ["EUR cutoff", "acme-9 reconcile_settlement", "refund approval finance
 
 def test_tenant_wide_scores_equal_bm25s_index():
     tokens = [tokenize(t) for t in TEXTS]
-    ours = _bm25_with_stats(tokens, TermStats.from_tokens(tokens))
+    ours = bm25_with_stats(tokens, TermStats.from_tokens(tokens))
     ref = bm25s.BM25(k1=BM25_K1, b=BM25_B, method="lucene")
     ref.index(bm25s.tokenization.Tokenized(
         ids=[[ref_vocab(tokens)[t] for t in toks] for toks in tokens], vocab=ref_vocab(tokens)),
@@ -49,7 +50,7 @@ def ref_vocab(tokens):
 
 def test_weight_mask_zeroes_exactly_the_masked_rows():
     tokens = [tokenize(t) for t in TEXTS]
-    bm = _bm25_with_stats(tokens, TermStats.from_tokens(tokens))
+    bm = bm25_with_stats(tokens, TermStats.from_tokens(tokens))
     ids = [bm.vocab_dict[t] for t in tokenize("cutoff") if t in bm.vocab_dict]
     full = bm.get_scores_from_ids(ids)
     mask = np.array([1, 0, 1, 0, 1, 1], dtype=np.float32)
@@ -63,7 +64,7 @@ def test_sharded_scores_with_tenant_stats_equal_one_unsharded_bm25s_index():
     bm25s index over the whole tenant: the merged top-k equals the unsharded top-k."""
     tokens = [tokenize(t) for t in TEXTS]
     stats = TermStats.from_tokens(tokens)
-    shards = [_bm25_with_stats(tokens[:3], stats), _bm25_with_stats(tokens[3:], stats)]
+    shards = [bm25_with_stats(tokens[:3], stats), bm25_with_stats(tokens[3:], stats)]
     vocab = ref_vocab(tokens)
     ref = bm25s.BM25(k1=BM25_K1, b=BM25_B, method="lucene")
     ref.index(bm25s.tokenization.Tokenized(ids=[[vocab[t] for t in toks] for toks in tokens], vocab=vocab),

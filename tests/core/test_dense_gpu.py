@@ -13,7 +13,8 @@ import pytest
 
 from quarry.core.index.dense_gpu import GpuDense, choose_backend, gpu_count, selector_self_test
 from quarry.core.embed.embedders import HashingEmbedder, passage_text_for_embedding
-from quarry.core.index.shards import TenantIndex, build_tenant_index
+from quarry.core.index.build import build_tenant_index
+from quarry.core.index.shards import TenantIndex
 from quarry.core.ingest.pipeline import prepare
 from quarry.core.records import Principal, SourceDocument
 from quarry.core.search.retrieval import dense_leg

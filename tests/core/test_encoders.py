@@ -10,12 +10,20 @@ from quarry.cli import main
 from quarry.core.embed.factory import (EmbedderMismatch, EmbedderSpec, build_embedder, check_embedder,
                                           embedder_for_index)
 from quarry.core.embed.embedders import HashingEmbedder, SentenceTransformerEmbedder, embedder_id, encode_many
+from quarry.core.index.manifest import Counts, EmbedderRecord, IndexManifest, read_manifest
 from quarry.core.embed.onnx_encoders import PROBES, EncoderDisagreement, OnnxEmbedder, check_agreement
 from quarry.core.search.query_cache import QueryVectorCache
 
 pytestmark = pytest.mark.unit
 
-MINILM = {"tenant": "acme", "embedder": {"name": "st:all-MiniLM-L6-v2", "dim": 384, "encoder": "torch"}}
+
+def manifest(embedder: dict, tenant: str = "?") -> IndexManifest:
+    """A manifest that records only its tenant and embedder (what the factory reads)."""
+    return IndexManifest(tenant=tenant, generation=1, shards=(), counts=Counts(passages=0, parents=0, documents=0),
+                         embedder=EmbedderRecord(**embedder))
+
+
+MINILM = manifest({"name": "st:all-MiniLM-L6-v2", "dim": 384, "encoder": "torch"}, "acme")
 OTHER_TEXTS = ["settlement batch cutoff for EUR payouts", "who approves refunds above 2.5%?",
                "Section 4.2 of the master services agreement"]
 
@@ -49,14 +57,14 @@ def test_build_embedder_specs_without_loading_a_model():
 
 
 def test_embedder_for_index_follows_the_manifest():
-    h = embedder_for_index({"embedder": {"name": "hashing-64", "dim": 64}})
+    h = embedder_for_index(manifest({"name": "hashing-64", "dim": 64}))
     assert isinstance(h, HashingEmbedder) and h.dim == 64
     st = embedder_for_index(MINILM)
     assert isinstance(st, SentenceTransformerEmbedder) and st.name == "st:all-MiniLM-L6-v2"
     assert isinstance(embedder_for_index(MINILM, encoder="onnx"), OnnxEmbedder)
-    legacy = {"embedder": {"name": "st:all-MiniLM-L6-v2", "dim": 384}}  # written before "encoder" existed
+    legacy = manifest({"name": "st:all-MiniLM-L6-v2", "dim": 384})  # written before "encoder" existed
     assert EmbedderSpec.from_manifest(legacy).encoder == "torch"
-    assert EmbedderSpec.from_manifest({"embedder": {"name": "hashing-64", "dim": 64}}).encoder == "hashing"
+    assert EmbedderSpec.from_manifest(manifest({"name": "hashing-64", "dim": 64})).encoder == "hashing"
 
 
 def test_a_mismatched_model_is_refused_with_a_clear_message():
@@ -66,21 +74,20 @@ def test_a_mismatched_model_is_refused_with_a_clear_message():
     assert "'acme' was built with st:all-MiniLM-L6-v2 (dim 384)" in msg and "hashing-256 (dim 256)" in msg
     assert "\n" not in msg and "rebuild the index" in msg
     with pytest.raises(EmbedderMismatch, match="hashing-64 \\(dim 64\\)"):
-        embedder_for_index({"tenant": "t", "embedder": {"name": "hashing-64", "dim": 64}}, "hashing:32")
+        embedder_for_index(manifest({"name": "hashing-64", "dim": 64}, "t"), "hashing:32")
     with pytest.raises(EmbedderMismatch, match="built with st:all-MiniLM-L6-v2 \\(dim 768\\)"):
-        embedder_for_index({"embedder": {"name": "st:all-MiniLM-L6-v2", "dim": 768}})
+        embedder_for_index(manifest({"name": "st:all-MiniLM-L6-v2", "dim": 768}))
     with pytest.raises(EmbedderMismatch, match="does not record its embedder"):
-        embedder_for_index({"tenant": "t", "embedder": {"name": "unknown", "dim": 64}})
+        embedder_for_index(manifest({"name": "unknown", "dim": 64}, "t"))
     assert check_embedder(MINILM, build_embedder("default")).dim == 384
 
 
 def test_manifest_records_the_encoder_and_search_refuses_another_model(tmp_path, sample_docs, capsys):
-    from quarry.core.index import layout
     from quarry.core.ingest.pipeline import build_corpus
 
     root = str(tmp_path)
     gen = build_corpus([d for d in sample_docs if d.tenant == "acme"], root, HashingEmbedder(64))["acme"]
-    assert layout.read_manifest(root, "acme", gen)["embedder"] == {"name": "hashing-64", "dim": 64,
+    assert read_manifest(root, "acme", gen).to_json()["embedder"] == {"name": "hashing-64", "dim": 64,
                                                                     "encoder": "hashing"}
     args = ["search", "--index-root", root, "--tenant", "acme", "--groups", "all-staff", "E-4471"]
     assert main(args) == 0 and "ticket-517@" in capsys.readouterr().out  # the index's own model

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from quarry.core.index import layout
+from quarry.core.index.manifest import manifest_path
 from quarry.core.rank.gate import (
     DEFAULT_MARGIN,
     GateDecision,
@@ -132,27 +133,27 @@ def test_record_and_load_second_stage(sample_root):
 
     root = str(sample_root)
     index, principal, ranker, _ = _train_on_sample(sample_root)
-    assert read_decision(root, "acme")["enabled"] is False  # nothing recorded yet
+    assert read_decision(root, "acme").enabled is False  # nothing recorded yet
     assert load_second_stage(root, "acme")[0] is None
 
     # A disabled decision is recorded with the model identity but never served.
     no = evaluate_gate(0.8, 0.7, 0.005, model_id=ranker.model_id, n_queries=6)
     rec = record_decision(root, "acme", index.generation, no, ranker)
-    assert rec["enabled"] is False and rec["model_id"] == ranker.model_id
+    assert rec.enabled is False and rec.model_id == ranker.model_id
     stage, dec = load_second_stage(root, "acme")
-    assert stage is None and dec["enabled"] is False and dec["model_id"] == ranker.model_id
+    assert stage is None and dec.enabled is False and dec.model_id == ranker.model_id
 
     # An enabled one is served, and search uses it.
     yes = evaluate_gate(0.7, 0.8, 0.005, model_id=ranker.model_id, n_queries=6)
     record_decision(root, "acme", index.generation, yes, ranker)
-    for m in (layout.read_manifest(root, "acme", index.generation),
+    for m in (layout.read_json(manifest_path(root, "acme", index.generation)),
               layout.read_json(layout.join(root, "acme", "manifest.json"))):
         assert m["second_stage"]["enabled"] is True and m["second_stage"]["model_id"] == ranker.model_id
         assert m["second_stage"]["metrics"]["delta"] == pytest.approx(0.1)
     model = sample_root / "acme" / f"gen-{index.generation}" / "ranker" / "model.txt"
     assert hashlib.sha256(model.read_bytes()).hexdigest() == ranker.model_id
     stage, dec = load_second_stage(root, "acme")
-    assert stage is not None and dec["enabled"] is True
+    assert stage is not None and dec.enabled is True
     res = search(index, principal, SearchRequest(query="webhook error E-4471", top_k=3),
                         HashingEmbedder(dim=64), second_stage=stage)
     rr = next(s for s in res.stages if s.name == "rerank")
@@ -164,7 +165,7 @@ def test_record_and_load_second_stage(sample_root):
     # A tampered model is refused: the fused order stands.
     model.write_text(model.read_text() + "\n")
     stage, dec = load_second_stage(root, "acme")
-    assert stage is None and "does not match" in dec["reason"]
+    assert stage is None and "does not match" in dec.reason
 
     # An enabled decision without a model is refused at record time.
     with pytest.raises(ValueError):

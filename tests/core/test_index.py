@@ -9,7 +9,9 @@ import pytest
 
 from quarry.core.index import layout
 from quarry.core.embed.embedders import HashingEmbedder, passage_text_for_embedding
-from quarry.core.index.shards import TenantIndex, build_tenant_index
+from quarry.core.index.build import build_tenant_index
+from quarry.core.index.manifest import publish
+from quarry.core.index.shards import TenantIndex
 from quarry.core.ingest.pipeline import prepare
 from quarry.core.records import Principal
 from quarry.core.search.retrieval import dense_leg, lexical_leg
@@ -65,14 +67,14 @@ def test_layout_publish_and_crashed_generation(tmp_path, acme):
     g2 = build_tenant_index(root, "acme", passages, parents, emb, publish=False)
     (tmp_path / "acme" / f"gen-{g2}" / "manifest.json").unlink()
     with pytest.raises(FileNotFoundError):
-        layout.publish(root, "acme", g2)
+        publish(root, "acme", g2)
     assert layout.current_generation(root, "acme") == g1
     # A tampered shard file fails verification at publish time.
     g3 = build_tenant_index(root, "acme", passages, parents, emb, publish=False)
     bad = tmp_path / "acme" / f"gen-{g3}" / "shard-0" / "passages.parquet"
     bad.write_bytes(bad.read_bytes()[:-10])
     with pytest.raises(RuntimeError, match="checksum"):
-        layout.publish(root, "acme", g3)
+        publish(root, "acme", g3)
     assert layout.current_generation(root, "acme") == g1
     assert layout.next_generation(root, "acme") == g3 + 1  # crashed folders are never reused
     m = json.loads((tmp_path / "acme" / "manifest.json").read_text())

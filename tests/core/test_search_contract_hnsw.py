@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 import pytest
 
 from quarry.core.embed.embedders import passage_text_for_embedding
-from quarry.core.index.shards import TenantIndex, build_tenant_index
+from quarry.core.index.build import build_tenant_index
+from quarry.core.index.shards import TenantIndex
 from quarry.core.ingest.pipeline import prepare
 from quarry.core.records import Principal, SearchRequest
 from quarry.core.search.in_process import search

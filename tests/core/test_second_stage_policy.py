@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from quarry.core.index import layout
+from quarry.core.index.manifest import manifest_path
 from quarry.core.embed.embedders import HashingEmbedder
 from quarry.core.index.shards import TenantIndex
 from quarry.core.ingest.pipeline import build_corpus
@@ -25,9 +26,8 @@ def root(tmp_path, sample_docs) -> str:
 
 
 def _record(root: str, second_stage: dict) -> None:
-    path = layout.manifest_path(root, "globex", 1)
-    manifest = layout.read_manifest(root, "globex", 1)
-    layout.write_json(path, {**manifest, "second_stage": second_stage})
+    path = manifest_path(root, "globex", 1)
+    layout.write_json(path, {**layout.read_json(path), "second_stage": second_stage})
 
 
 def test_nothing_recorded(root):

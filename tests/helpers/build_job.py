@@ -11,7 +11,7 @@ import numpy as np
 
 
 def paused_at(stage: str, marker: Path) -> list[str]:
-    """The command prefix that runs a job module (``[*paused_at(...), "quarry.jobs.build",
+    """The command prefix that runs a module (``[*paused_at(...), "quarry", "build",
     args...]``) with its driver stopped at ``stage`` (see pause_at_stage.py)."""
     return [sys.executable, str(Path(__file__).with_name("pause_at_stage.py")), stage, str(marker)]
 
@@ -22,7 +22,7 @@ def reference_build(docs, root: str, tenant: str, *, contextualizer, embedder, s
     from quarry.core.ingest.enrich import enrich
     from quarry.core.ingest.contextualize import with_context
     from quarry.core.embed.embedders import passage_text_for_embedding
-    from quarry.core.index.shards import build_tenant_index
+    from quarry.core.index.build import build_tenant_index
 
     mine = [d for d in docs if d.tenant == tenant]
     passages, parents = [], []

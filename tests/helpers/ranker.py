@@ -4,7 +4,7 @@ small and embedded with the hashing embedder (no model), and labelled queries ov
 from __future__ import annotations
 
 from quarry.core.embed.embedders import HashingEmbedder, passage_text_for_embedding
-from quarry.core.index.shards import build_tenant_index
+from quarry.core.index.build import build_tenant_index
 from quarry.core.ingest.chunking import CHUNKER_VERSION, ChunkSettings, chunk_document
 from quarry.core.ingest.sources import SAMPLE_CORPUS, load_documents
 

@@ -113,7 +113,7 @@ def test_kill_at_any_stage_changes_nothing_served(spark, base_root, tmp_path):
     wm = layout.read_watermark(str(base_root), "t")
     for stage, r in roots.items():
         marker, out = tmp_path / f"paused-{stage}", tmp_path / f"apply-{stage}.log"
-        cmd = [*paused_at(stage, marker), "quarry.jobs.apply_changes", "--changes", str(log2.parent),
+        cmd = [*paused_at(stage, marker), "quarry", "apply-changes", "--changes", str(log2.parent),
                "--index-root", str(r), "--master", "local[1]"]
         with open(out, "wb") as fh:
             proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)

@@ -18,6 +18,8 @@ from helpers.build_job import (
     write_jsonl,
 )
 
+from quarry.core.index.manifest import read_manifest
+
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
 
 SAMPLE_QUERIES = [
@@ -27,7 +29,7 @@ SAMPLE_QUERIES = [
 
 
 def _settings(source, root, **kw):
-    from quarry.jobs.build import BuildSettings
+    from quarry.jobs.build_settings import BuildSettings
 
     kw.setdefault("embedder", "hashing")
     kw.setdefault("quiet", False)
@@ -66,9 +68,9 @@ def test_sample_corpus_equals_in_process_build(sample_build, sample_docs, tmp_pa
         assert passage_ids(str(root), tenant) == passage_ids(ref_root, tenant)
         assert len(job) == tr.passages
         # Same shards, same rows: the shard files themselves are identical.
-        for a, b in zip(job.manifest["shards"], ref.manifest["shards"]):
-            assert a["shard"] == b["shard"] and a["passages"] == b["passages"]
-            assert a["checksums"] == b["checksums"], (tenant, a["shard"])
+        for a, b in zip(job.manifest.shards, ref.manifest.shards):
+            assert a.shard == b.shard and a.passages == b.passages
+            assert a.checksums == b.checksums, (tenant, a.shard)
         compared += compare_indexes(job, ref, principal_for(sample_docs, tenant), SAMPLE_QUERIES, emb)
     assert compared > 20
 
@@ -102,8 +104,8 @@ def test_report_files_and_stage_timings(sample_build):
         rep = layout.read_json(layout.join(tr.generation_uri, "report.json"))
         assert rep["accounting"]["ok"] and rep["passages"] == tr.passages and rep["tokens_embedded"] > 0
         assert set(rep["stage_seconds"]) >= {"read", "embed", "build"}
-        man = layout.read_manifest(str(root), tenant, tr.generation)
-        assert man["report"]["documents"] == tr.documents and man["counts"]["passages"] == tr.passages
+        man = read_manifest(str(root), tenant, tr.generation)
+        assert man.report["documents"] == tr.documents and man.counts.passages == tr.passages
     run = json.loads((Path(root) / "_runs" / f"{report.run_id}.json").read_text())
     assert run["documents"] == 71  # the sample corpus (quarry/sample_corpus/README.md)
 
@@ -163,9 +165,9 @@ def test_accounting_with_malformed_records(spark, tmp_path):
     # --tenants filters; the rest is reported as filtered out; unknown names are an error
     r2 = run_build(_settings(src, tmp_path / "idx2", tenants=("b",)), spark=spark)
     assert set(r2.tenants) == {"b", "_unknown"} and r2.filtered_out == 6 and r2.input_records == 6
-    from quarry.jobs.build import BuildError
+    from quarry.core.errors import UsageError
 
-    with pytest.raises(BuildError, match="not in the source: zzz; tenants found: a, b"):
+    with pytest.raises(UsageError, match="not in the source: zzz; tenants found: a, b"):
         run_build(_settings(src, tmp_path / "idx3", tenants=("b", "zzz")), spark=spark)
 
 
@@ -193,7 +195,8 @@ def test_scifact_slice_equals_in_process_build(spark, scifact_dir, tmp_path):
     from quarry.core.embed.embedders import HashingEmbedder
     from quarry.core.index.shards import TenantIndex
     from quarry.core.ingest.sources import load_beir_corpus, load_beir_queries
-    from quarry.jobs.build import run_build, write_source_jsonl
+    from quarry.core.ingest.sources import write_source_jsonl
+    from quarry.jobs.build import run_build
 
     docs = load_beir_corpus(scifact_dir, tenant="scifact", limit=300)
     src = write_source_jsonl(docs, tmp_path / "scifact.jsonl")
@@ -219,7 +222,8 @@ def test_minilm_in_spark_matches_plain_process(spark, scifact_dir, tmp_path):
     from quarry.core.embed.embedders import SentenceTransformerEmbedder
     from quarry.core.index.shards import TenantIndex
     from quarry.core.ingest.sources import load_beir_corpus, load_beir_queries
-    from quarry.jobs.build import run_build, write_source_jsonl
+    from quarry.core.ingest.sources import write_source_jsonl
+    from quarry.jobs.build import run_build
 
     docs = load_beir_corpus(scifact_dir, tenant="sf", limit=40)
     src = write_source_jsonl(docs, tmp_path / "sf.jsonl")
@@ -235,7 +239,10 @@ def test_minilm_in_spark_matches_plain_process(spark, scifact_dir, tmp_path):
 
 
 def test_cli_bad_paths_exit_2(tmp_path, capsys):
-    from quarry.jobs.build import main
+    from quarry.cli import main as quarry_main
+
+    def main(argv):
+        return quarry_main(["build", *argv])
 
     assert main(["--source", str(tmp_path / "nope"), "--index-root", str(tmp_path / "idx")]) == 2
     assert "no such file or directory" in capsys.readouterr().err

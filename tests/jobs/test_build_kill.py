@@ -66,7 +66,7 @@ def _start(stage: str, root: Path, tmp: Path) -> tuple[subprocess.Popen, Path, P
 
     marker = tmp / f"paused-{stage}"
     log = tmp / f"build-{stage}.log"
-    cmd = [*paused_at(stage, marker), "quarry.jobs.build", "--source", str(SAMPLE_CORPUS), "--index-root", str(root),
+    cmd = [*paused_at(stage, marker), "quarry", "build", "--source", str(SAMPLE_CORPUS), "--index-root", str(root),
            "--tenants", TENANT, "--embedder", "hashing", "--master", "local[1]", "--partitions", "1"]
     with open(log, "wb") as fh:
         proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
@@ -102,7 +102,8 @@ def test_kill_at_three_stages_then_rerun(spark, tmp_path, sample_docs):
     from quarry.core.embed.embedders import HashingEmbedder
     from quarry.core.index.shards import TenantIndex
     from quarry.core.ingest.sources import SAMPLE_CORPUS
-    from quarry.jobs.build import BuildSettings, run_build
+    from quarry.jobs.build import run_build
+    from quarry.jobs.build_settings import BuildSettings
 
     root = tmp_path / "idx"
     settings = BuildSettings(source=str(SAMPLE_CORPUS), index_root=str(root), tenants=(TENANT,),

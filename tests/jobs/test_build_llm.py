@@ -15,7 +15,8 @@ def test_llm_contextualizer_in_the_job(spark, tmp_path, sample_docs):
     from quarry.core.ingest.contextualize import LLMSettings
     from quarry.core.index.shards import TenantIndex
     from quarry.core.ingest.sources import SAMPLE_CORPUS
-    from quarry.jobs.build import BuildSettings, run_build
+    from quarry.jobs.build import run_build
+    from quarry.jobs.build_settings import BuildSettings
 
     from helpers.build_job import principal_for, search
 
@@ -66,7 +67,8 @@ def test_llm_config_error_fails_the_build_and_publishes_nothing(spark, tmp_path)
     from quarry.core.index import layout
     from quarry.core.ingest.contextualize import LLMSettings
     from quarry.core.ingest.sources import SAMPLE_CORPUS
-    from quarry.jobs.build import BuildSettings, run_build
+    from quarry.jobs.build import run_build
+    from quarry.jobs.build_settings import BuildSettings
 
     with FakeLLMServer(status=401) as srv:
         llm = LLMSettings(base_url=srv.base_url, model="nope", backoff_s=0.01, max_retries=1)

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from quarry.core.index import layout
+from quarry.core.index.manifest import read_manifest
 from quarry.core.embed.embedders import HashingEmbedder
 
 CASES = """
@@ -52,7 +53,7 @@ def cases_dir(tmp_path) -> Path:
 def _build(root: str, docs, tenant: str, publish: bool) -> int:
     from quarry.core.ingest.chunking import CHUNKER_VERSION
     from quarry.core.embed.embedders import passage_text_for_embedding
-    from quarry.core.index.shards import build_tenant_index
+    from quarry.core.index.build import build_tenant_index
     from quarry.core.ingest.pipeline import prepare
 
     emb = HashingEmbedder()
@@ -64,32 +65,32 @@ def _build(root: str, docs, tenant: str, publish: bool) -> int:
 
 @pytest.mark.unit
 def test_no_worse_generation_passes_and_is_recorded(tmp_path, sample_docs, cases_dir):
-    from quarry.jobs.case_gate import gate_generation
+    from quarry.eval.case_gate import gate_generation
 
     root = str(tmp_path / "idx")
     assert _build(root, sample_docs, "acme", publish=True) == 1
     gen = _build(root, sample_docs, "acme", publish=False)
     rec = gate_generation(root, "acme", gen, str(cases_dir))
-    assert rec["publish"] is True and rec["cases"] == 2 and rec["live_generation"] == 1
-    assert rec["new"]["candidate_recall"] == rec["live"]["candidate_recall"] == 1.0
-    assert rec["regressed"] == []
-    assert layout.read_manifest(root, "acme", gen)["case_gate"]["publish"] is True
+    assert rec.publish is True and rec.cases == 2 and rec.live_generation == 1
+    assert rec.new.candidate_recall == rec.live.candidate_recall == 1.0
+    assert rec.regressed == []
+    assert read_manifest(root, "acme", gen).case_gate.publish is True
     assert layout.current_generation(root, "acme") == 1  # the gate decides; the build publishes
 
 
 @pytest.mark.unit
 def test_a_generation_that_loses_evidence_stays_unpublished(tmp_path, sample_docs, cases_dir):
-    from quarry.jobs.case_gate import GATE_FILE, gate_generation
+    from quarry.eval.case_gate import GATE_FILE, gate_generation
 
     root = str(tmp_path / "idx")
     _build(root, sample_docs, "acme", publish=True)
     lossy = [d for d in sample_docs if d.doc_id != "incident-response-policy"]
     gen = _build(root, lossy, "acme", publish=False)
     rec = gate_generation(root, "acme", gen, str(cases_dir))
-    assert rec["publish"] is False and "candidate_recall" in rec["reason"]
-    assert rec["regressed"] == ["sev2 (candidates, resolution)"]
-    assert rec["new"]["candidate_recall"] == 0.5 and rec["live"]["candidate_recall"] == 1.0
-    assert layout.read_manifest(root, "acme", gen)["case_gate"]["regressed"] == rec["regressed"]
+    assert rec.publish is False and "candidate_recall" in rec.reason
+    assert rec.regressed == ["sev2 (candidates, resolution)"]
+    assert rec.new.candidate_recall == 0.5 and rec.live.candidate_recall == 1.0
+    assert read_manifest(root, "acme", gen).case_gate.regressed == rec.regressed
     report = layout.read_json(layout.join(layout.generation_dir(root, "acme", gen), GATE_FILE))
     assert {o["id"]: o["candidates"] for o in report["runs"]["new"]["cases"]} == {"sev2": False, "webhook-retries": True}
 
@@ -97,7 +98,7 @@ def test_a_generation_that_loses_evidence_stays_unpublished(tmp_path, sample_doc
 @pytest.mark.unit
 def test_isolation_failure_refuses_even_without_a_live_generation(tmp_path, sample_docs, cases_dir, monkeypatch):
     from quarry.eval import cases as C
-    from quarry.jobs.case_gate import gate_generation
+    from quarry.eval.case_gate import gate_generation
 
     root = str(tmp_path / "idx")
     _build(root, sample_docs, "globex", publish=True)
@@ -113,8 +114,8 @@ def test_isolation_failure_refuses_even_without_a_live_generation(tmp_path, samp
 
     monkeypatch.setattr(C, "_run_search", leaky)
     rec = gate_generation(root, "acme", gen, str(cases_dir))
-    assert rec["publish"] is False and rec["live_generation"] is None and "isolation" in rec["reason"]
-    assert rec["new"]["leaks"]
+    assert rec.publish is False and rec.live_generation is None and "isolation" in rec.reason
+    assert rec.new.leaks
 
 
 @pytest.mark.spark
@@ -123,16 +124,17 @@ def test_build_job_gates_publication(spark, tmp_path, cases_dir):
     """``quarry build --gate-cases``: the first build publishes; a rebuild that lost a
     required document is kept unpublished and CURRENT stays on the live generation."""
     from quarry.core.ingest.sources import SAMPLE_CORPUS
-    from quarry.jobs.build import BuildSettings, run_build
+    from quarry.eval.case_gate import case_gate
+    from quarry.jobs.build import run_build
+    from quarry.jobs.build_settings import BuildSettings
 
     src = tmp_path / "src"
     shutil.copytree(Path(SAMPLE_CORPUS) / "acme", src / "acme")
     root = tmp_path / "idx"
 
     def build():
-        s = BuildSettings(source=str(src), index_root=str(root), embedder="hashing", contextualizer="none",
-                          gate_cases=str(cases_dir), quiet=True)
-        return run_build(s, spark=spark)
+        s = BuildSettings(source=str(src), index_root=str(root), embedder="hashing", contextualizer="none", quiet=True)
+        return run_build(s, spark=spark, case_gate=case_gate(str(cases_dir)))
 
     first = build()
     assert first.tenants["acme"].published and layout.current_generation(str(root), "acme") == 1
@@ -140,8 +142,8 @@ def test_build_job_gates_publication(spark, tmp_path, cases_dir):
     second = build()
     assert not second.tenants["acme"].published and not second.published
     assert layout.current_generation(str(root), "acme") == 1
-    gate = layout.read_manifest(str(root), "acme", 2)["case_gate"]
-    assert gate["publish"] is False and gate["regressed"] == ["sev2 (candidates, resolution)"]
+    gate = read_manifest(str(root), "acme", 2).case_gate
+    assert gate.publish is False and gate.regressed == ["sev2 (candidates, resolution)"]
     assert layout.read_json(layout.join(str(root), "acme", "manifest.json"))["case_gate"]["publish"] is True
 
 

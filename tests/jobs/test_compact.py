@@ -96,7 +96,7 @@ def test_kill_during_compaction_changes_nothing_served(changed_root, tmp_path, s
 
     served = final_sources(BASE, _changes())
     marker = tmp_path / "paused"
-    proc = subprocess.Popen([*paused_at(stage, marker), "quarry.jobs.compact", "--tenant", "t",
+    proc = subprocess.Popen([*paused_at(stage, marker), "quarry", "compact", "--tenant", "t",
                              "--index-root", changed_root], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         deadline = time.monotonic() + 300
@@ -111,7 +111,7 @@ def test_kill_during_compaction_changes_nothing_served(changed_root, tmp_path, s
     assert idx.delta is not None
     assert_same_view(idx, rebuild(served))
     # a re-run completes past the crashed generation folder
-    out = subprocess.run([sys.executable, "-m", "quarry.jobs.compact", "--tenant", "t", "--index-root", changed_root,
+    out = subprocess.run([sys.executable, "-m", "quarry", "compact", "--tenant", "t", "--index-root", changed_root,
                           "--json"], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     # killed at publish, its complete but unpublished gen-2 is never reused: the re-run is gen-3
@@ -132,7 +132,7 @@ def test_reconcile_repairs_drift_through_the_change_path(changed_root, tmp_path,
     after reconcile the index shows exactly the source (in-process apply here; the Spark
     path is the apply-changes job, tested in test_apply_changes)."""
     from quarry.core.index.shards import TenantIndex
-    from quarry.jobs.build import write_source_jsonl
+    from quarry.core.ingest.sources import write_source_jsonl
     from quarry.jobs.reconcile import reconcile
 
     truth = final_sources(BASE, _changes())

@@ -1,13 +1,16 @@
-"""Eval-gated promotion (issue 8 item 10): ``quarry build --gate-cases DIR``.
+"""Eval-gated promotion: ``quarry build --gate-cases DIR``.
 
 A new generation of a tenant is published only when, on that tenant's evidence cases
 (``quarry.eval.cases``), the tenant-isolation gate holds and resolution accuracy and
 candidate recall are no worse than on the live generation. Otherwise CURRENT keeps
 naming the live generation and the new one stays unpublished, with the regressed cases
 named. Like the second-stage gate (``core/rank/gate.py``), the decision is recorded in the
-generation's ``manifest.json`` under ``case_gate`` (and so in the tenant's manifest once
-that generation is published); the full per-case outcomes of both generations go to
-``gen-<n>/case_gate.json``.
+generation's manifest as a typed ``CaseGateResult`` under ``case_gate`` (and so in the
+tenant's manifest once that generation is published); the full per-case outcomes of both
+generations go to ``gen-<n>/case_gate.json``.
+
+The build job takes the gate by injection (``quarry.jobs.build.run_build(case_gate=...)``,
+composed by ``quarry.build_cmd``): evaluation sits above jobs, and jobs never import it.
 
 Both generations are evaluated the way serving would answer right after the switch: each
 with its own recorded second stage (a fresh build has none until ``train-ranker`` runs).
@@ -18,18 +21,23 @@ when isolation holds.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from typing import Any
 
 from quarry.core.index import layout
+from quarry.core.index.manifest import CaseGateMetrics, CaseGateResult, record_case_gate
+from quarry.eval.cases import load_cases, run_suite
+from quarry.eval.report_cases import to_json
+from quarry.jobs.build_settings import CaseGate
 
 GATE_FILE = "case_gate.json"
 
 
-def _metrics(run) -> dict[str, Any]:
+def _metrics(run) -> CaseGateMetrics:
     s = run.summary
-    return {"isolation": s["isolation"], "resolution_accuracy": s["resolution_accuracy"],
-            "candidate_recall": s["candidate_recall"], "cases": s["cases"], "answerable": s["answerable"],
-            "false_assertion_rate": s["false_assertion_rate"], "leaks": s["leaks"][:20]}
+    return CaseGateMetrics(isolation=s["isolation"], resolution_accuracy=s["resolution_accuracy"],
+                           candidate_recall=s["candidate_recall"], cases=s["cases"], answerable=s["answerable"],
+                           false_assertion_rate=s["false_assertion_rate"], leaks=s["leaks"][:20])
 
 
 def _no_worse(new: float | None, old: float | None) -> bool:
@@ -50,12 +58,9 @@ def regressed_cases(new_run, live_run) -> list[str]:
     return out
 
 
-def gate_generation(root: str, tenant: str, generation: int, cases_dir: str) -> dict[str, Any]:
+def gate_generation(root: str, tenant: str, generation: int, cases_dir: str) -> CaseGateResult:
     """Evaluate ``generation`` (built, not yet published) against the live one on the
     tenant's cases; record and return the decision (``publish``: bool)."""
-    from quarry.eval.cases import load_cases, run_suite
-    from quarry.eval.report_cases import to_json
-
     cases = [c for c in load_cases(cases_dir) if c.tenant == tenant]
     live_gen = layout.current_generation(root, tenant)
     record: dict[str, Any] = {"cases_dir": str(cases_dir), "cases": len(cases), "generation": generation,
@@ -67,26 +72,30 @@ def gate_generation(root: str, tenant: str, generation: int, cases_dir: str) -> 
     else:
         new_run = run_suite(cases, root, generation={tenant: generation}, counterfactuals=False)
         runs["new"] = to_json(new_run)
-        record["new"] = _metrics(new_run)
-        if new_run.summary["isolation"] != "pass":
+        new = record["new"] = _metrics(new_run)
+        if new.isolation != "pass":
             record.update(publish=False, reason="tenant isolation failed on the new generation", regressed=[])
         elif live_gen is None:
             record.update(publish=True, reason="isolation holds; no live generation to compare against")
         else:
             live_run = run_suite(cases, root, generation={tenant: live_gen}, counterfactuals=False)
             runs["live"] = to_json(live_run)
-            record["live"] = _metrics(live_run)
+            live = record["live"] = _metrics(live_run)
             record["regressed"] = regressed_cases(new_run, live_run)
             worse = [m for m in ("resolution_accuracy", "candidate_recall")
-                     if not _no_worse(record["new"][m], record["live"][m])]
+                     if not _no_worse(getattr(new, m), getattr(live, m))]
             if worse:
                 record.update(publish=False, reason=f"{' and '.join(worse)} worse than live gen-{live_gen}")
             else:
                 record.update(publish=True, reason=f"isolation holds; resolution accuracy and candidate recall "
                                                    f"no worse than live gen-{live_gen}")
+    result = CaseGateResult(**record)
     gen_dir = layout.generation_dir(root, tenant, generation)
-    layout.write_json(layout.join(gen_dir, GATE_FILE), {"decision": record, "runs": runs})
-    manifest = layout.read_manifest(root, tenant, generation)
-    manifest["case_gate"] = record
-    layout.write_json(layout.manifest_path(root, tenant, generation), manifest)
-    return record
+    layout.write_json(layout.join(gen_dir, GATE_FILE), {"decision": result.to_json(), "runs": runs})
+    record_case_gate(root, tenant, generation, result)
+    return result
+
+
+def case_gate(cases_dir: str) -> CaseGate:
+    """The gate ``run_build`` calls per tenant: :func:`gate_generation` over ``cases_dir``."""
+    return functools.partial(gate_generation, cases_dir=cases_dir)

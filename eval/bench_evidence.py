@@ -27,7 +27,7 @@ DEFAULT_DATASET = REPO.parent / "shared" / "data" / "beir" / "scifact"
 
 
 def _build(root: str, tenant: str, docs, embeddings, with_evidence: bool) -> float:
-    from quarry.core.ingest.contextualize import ExtractiveContextualizer
+    from quarry.core.ingest.contextualize_extractive import ExtractiveContextualizer
     from quarry.core.index.shards import build_tenant_index
     from quarry.core.ingest.pipeline import prepare
 
@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import numpy as np
 
-    from quarry.core.ingest.contextualize import ExtractiveContextualizer
+    from quarry.core.ingest.contextualize_extractive import ExtractiveContextualizer
     from quarry.core.embed.factory import build_embedder
     from quarry.core.ingest.pipeline import prepare
     from quarry.core.embed.embedders import passage_text_for_embedding

@@ -234,7 +234,7 @@ def build_sources(sources: list[str], index_root: str, tenants_needed: set[str] 
     each source that has no published index under ``index_root`` yet; tenants already there
     are left alone. ``embedder`` defaults to MiniLM. Returns an error line, or None."""
     from quarry.core.index import layout
-    from quarry.core.ingest.contextualize import ExtractiveContextualizer
+    from quarry.core.ingest.contextualize_extractive import ExtractiveContextualizer
     from quarry.core.ingest.pipeline import build_corpus
     from quarry.core.ingest.sources import load_documents
 

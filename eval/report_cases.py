@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from quarry.core.records import TOP_K_CEILING
-from quarry.eval.cases import principal_label
+from quarry.eval.case_model import principal_label
 
 
 def add_arguments(p) -> None:
@@ -265,7 +265,9 @@ def build_sources(sources: list[str], index_root: str, tenants_needed: set[str] 
 
 
 def run(args) -> int:
-    from quarry.eval.cases import SPLITS, CaseError, IndexMissing, load_cases, run_suite
+    from quarry.eval.case_model import SPLITS, CaseError, load_cases
+    from quarry.eval.case_run import IndexMissing
+    from quarry.eval.cases import run_suite
 
     def fail(msg: str) -> int:
         print(f"quarry eval cases: error: {msg}", file=sys.stderr)

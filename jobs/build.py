@@ -601,7 +601,7 @@ def settings_from_args(args: argparse.Namespace) -> BuildSettings:
     if args.shard_docs < 1 or args.batch_size < 1:
         raise BuildError("--shard-docs and --batch-size must be >= 1")
     if args.gate_cases:
-        from quarry.eval.cases import CaseError, load_cases  # eval is not a dependency of jobs
+        from quarry.eval.case_model import CaseError, load_cases  # eval is not a dependency of jobs
 
         try:
             load_cases(args.gate_cases)

@@ -53,7 +53,8 @@ def regressed_cases(new_run, live_run) -> list[str]:
 def gate_generation(root: str, tenant: str, generation: int, cases_dir: str) -> dict[str, Any]:
     """Evaluate ``generation`` (built, not yet published) against the live one on the
     tenant's cases; record and return the decision (``publish``: bool)."""
-    from quarry.eval.cases import load_cases, run_suite
+    from quarry.eval.case_model import load_cases
+    from quarry.eval.cases import run_suite
     from quarry.eval.report_cases import to_json
 
     cases = [c for c in load_cases(cases_dir) if c.tenant == tenant]

@@ -265,6 +265,7 @@ def build_sources(sources: list[str], index_root: str, tenants_needed: set[str] 
 
 
 def run(args) -> int:
+    # deferred: the search path (bm25s, numpy, scipy) costs about a second at CLI start
     from quarry.eval.case_model import SPLITS, CaseError, load_cases
     from quarry.eval.case_run import IndexMissing
     from quarry.eval.cases import run_suite

@@ -21,7 +21,7 @@ from typing import Any
 
 from quarry.core.index import layout
 from quarry.core.ingest.chunking import ChunkSettings
-from quarry.core.ingest.contextualize import make_contextualizer
+from quarry.core.ingest.contextualize_factory import make_contextualizer
 from quarry.core.embed.factory import build_embedder, check_embedder
 from quarry.core.errors import UsageError
 from quarry.core.index.lexical import lexical_text

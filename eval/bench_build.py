@@ -32,7 +32,8 @@ GOAL_SCALE_RATIO = 4.4
 def _plain_embed_throughput(docs, spec: str, batch_size: int) -> dict:
     """The same model, same passages, same batch size, in this process (no Spark)."""
     from quarry.core.ingest.chunking import chunk_document
-    from quarry.core.ingest.contextualize import ExtractiveContextualizer, with_context
+    from quarry.core.ingest.contextualize import with_context
+    from quarry.core.ingest.contextualize_extractive import ExtractiveContextualizer
     from quarry.core.embed.embedders import passage_text_for_embedding
     from quarry.core.embed.factory import build_embedder
 

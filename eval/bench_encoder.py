@@ -53,9 +53,11 @@ def interleaved(fns: dict[str, Any], xs: list[str], before=None) -> dict[str, li
 
 
 def clear_text_caches() -> None:
-    from quarry.core.evidence import statements
+    from quarry.core.evidence.predicates import predicates
+    from quarry.core.evidence.sentences import passage_sentences
+    from quarry.core.evidence.statements import statements
 
-    for fn in (statements.statements, statements.predicates, statements._sentences):
+    for fn in (statements, predicates, passage_sentences):
         fn.cache_clear()
 
 

@@ -22,15 +22,20 @@ import tempfile
 import time
 from pathlib import Path
 
+from quarry.core.embed.embedders import passage_text_for_embedding
+from quarry.core.embed.factory import build_embedder
+from quarry.core.evidence.graph import graph_of
+from quarry.core.index.build import build_tenant_index
+from quarry.core.index.shards import TenantIndex
+from quarry.core.ingest.contextualize_extractive import ExtractiveContextualizer
+from quarry.core.ingest.pipeline import prepare
+from quarry.core.ingest.sources import load_beir_corpus
+
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DATASET = REPO.parent / "shared" / "data" / "beir" / "scifact"
 
 
 def _build(root: str, tenant: str, docs, embeddings, with_evidence: bool) -> float:
-    from quarry.core.ingest.contextualize import ExtractiveContextualizer
-    from quarry.core.index.build import build_tenant_index
-    from quarry.core.ingest.pipeline import prepare
-
     t0 = time.perf_counter()
     passages, parents = prepare(docs, ExtractiveContextualizer(), enrich_envelopes=with_evidence)
     emb = embeddings(passages)
@@ -54,14 +59,6 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     import numpy as np
-
-    from quarry.core.ingest.contextualize import ExtractiveContextualizer
-    from quarry.core.embed.factory import build_embedder
-    from quarry.core.ingest.pipeline import prepare
-    from quarry.core.embed.embedders import passage_text_for_embedding
-    from quarry.core.evidence.graph import graph_of
-    from quarry.core.index.shards import TenantIndex
-    from quarry.core.ingest.sources import load_beir_corpus
 
     docs = load_beir_corpus(args.dataset, "bench", limit=args.limit)
     embedder = build_embedder(args.embedder)

@@ -71,7 +71,7 @@ def workload(n: int) -> list[tuple[str, str]]:
 # ----------------------------------------------------------------------------- setup
 
 def build_index(root: str, embedder: str | None) -> None:
-    from quarry.core.ingest.contextualize import ExtractiveContextualizer
+    from quarry.core.ingest.contextualize_extractive import ExtractiveContextualizer
     from quarry.core.embed.factory import build_embedder
     from quarry.core.ingest.pipeline import build_corpus
     from quarry.core.ingest.sources import SAMPLE_CORPUS, load_documents

@@ -26,7 +26,8 @@ from typing import Any
 
 from quarry.core.index import layout
 from quarry.core.index.manifest import CaseGateMetrics, CaseGateResult, record_case_gate
-from quarry.eval.cases import load_cases, run_suite
+from quarry.eval.case_model import load_cases
+from quarry.eval.cases import run_suite
 from quarry.eval.report_cases import to_json
 from quarry.jobs.build_settings import CaseGate
 

@@ -43,8 +43,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from quarry.core.index import layout
 from quarry.core.records import SELECTED_VERDICTS, Decision, Passage, Principal, SearchRequest
-from quarry.eval.cases import CaseContext, Split, case_query, decision_verdicts, doc_of, matches, resolve_evidence
+from quarry.eval import case_run  # run_search looked up per call: tests swap in doubles
+from quarry.eval.case_model import Split
+from quarry.eval.case_run import CaseContext, case_query, load_tenant, resolve_evidence
+from quarry.eval.case_scoring import decision_verdicts, doc_of, matches
 
 Kind = Literal["remove_source", "insert_rejected", "swap_dates", "change_tenant"]
 KINDS: tuple[Kind, ...] = ("remove_source", "insert_rejected", "swap_dates", "change_tenant")
@@ -194,16 +198,12 @@ def swap_dates(ctx: CaseContext) -> CounterfactualResult:
 
 
 def other_tenant(index_root: str, tenant: str) -> str | None:
-    from quarry.core.index import layout
-
     others = [t for t in layout.list_tenants(index_root) if t != tenant]
     return others[0] if others else None
 
 
 def change_tenant(ctx: CaseContext, index_root: str, settings, loaded: dict[str, tuple],
                   search_fn=None) -> CounterfactualResult:
-    from quarry.eval.cases import _run_search, load_tenant
-
     case = ctx.case
     other = other_tenant(index_root, case.tenant)
     if other is None:
@@ -217,7 +217,7 @@ def change_tenant(ctx: CaseContext, index_root: str, settings, loaded: dict[str,
     for q in case.queries:
         req = SearchRequest(query=q, top_k=ctx.width, doc_type=case.doc_type,
                             valid_at=case.valid_at if case.filter_valid_at else None)
-        res = (search_fn or _run_search)(index, principal, req, emb, settings, second)
+        res = (search_fn or case_run.run_search)(index, principal, req, emb, settings, second)
         for pid in [c.passage_id for c in res.candidates] + [e.passage_id for e in res.excerpts]:
             p = index.passage(pid, principal)
             if p is None or p.tenant != other or doc_of(pid) in own_docs:

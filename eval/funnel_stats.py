@@ -9,7 +9,7 @@ import argparse
 import json
 
 from quarry.core.capacity.arithmetic import Dist
-from quarry.core.ingest.contextualize import ExtractiveContextualizer
+from quarry.core.ingest.contextualize_extractive import ExtractiveContextualizer
 from quarry.core.ingest.pipeline import prepare
 from quarry.core.ingest.sources import SAMPLE_CORPUS, load_documents
 from quarry.core.text.units import count_tokens, heading_text

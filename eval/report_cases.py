@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from quarry.core.records import TOP_K_CEILING
-from quarry.eval.cases import principal_label
+from quarry.eval.case_model import principal_label
 
 
 def add_arguments(p) -> None:
@@ -234,7 +234,7 @@ def build_sources(sources: list[str], index_root: str, tenants_needed: set[str] 
     each source that has no published index under ``index_root`` yet; tenants already there
     are left alone. ``embedder`` defaults to MiniLM. Returns an error line, or None."""
     from quarry.core.index import layout
-    from quarry.core.ingest.contextualize import ExtractiveContextualizer
+    from quarry.core.ingest.contextualize_extractive import ExtractiveContextualizer
     from quarry.core.ingest.pipeline import build_corpus
     from quarry.core.ingest.sources import load_documents
 
@@ -265,7 +265,10 @@ def build_sources(sources: list[str], index_root: str, tenants_needed: set[str] 
 
 
 def run(args) -> int:
-    from quarry.eval.cases import SPLITS, CaseError, IndexMissing, load_cases, run_suite
+    # deferred: the search path (bm25s, numpy, scipy) costs about a second at CLI start
+    from quarry.eval.case_model import SPLITS, CaseError, load_cases
+    from quarry.eval.case_run import IndexMissing
+    from quarry.eval.cases import run_suite
 
     def fail(msg: str) -> int:
         print(f"quarry eval cases: error: {msg}", file=sys.stderr)

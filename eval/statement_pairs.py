@@ -18,7 +18,8 @@ from pathlib import Path
 
 import yaml
 
-from quarry.core.evidence.statements import DEFAULT_NLP, conflict, statements_batch
+from quarry.core.evidence.conflict import conflict
+from quarry.core.evidence.statements import DEFAULT_NLP, statements_batch
 
 
 @dataclass(frozen=True)

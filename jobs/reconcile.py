@@ -14,7 +14,7 @@ from pathlib import Path
 
 from quarry.core.errors import UsageError
 from quarry.core.index import layout
-from quarry.core.ingest.contextualize import make_contextualizer
+from quarry.core.ingest.contextualize_factory import make_contextualizer
 from quarry.core.changes.delta import apply_local, upsert_contextualizer
 from quarry.core.embed.factory import embedder_for_index
 from quarry.core.index.shards import TenantIndex

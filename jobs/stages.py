@@ -27,7 +27,8 @@ from pydantic import ValidationError
 
 from quarry.core.index import layout
 from quarry.core.ingest.chunking import ChunkSettings, chunk_document
-from quarry.core.ingest.contextualize import LLMSettings, make_contextualizer, with_context
+from quarry.core.ingest.contextualize import LLMSettings, with_context
+from quarry.core.ingest.contextualize_factory import make_contextualizer
 from quarry.core.embed.factory import build_embedder
 from quarry.core.embed.embedders import passage_text_for_embedding
 from quarry.core.ingest.enrich import enrich

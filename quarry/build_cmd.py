@@ -16,7 +16,7 @@ from pydantic import SecretStr
 from quarry.core.errors import UsageError
 from quarry.core.ingest.contextualize import LLMSettings
 from quarry.eval.case_gate import case_gate
-from quarry.eval.cases import CaseError, load_cases
+from quarry.eval.case_model import CaseError, load_cases
 from quarry.jobs.build import run_build
 from quarry.jobs.build_settings import BuildSettings
 

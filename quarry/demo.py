@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from quarry.core.agent.citations import ABSTENTION_MESSAGE, CHECK_NAMES
-from quarry.core.ingest.contextualize import ExtractiveContextualizer
+from quarry.core.ingest.contextualize_extractive import ExtractiveContextualizer
 from quarry.core.embed.factory import build_embedder
 from quarry.core.ingest.pipeline import build_corpus
 from quarry.core.ingest.sources import SAMPLE_CORPUS, load_documents

@@ -58,7 +58,7 @@ def minilm():
 @pytest.fixture(scope="session")
 def sample_index_root(tmp_path_factory, sample_docs, minilm) -> str:
     """The sample corpus built once with the packaged MiniLM and extractive preambles."""
-    from quarry.core.ingest.contextualize import ExtractiveContextualizer
+    from quarry.core.ingest.contextualize_extractive import ExtractiveContextualizer
     from quarry.core.ingest.pipeline import build_corpus
 
     root = str(tmp_path_factory.mktemp("sample-index"))

@@ -8,11 +8,11 @@ encoding:
   (explicit ``supersedes``/``superseded_by`` links, from front matter or extracted at build
   time, and the version order of one ``doc_id``);
 - **conditions and events**: for a passage with a stopping condition, the passages of the
-  records whose events can end it (``core.conditions.condition_met``: identifiers exactly,
+  records whose events can end it (:func:`.conditions.condition_met`: identifiers exactly,
   content words after stemming, never across entities); for an event record, the
   passages whose conditions it can end;
 - **statements**: passages that state another value for the same subject
-  (``core.statements.conflicts``), found through an index of statements by subject key.
+  (:func:`.conflict.conflicts`), found through an index of statements by subject key.
 
 What is stored: each shard holds ``evidence.jsonl`` with every row's statements and
 whether its text is instruction-shaped (:func:`passage_facts`, written by
@@ -34,6 +34,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from quarry.core.evidence.conditions import condition_met, entity_stems, terms
+from quarry.core.evidence.conflict import conflicts
+from quarry.core.evidence.injection import instruction_shaped
+from quarry.core.evidence.statement import Statement
+from quarry.core.evidence.statements import statements_batch
+from quarry.core.evidence.subjects import subject_keys
 from quarry.core.records import Envelope, Passage, Principal
 from quarry.core.text.tokenizer import tokenize
 
@@ -58,17 +63,12 @@ class PassageFacts:
 
     @classmethod
     def from_json(cls, line: str) -> "PassageFacts":
-        from quarry.core.evidence.statements import Statement
-
         d = json.loads(line)
         return cls(d["p"], tuple(Statement.from_json(s) for s in d["s"]), bool(d["i"]))
 
 
 def passage_facts(passages: Sequence[Passage]) -> list[PassageFacts]:
     """Facts of many passages at once (build time: one batched parse)."""
-    from quarry.core.evidence.injection import instruction_shaped
-    from quarry.core.evidence.statements import statements_batch
-
     stated = statements_batch([p.text for p in passages], [p.envelope.entities for p in passages])
     return [PassageFacts(p.passage_id, tuple(s), instruction_shaped(p.text)) for p, s in zip(passages, stated)]
 
@@ -133,8 +133,6 @@ class EvidenceGraph:
         self._supersession()
         self._conditions()
         self.by_subject: dict[str, list[tuple[int, int]]] = {}
-        from quarry.core.evidence.statements import subject_keys
-
         for r in sorted(self.facts):
             for i, s in enumerate(self.facts[r].statements):
                 for k in subject_keys(s):
@@ -182,8 +180,6 @@ class EvidenceGraph:
     def _best_rows(self, key: str, like: frozenset[str], n: int) -> list[int]:
         """The rows of a linked document that best state the link: most shared subject
         keys with the source's statements, then most shared words, then row order."""
-        from quarry.core.evidence.statements import subject_keys
-
         def score(r: int) -> tuple:
             f = self.facts.get(r)
             keys = {k for s in (f.statements if f else ()) for k in subject_keys(s)}
@@ -192,8 +188,6 @@ class EvidenceGraph:
 
     def neighbours_of(self, row: int) -> list[int]:
         """Rows linked to ``row``, unmasked (the caller masks): deterministic order."""
-        from quarry.core.evidence.statements import conflicts, subject_keys
-
         out: list[int] = []
         key = self.key_of.get(row)
         f = self.facts.get(row)

@@ -1,12 +1,13 @@
 """Markdown line syntax (CommonMark's block starts), defined once for the chunker, the
-extractive contextualizer and the statement finder."""
+extractive contextualizer and the statement finder; and a sentence with its inline
+markup removed (:func:`plain_sentence`), for the envelope enrichment's patterns."""
 
 from __future__ import annotations
 
 import re
 
 __all__ = ["HEADING", "FENCE", "LIST_ITEM", "TABLE_ROW", "TABLE_DELIM", "QUOTE", "SETEXT_UNDERLINE",
-           "THEMATIC_BREAK", "HTML_ONLY", "opens_block", "stands_alone"]
+           "THEMATIC_BREAK", "HTML_ONLY", "opens_block", "plain_sentence", "stands_alone"]
 
 # ATX heading; group 1 the #'s, group 2 the raw title (may keep a closing "##").
 HEADING = re.compile(r"^ {0,3}(#{1,6})(?:[ \t]+(.*?))?[ \t]*$")
@@ -31,3 +32,9 @@ def stands_alone(line: str) -> bool:
     """A line that never absorbs the next one as a wrapped continuation: heading, fence,
     table row (a list item or quote does: lazy continuation)."""
     return any(p.match(line) for p in (HEADING, FENCE, TABLE_ROW))
+
+
+def plain_sentence(s: str) -> str:
+    """A sentence without markdown emphasis, code ticks and curly quotes."""
+    s = s.replace("`", "").replace("’", "'").replace("“", '"').replace("”", '"')
+    return re.sub(r"(?<!\w)[*_]{1,2}|[*_]{1,2}(?!\w)", "", s).strip()

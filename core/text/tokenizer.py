@@ -27,7 +27,7 @@ _stemmer = Stemmer.Stemmer("english")
 
 
 @lru_cache(maxsize=200_000)
-def _stem(word: str) -> str:
+def stem(word: str) -> str:
     return _stemmer.stemWord(word)
 
 
@@ -35,7 +35,7 @@ def _word(w: str) -> str | None:
     # Single characters carry no signal as plain words (bm25s drops them too).
     if len(w) < 2 or w in STOPWORDS:
         return None
-    return _stem(w)
+    return stem(w)
 
 
 def tokenize(text: str) -> list[str]:

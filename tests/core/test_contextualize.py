@@ -10,19 +10,11 @@ import time
 
 import pytest
 
-from quarry.core.ingest.contextualize import (
-    CostAccount,
-    _Unparseable,
-    ExtractiveContextualizer,
-    LLMContextualizer,
-    LLMRequestError,
-    LLMSettings,
-    NoContextualizer,
-    lead_sentences,
-    make_contextualizer,
-    parse_sentences,
-    with_context,
-)
+from quarry.core.ingest.contextualize import CostAccount, LLMSettings, NoContextualizer, with_context
+from quarry.core.ingest.contextualize_extractive import ExtractiveContextualizer, lead_sentences
+from quarry.core.ingest.contextualize_factory import make_contextualizer
+from quarry.core.ingest.contextualize_llm import LLMContextualizer, LLMRequestError
+from quarry.core.ingest.contextualize_llm_prompt import UnparseableReply, parse_sentences
 from quarry.core.records import Envelope, Passage, SourceDocument
 
 from helpers.llm_server import FakeLLMServer
@@ -172,7 +164,7 @@ def test_make_contextualizer():
 
 
 def test_import_stays_light():
-    code = "import sys, quarry.core, quarry.core.ingest.contextualize; bad = {'httpx', 'torch', 'ray', 'pyspark'} & set(sys.modules); assert not bad, bad"
+    code = "import sys, quarry.core, quarry.core.ingest.contextualize_factory; bad = {'httpx', 'torch', 'ray', 'pyspark'} & set(sys.modules); assert not bad, bad"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -181,7 +173,7 @@ def test_parse_sentences_is_robust():
     assert parse_sentences('<think>hmm [x]</think>Sure: ["a"] done', 1) == ["a"]
     assert parse_sentences('{"contexts": ["a", "b"]}', 2) == ["a", "b"]
     for bad in ("", "no array", '["a"]', "[1, 2]"):
-        with pytest.raises(_Unparseable):
+        with pytest.raises(UnparseableReply):
             parse_sentences(bad, 2)
 
 

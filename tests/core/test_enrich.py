@@ -11,10 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from quarry.core.ingest.enrich import FIELDS, enrich, parse_date
+from quarry.core.ingest.enrich import FIELDS, enrich
 from quarry.core.ingest.pipeline import prepare
 from quarry.core.records import Event, Principal, SourceDocument
 from quarry.core.evidence.resolve import resolve
+from quarry.core.text.nlp import parse_date
 
 pytestmark = pytest.mark.unit
 
@@ -435,6 +436,6 @@ def test_validity_of_something_else_is_not_this_documents():
     ("Till the ward refurbishment ends, visiting is limited to two people.", "until the ward refurbishment ends"),
 ])
 def test_a_fronted_until_clause_limits_the_rule_that_follows(text, cond):
-    from quarry.core.ingest.enrich import find_condition
+    from quarry.core.ingest.enrich_conditions import find_condition
 
     assert find_condition([text]) == cond

@@ -27,7 +27,7 @@ LINKS = ("condition", "events", "supersedes", "superseded_by")
 
 @pytest.fixture(scope="module")
 def stripped_root(tmp_path_factory, sample_docs, minilm) -> str:
-    from quarry.core.ingest.contextualize import ExtractiveContextualizer
+    from quarry.core.ingest.contextualize_extractive import ExtractiveContextualizer
     from quarry.core.ingest.pipeline import build_corpus
 
     docs = [d.model_copy(update={"condition": None, "events": (), "supersedes": (), "superseded_by": ()})

@@ -6,7 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from quarry.core.evidence.statements import Statement, conflict, conflicts, statements, subject_keys
+from quarry.core.evidence.conflict import conflict, conflicts
+from quarry.core.evidence.statement import Statement
+from quarry.core.evidence.statements import statements
+from quarry.core.evidence.subjects import subject_keys
 
 pytestmark = pytest.mark.unit
 
@@ -140,11 +143,11 @@ def test_capitalised_plural_subject_is_not_a_party():
 
 
 def test_sentences_without_a_free_standing_number_are_not_parsed():
-    from quarry.core.evidence.statements import _may_state_value
+    from quarry.core.evidence.sentences import may_state_value
 
-    assert not _may_state_value("Expression of p53 and IL-23 in PC12 cells rose [9].")
-    assert _may_state_value("New accounts get a 30-day free trial.")
-    assert _may_state_value("Each chargeback costs €15.")
+    assert not may_state_value("Expression of p53 and IL-23 in PC12 cells rose [9].")
+    assert may_state_value("New accounts get a 30-day free trial.")
+    assert may_state_value("Each chargeback costs €15.")
     assert statements("Expression of p53 and IL-23 in PC12 cells rose [9].") == ()
 
 

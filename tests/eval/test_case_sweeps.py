@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from quarry.core.records import Decision, RejectedEvidence, RelatedEvidence, SelectedEvidence
+from quarry.eval import case_model, case_run, case_scoring, case_summary
 from quarry.eval import cases as C
 from quarry.eval import report_cases as R
 
@@ -22,10 +23,10 @@ SUITE = Path(__file__).resolve().parents[2] / "eval" / "cases" / "sample"
 DAY = dt.date(2026, 1, 19)
 
 
-def _case(**kw) -> C.EvidenceCase:
+def _case(**kw) -> case_model.EvidenceCase:
     base = dict(id="t", kinds=["lookup"], task="task", queries=["q"], tenant="acme", valid_at="2026-01-19",
                 answerable=True, minimum_evidence=["policy"])
-    return C.EvidenceCase.model_validate({**base, **kw})
+    return case_model.EvidenceCase.model_validate({**base, **kw})
 
 
 def _sel(pid: str, reason: str = "governs") -> SelectedEvidence:
@@ -42,12 +43,12 @@ def test_new_fields_default_and_load():
     assert c.split == "test" and c.governing == ("policy",)
     assert c.principal_groups == (("all-staff",), ("all-staff", "support"), ())
     assert c.principal(groups=("support",)).groups == frozenset({"support"})
-    assert C.outcome_id("x", 2, ("all-staff", "support")) == "x@k2/all-staff+support"
-    assert C.outcome_id("x", 4, ()) == "x@k4/no-groups"
+    assert case_model.outcome_id("x", 2, ("all-staff", "support")) == "x@k2/all-staff+support"
+    assert case_model.outcome_id("x", 4, ()) == "x@k4/no-groups"
 
 
 def test_sample_cases_are_the_dev_split():
-    assert {c.split for c in C.load_cases(SUITE)} == {"dev"}
+    assert {c.split for c in case_model.load_cases(SUITE)} == {"dev"}
 
 
 HEAD = ("cases:\n  - id: x\n    kinds: [lookup]\n    task: abc\n    queries: [q]\n    tenant: acme\n"
@@ -68,8 +69,8 @@ HEAD = ("cases:\n  - id: x\n    kinds: [lookup]\n    task: abc\n    queries: [q]
 def test_bad_new_fields_raise_one_line(tmp_path, extra, needle):
     f = tmp_path / "bad.yaml"
     f.write_text(HEAD + extra)
-    with pytest.raises(C.CaseError) as e:
-        C.load_cases(f)
+    with pytest.raises(case_model.CaseError) as e:
+        case_model.load_cases(f)
     msg = str(e.value)
     assert needle in msg and "\n" not in msg and "bad.yaml" in msg and "'x'" in msg
 
@@ -86,40 +87,40 @@ def test_unanswerable_case_has_no_governing_ids():
 def test_expected_governing_fails_when_only_supporting():
     case = _case(minimum_evidence=["policy", "deploy"], governing=["policy"])
     good = Decision(valid_at=DAY, governing=(_sel("policy@3#a"),), supporting=(_sel("deploy@1#s", "proves"),))
-    assert C.resolution_failures(case, good) == []
+    assert case_scoring.resolution_failures(case, good) == []
     swapped = Decision(valid_at=DAY, governing=(_sel("deploy@1#s"),), supporting=(_sel("policy@3#a", "x"),))
-    assert C.resolution_failures(case, swapped) == ["policy: expected governing, got supporting"]
+    assert case_scoring.resolution_failures(case, swapped) == ["policy: expected governing, got supporting"]
     # without `governing`, supporting is enough for `selected`
-    assert C.resolution_failures(_case(minimum_evidence=["policy", "deploy"]), swapped) == []
+    assert case_scoring.resolution_failures(_case(minimum_evidence=["policy", "deploy"]), swapped) == []
 
 
 def test_related_is_neither_selected_nor_rejected():
     case = _case(minimum_evidence=["policy"], not_selected=["faq"])
     related = Decision(valid_at=DAY, governing=(_sel("policy@3#a"),),
                        related=(RelatedEvidence(passage_id="faq@1#a"),))
-    assert C.resolution_failures(case, related) == ["faq: expected rejected or unresolved, got related"]
+    assert case_scoring.resolution_failures(case, related) == ["faq: expected rejected or unresolved, got related"]
     outdated = related.model_copy(update={"related": (RelatedEvidence(passage_id="faq@1#a",
                                                                       outdated="superseded_by"),)})
-    assert C.resolution_failures(case, outdated) == []  # outdated related: never citable, counts as rejected
+    assert case_scoring.resolution_failures(case, outdated) == []  # outdated related: never citable, counts as rejected
     only_related = Decision(valid_at=DAY, related=(RelatedEvidence(passage_id="policy@3#a"),))
     # a case naming governing (or selected) evidence needs it governing or supporting; a
     # case written before the record had those fields meant "kept" by selected
-    assert C.resolution_failures(_case(governing=["policy"]), only_related) == [
+    assert case_scoring.resolution_failures(_case(governing=["policy"]), only_related) == [
         "policy: expected governing, got related", "policy: expected selected, got related"]
-    assert C.resolution_failures(_case(selected=["policy"]), only_related) == ["policy: expected selected, got related"]
-    assert C.resolution_failures(_case(), only_related) == []
+    assert case_scoring.resolution_failures(_case(selected=["policy"]), only_related) == ["policy: expected selected, got related"]
+    assert case_scoring.resolution_failures(_case(), only_related) == []
     # a must-reject id needs a real rejection with its code
     must = _case(rejected=[{"id": "faq", "reason": "superseded_by"}])
-    assert C.resolution_failures(must, outdated) == [
+    assert case_scoring.resolution_failures(must, outdated) == [
         "faq: expected rejected (superseded_by), got related(outdated:superseded_by)"]
-    assert C.decision_verdicts(outdated) == {"policy@3#a": "governing", "faq@1#a": "related"}
+    assert case_scoring.decision_verdicts(outdated) == {"policy@3#a": "governing", "faq@1#a": "related"}
 
 
 def test_verdict_precedence_matches_the_record():
     d = Decision(valid_at=DAY, governing=(_sel("a@1#x"),), supporting=(_sel("a@1#x", "s"), _sel("b@1#x", "s")),
                  rejected=(RejectedEvidence(passage_id="b@1#x", reason="superseded_by"),),
                  related=(RelatedEvidence(passage_id="c@1#x"), RelatedEvidence(passage_id="a@1#x")))
-    v = C.decision_verdicts(d)
+    v = case_scoring.decision_verdicts(d)
     assert v == {p: d.verdict(p) for p in v} == {"a@1#x": "governing", "b@1#x": "rejected", "c@1#x": "related"}
 
 
@@ -135,8 +136,8 @@ def test_resolve_helper_passes_the_joined_queries(monkeypatch):
 
     monkeypatch.setattr("quarry.core.evidence.resolve.resolve", new)
     case = _case(queries=["first q", "second q"])
-    assert C.case_query(case) == "first q second q"
-    C.resolve_evidence([], case.principal(), DAY, C.case_query(case))
+    assert case_run.case_query(case) == "first q second q"
+    case_run.resolve_evidence([], case.principal(), DAY, case_run.case_query(case))
     assert seen["query"] == "first q second q"
 
 
@@ -154,7 +155,7 @@ def hash_root(tmp_path_factory, sample_docs) -> str:
 
 
 def _pick(*ids):
-    by_id = {c.id: c for c in C.load_cases(SUITE)}
+    by_id = {c.id: c for c in case_model.load_cases(SUITE)}
     return [by_id[i] for i in ids]
 
 
@@ -165,7 +166,7 @@ def test_sweep_runs_every_width_for_every_principal(hash_root):
     widths = (2, 4, 8)
     run = C.run_suite([case], hash_root, widths=widths, counterfactuals=False)
     assert len(run.outcomes) == len(widths) * len(case.principal_groups)
-    assert [o.id for o in run.outcomes] == [C.outcome_id(case.id, k, g) for g in case.principal_groups
+    assert [o.id for o in run.outcomes] == [case_model.outcome_id(case.id, k, g) for g in case.principal_groups
                                             for k in widths]
     assert all(o.case_id == case.id and o.split == "dev" for o in run.outcomes)
     by = {(o.width, o.groups): o for o in run.outcomes}
@@ -206,7 +207,7 @@ def test_dev_and_test_are_never_blended(hash_root):
     # figures per split (and per width within it); the few pooled keys the promotion gate
     # reads (one case set against itself) are never reported
     assert "boundaries" not in s and "by_width" not in s and "failing_cases" not in s
-    assert set(C.POOLED_FOR_GATE) <= set(s) and s["answerable"] == 2 + 2
+    assert set(case_summary.POOLED_FOR_GATE) <= set(s) and s["answerable"] == 2 + 2
     assert set(s["resolution_by_width"]["2"]) == {"dev", "test"} and s["resolution_by_width"]["2"]["test"]["of"] == 1
     md = R.to_markdown(run)
     assert "## Split: dev" in md and "## Split: test" in md and "| Width | dev | test |" in md
@@ -220,7 +221,7 @@ def test_a_related_passage_with_the_decisive_terms_is_no_assertion(hash_root):
         return Decision(valid_at=valid_at, related=tuple(RelatedEvidence(passage_id=p.passage_id) for p in passages))
 
     def fn(index, principal, request, embedder, settings, second_stage=None):
-        res = C._run_search(index, principal, request, embedder, settings, second_stage)
+        res = case_run.run_search(index, principal, request, embedder, settings, second_stage)
         ps = [index.passage(e.passage_id, principal) for e in res.excerpts]
         return res.model_copy(update={"decision": relate_all(ps, principal, request.valid_at)})
 
@@ -371,11 +372,11 @@ def test_width_invariance_counts_runs_whose_decision_is_the_same_at_every_width(
     def outcome(case_id, width, governing, rejected=()):
         d = Decision(valid_at=DAY, governing=tuple(_sel(p) for p in governing),
                      rejected=tuple(RejectedEvidence(passage_id=p, reason="superseded_by") for p in rejected))
-        return C.CaseOutcome(id=f"{case_id}@k{width}", case_id=case_id, split="dev", width=width, groups=("g",),
+        return case_run.CaseOutcome(id=f"{case_id}@k{width}", case_id=case_id, split="dev", width=width, groups=("g",),
                              kinds=("lookup",), tenant="t", answerable=True, queries=(), candidates=True,
                              candidate_recall=1.0, second_stage=True, delivered=True, resolution=True,
                              first_lost=None, precision=1.0, abstained=None, decision=d)
     outs = [outcome("a", 2, ["p@1#x"]), outcome("a", 4, ["p@1#y"]),  # another passage of the same document
             outcome("b", 2, ["p@1#x"]), outcome("b", 4, ["p@1#x", "q@1#x"], ["old@1#x"]),
             outcome("c", 4, ["p@1#x"])]  # one width only: not counted
-    assert C.width_invariance(outs) == {"runs": 2, "governing": 1, "rejected": 1, "unresolved": 2}
+    assert case_summary.width_invariance(outs) == {"runs": 2, "governing": 1, "rejected": 1, "unresolved": 2}

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from quarry.core.records import Decision, RejectedEvidence, SearchResult, SelectedEvidence, UnresolvedConflict
+from quarry.eval import case_model, case_run, case_scoring
 from quarry.eval import cases as C
 from quarry.eval import counterfactuals as CF
 
@@ -32,7 +33,7 @@ SUITE = Path(__file__).resolve().parents[2] / "eval" / "cases" / "sample"
 
 
 def test_shipped_suite_covers_the_briefed_kinds():
-    cases = C.load_cases(SUITE)
+    cases = case_model.load_cases(SUITE)
     assert len(cases) >= 40
     kinds = {k for c in cases for k in c.kinds}
     assert {"lexical-decoy", "semantic-decoy", "superseded-source", "conditional-exception",
@@ -53,7 +54,7 @@ def test_shipped_suite_covers_the_briefed_kinds():
 def test_suite_ids_name_real_documents_of_the_right_tenant(sample_docs):
     docs = {d.doc_id: d.tenant for d in sample_docs}
     keys = {d.key for d in sample_docs}
-    for c in C.load_cases(SUITE):
+    for c in case_model.load_cases(SUITE):
         own = list(c.minimum_evidence) + list(c.expected_selected) + [r.id for r in c.rejected] + [
             r.by for r in c.rejected if r.by] + list(c.unresolved) + list(c.not_selected) + list(c.relevant)
         for i in own:
@@ -85,8 +86,8 @@ def _write(tmp_path, text: str) -> Path:
      "    valid_at: 2026-01-01\n    answerable: true\n    minimum_evidence: [a]\n", "kinds"),
 ])
 def test_invalid_case_files_raise_one_line(tmp_path, text, needle):
-    with pytest.raises(C.CaseError) as e:
-        C.load_cases(_write(tmp_path, text))
+    with pytest.raises(case_model.CaseError) as e:
+        case_model.load_cases(_write(tmp_path, text))
     msg = str(e.value)
     assert needle in msg and "\n" not in msg and "bad.yaml" in msg
 
@@ -94,10 +95,10 @@ def test_invalid_case_files_raise_one_line(tmp_path, text, needle):
 # --------------------------------------------------------------------------- scoring against an oracle
 
 
-def _case(**kw) -> C.EvidenceCase:
+def _case(**kw) -> case_model.EvidenceCase:
     base = dict(id="t", kinds=["lookup"], task="task", queries=["q"], tenant="acme", valid_at="2026-01-19",
                 answerable=True, minimum_evidence=["policy"])
-    return C.EvidenceCase.model_validate({**base, **kw})
+    return case_model.EvidenceCase.model_validate({**base, **kw})
 
 
 def test_resolution_failures_name_each_wrong_verdict():
@@ -108,34 +109,34 @@ def test_resolution_failures_name_each_wrong_verdict():
                     governing=(SelectedEvidence(passage_id="policy@3#a", reason="governs"),),
                     supporting=(SelectedEvidence(passage_id="deploy@1#s", reason="proves"),),
                     rejected=(RejectedEvidence(passage_id="comment@1#top", reason="condition_ended", by="deploy@1#s"),))
-    assert C.resolution_failures(case, good) == []  # 'old' was never delivered, and need not be
+    assert case_scoring.resolution_failures(case, good) == []  # 'old' was never delivered, and need not be
     wrong_by = good.model_copy(update={"rejected": (
         RejectedEvidence(passage_id="comment@1#top", reason="condition_ended", by="policy@3#a"),)})
-    assert C.resolution_failures(case, wrong_by) == [
+    assert case_scoring.resolution_failures(case, wrong_by) == [
         "comment: rejected as condition_ended by policy@3#a, expected condition_ended by deploy"]
     placeholder = Decision(valid_at=dt.date(2026, 1, 19), supporting=tuple(
         SelectedEvidence(passage_id=p, reason="supporting") for p in ("policy@3#a", "deploy@1#s", "comment@1#top")))
-    assert C.resolution_failures(case, placeholder) == [
+    assert case_scoring.resolution_failures(case, placeholder) == [
         "comment: expected rejected (condition_ended), got supporting"]
     conflict = good.model_copy(update={"unresolved": (UnresolvedConflict(passage_ids=("policy@3#a", "x@1#y"),
                                                                          reason="equal authority"),)})
-    assert C.resolution_failures(case.model_copy(update={"nothing_unresolved": True}), conflict)[-1].startswith(
+    assert case_scoring.resolution_failures(case.model_copy(update={"nothing_unresolved": True}), conflict)[-1].startswith(
         "expected nothing unresolved")
-    assert C.resolution_failures(case, conflict) == ["policy: expected selected, got unresolved"]
+    assert case_scoring.resolution_failures(case, conflict) == ["policy: expected selected, got unresolved"]
 
 
 def test_ids_match_documents_versions_and_passages():
-    assert C.matches("refund-policy", "refund-policy@2#refund-window.1")
-    assert C.matches("refund-policy@2", "refund-policy@2#refund-window.1")
-    assert not C.matches("refund-policy@1", "refund-policy@2#refund-window.1")
-    assert not C.matches("refund", "refund-policy@2#a")
-    assert C.matches("a@1#x", "a@1#x") and not C.matches("a@1#x", "a@1#y")
+    assert case_scoring.matches("refund-policy", "refund-policy@2#refund-window.1")
+    assert case_scoring.matches("refund-policy@2", "refund-policy@2#refund-window.1")
+    assert not case_scoring.matches("refund-policy@1", "refund-policy@2#refund-window.1")
+    assert not case_scoring.matches("refund", "refund-policy@2#a")
+    assert case_scoring.matches("a@1#x", "a@1#x") and not case_scoring.matches("a@1#x", "a@1#y")
 
 
 def test_decisive_terms_are_whole_words():
-    assert C.holds_terms("| CHF | 14:00 CET |\nSettlement cutoff table", ["chf", "cutoff"])
-    assert not C.holds_terms("CHFX cutoffs", ["CHF", "cutoff"])
-    assert C.holds_terms("a credit memo was issued", ["credit memo"])
+    assert case_scoring.holds_terms("| CHF | 14:00 CET |\nSettlement cutoff table", ["chf", "cutoff"])
+    assert not case_scoring.holds_terms("CHFX cutoffs", ["CHF", "cutoff"])
+    assert case_scoring.holds_terms("a credit memo was issued", ["credit memo"])
 
 
 # --------------------------------------------------------------------------- the runner on a real build
@@ -153,7 +154,7 @@ def hash_root(tmp_path_factory, sample_docs) -> str:
 
 
 def _pick(*ids):
-    by_id = {c.id: c for c in C.load_cases(SUITE)}
+    by_id = {c.id: c for c in case_model.load_cases(SUITE)}
     return [by_id[i] for i in ids]
 
 
@@ -167,7 +168,7 @@ def test_runner_scores_boundaries_on_the_real_path(hash_root):
     assert len(e4471.queries) == 2 and all(q.generation == 1 for q in e4471.queries)
     delivered = [p for q in e4471.queries for p in q.delivered]
     assert e4471.precision == pytest.approx(
-        sum(C._any_rel(cases[0].relevant_ids, p) for p in delivered) / len(delivered))
+        sum(case_run._any_rel(cases[0].relevant_ids, p) for p in delivered) / len(delivered))
     assert out["initech-cad-cutoff"].abstained is True and out["initech-cad-cutoff"].precision is None
     assert run.summary["isolation"] == "pass"
     dev = run.summary["splits"]["dev"]
@@ -195,7 +196,7 @@ def select_all(passages, principal, valid_at=None, authority=None, *, query=None
 def _with_resolver(resolver):
     """A search_fn whose decision comes from ``resolver`` over the delivered passages."""
     def fn(index, principal, request, embedder, settings, second_stage=None):
-        res = C._run_search(index, principal, request, embedder, settings, second_stage)
+        res = case_run.run_search(index, principal, request, embedder, settings, second_stage)
         ps = [index.passage(e.passage_id, principal) for e in res.excerpts]
         return res.model_copy(update={"decision": resolver(ps, principal, request.valid_at)})
     return fn
@@ -217,8 +218,8 @@ def test_isolation_gate_fails_on_a_foreign_candidate(hash_root):
     foreign = globex.shards[0].passage_ids[0]
 
     def leaky(index, principal, request, embedder, settings, second_stage=None):
-        res = C._run_search(index, principal, request, embedder, settings, second_stage)
-        bad = res.candidates[0].model_copy(update={"passage_id": foreign, "doc_id": C.doc_of(foreign)})
+        res = case_run.run_search(index, principal, request, embedder, settings, second_stage)
+        bad = res.candidates[0].model_copy(update={"passage_id": foreign, "doc_id": case_scoring.doc_of(foreign)})
         return res.model_copy(update={"candidates": (bad, *res.candidates[1:])})
 
     run = C.run_suite(_pick("acme-sev2-first-response"), hash_root, counterfactuals=False, search_fn=leaky)
@@ -235,7 +236,7 @@ def test_isolation_gate_fails_on_an_acl_leak(hash_root):
     hidden = next(p for sh in acme.shards for p in sh.passage_ids if p.startswith("treasury-accounts@"))
 
     def leaky(index, principal, request, embedder, settings, second_stage=None):
-        res = C._run_search(index, principal, request, embedder, settings, second_stage)
+        res = case_run.run_search(index, principal, request, embedder, settings, second_stage)
         bad = res.candidates[0].model_copy(update={"passage_id": hidden, "doc_id": "treasury-accounts"})
         return res.model_copy(update={"candidates": (*res.candidates, bad)})
 
@@ -297,17 +298,17 @@ def acme_ctx(hash_root):
     delivered = list(first.values())
 
     def ctx(resolver):
-        return C.CaseContext(case, index, principal, delivered, resolver(delivered, principal, case.valid_at))
+        return case_run.CaseContext(case, index, principal, delivered, resolver(delivered, principal, case.valid_at))
     return ctx
 
 
 @pytest.mark.slow
 def test_date_aware_double_reproduces_the_seed_decision(acme_ctx):
     d = acme_ctx(date_aware).decision
-    assert {(C.doc_of(r.passage_id), r.reason, C.doc_of(r.by)) for r in d.rejected} == {
+    assert {(case_scoring.doc_of(r.passage_id), r.reason, case_scoring.doc_of(r.by)) for r in d.rejected} == {
         ("ticket-482-comment-17", "condition_ended", "deploy-acme-cutover"),
         ("settlement-runbook", "superseded_by", "settlement-policy")}
-    assert C.resolution_failures(acme_ctx(date_aware).case, d) == []
+    assert case_scoring.resolution_failures(acme_ctx(date_aware).case, d) == []
 
 
 @pytest.mark.slow
@@ -379,7 +380,7 @@ def test_change_tenant_runs_the_real_search_and_catches_a_leak(hash_root):
     own = ctx.delivered[0].passage_id
 
     def leaky(index, principal, request, embedder, settings, second_stage=None):
-        res = C._run_search(index, principal, request, embedder, settings, second_stage)
+        res = case_run.run_search(index, principal, request, embedder, settings, second_stage)
         bad = res.candidates[0].model_copy(update={"passage_id": own})
         return res.model_copy(update={"candidates": (bad, *res.candidates[1:])})
 
@@ -403,7 +404,7 @@ def test_cli_reports_and_writes_files(hash_root, tmp_path):
     p = _quarry("eval", "cases", str(f), "--index-root", hash_root, "--json", "--out", str(out))
     assert p.returncode == 0, p.stderr
     data = json.loads(p.stdout)
-    assert data["summary"]["isolation"] == "pass" and data["summary"]["cases"] == len(C.load_cases(f))
+    assert data["summary"]["isolation"] == "pass" and data["summary"]["cases"] == len(case_model.load_cases(f))
     assert {c["kind"] for c in data["counterfactuals"]} == set(CF.KINDS)
     assert (out / "funnel.png").stat().st_size > 1000
     md = (out / "cases.md").read_text()
@@ -429,14 +430,14 @@ def test_cli_exit_1_on_a_leak(hash_root, tmp_path, monkeypatch, capsys):
     from quarry.eval import report_cases
 
     foreign = TenantIndex.load(hash_root, "globex").shards[0].passage_ids[0]
-    real = C._run_search
+    real = case_run.run_search
 
     def leaky(index, principal, request, embedder, settings, second_stage=None):
         res: SearchResult = real(index, principal, request, embedder, settings, second_stage)
         bad = res.candidates[0].model_copy(update={"passage_id": foreign})
         return res.model_copy(update={"candidates": (bad,)})
 
-    monkeypatch.setattr(C, "_run_search", leaky)
+    monkeypatch.setattr(case_run, "run_search", leaky)
     f = tmp_path / "one.yaml"
     f.write_text("cases:\n" + "\n".join("  " + line for line in """- id: sev2
   kinds: [lookup]

@@ -49,7 +49,7 @@ def sample_build(spark, tmp_path_factory):
 
 
 def test_sample_corpus_equals_in_process_build(sample_build, sample_docs, tmp_path):
-    from quarry.core.ingest.contextualize import ExtractiveContextualizer
+    from quarry.core.ingest.contextualize_extractive import ExtractiveContextualizer
     from quarry.core.embed.embedders import HashingEmbedder
     from quarry.core.index.shards import TenantIndex
 
@@ -191,7 +191,7 @@ def test_rerun_same_input_same_ids_and_results(spark, tmp_path, sample_docs):
 
 @pytest.mark.slow
 def test_scifact_slice_equals_in_process_build(spark, scifact_dir, tmp_path):
-    from quarry.core.ingest.contextualize import ExtractiveContextualizer
+    from quarry.core.ingest.contextualize_extractive import ExtractiveContextualizer
     from quarry.core.embed.embedders import HashingEmbedder
     from quarry.core.index.shards import TenantIndex
     from quarry.core.ingest.sources import load_beir_corpus, load_beir_queries
@@ -218,7 +218,7 @@ def test_scifact_slice_equals_in_process_build(spark, scifact_dir, tmp_path):
 @pytest.mark.slow
 def test_minilm_in_spark_matches_plain_process(spark, scifact_dir, tmp_path):
     """The real packaged MiniLM inside Spark workers vs. in this process (small slice)."""
-    from quarry.core.ingest.contextualize import ExtractiveContextualizer
+    from quarry.core.ingest.contextualize_extractive import ExtractiveContextualizer
     from quarry.core.embed.embedders import SentenceTransformerEmbedder
     from quarry.core.index.shards import TenantIndex
     from quarry.core.ingest.sources import load_beir_corpus, load_beir_queries

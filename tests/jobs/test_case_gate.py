@@ -97,7 +97,7 @@ def test_a_generation_that_loses_evidence_stays_unpublished(tmp_path, sample_doc
 
 @pytest.mark.unit
 def test_isolation_failure_refuses_even_without_a_live_generation(tmp_path, sample_docs, cases_dir, monkeypatch):
-    from quarry.eval import cases as C
+    from quarry.eval import case_run
     from quarry.eval.case_gate import gate_generation
 
     root = str(tmp_path / "idx")
@@ -105,14 +105,14 @@ def test_isolation_failure_refuses_even_without_a_live_generation(tmp_path, samp
     gen = _build(root, sample_docs, "acme", publish=False)
     foreign = layout.list_tenants(root)[0]
     assert foreign == "globex"
-    real = C._run_search
+    real = case_run.run_search
 
     def leaky(index, principal, request, embedder, settings, second_stage=None):
         res = real(index, principal, request, embedder, settings, second_stage)
         bad = res.candidates[0].model_copy(update={"passage_id": "globex-refund-policy@1#refund-policy.1"})
         return res.model_copy(update={"candidates": (bad, *res.candidates[1:])})
 
-    monkeypatch.setattr(C, "_run_search", leaky)
+    monkeypatch.setattr(case_run, "run_search", leaky)
     rec = gate_generation(root, "acme", gen, str(cases_dir))
     assert rec.publish is False and rec.live_generation is None and "isolation" in rec.reason
     assert rec.new.leaks

@@ -59,7 +59,7 @@ def _fetch(app, tok, id_):
 
 @pytest.fixture(scope="module")
 def freshco(quarry_app):
-    from quarry.core.ingest.contextualize import ExtractiveContextualizer
+    from quarry.core.ingest.contextualize_extractive import ExtractiveContextualizer
     from quarry.core.embed.embedders import HashingEmbedder
     from quarry.core.ingest.pipeline import build_corpus
 

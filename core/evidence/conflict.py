@@ -1,0 +1,62 @@
+"""The conflict rule: two statements attach different values of compatible units to the
+same subject (:func:`.subjects.same_subject`), and they do not name disjoint entities.
+The resolver's notion of a conflict and the evidence graph's statement links."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from quarry.core.evidence.statement import Statement
+from quarry.core.evidence.subjects import same_subject
+
+__all__ = ["conflict", "conflicts"]
+
+# Calendar units are approximate (a month is 28-31 days): values within 2% are one value.
+_CALENDAR_TOLERANCE = 0.02
+
+
+def _same_value(a: Statement, b: Statement) -> bool:
+    if a.magnitude is None or b.magnitude is None:
+        return a.value == b.value
+    calendar = any(w in s.value for s in (a, b) for w in ("month", "year", "week"))
+    tol = _CALENDAR_TOLERANCE if calendar else 1e-6
+    return math.isclose(a.magnitude, b.magnitude, rel_tol=tol, abs_tol=1e-9)
+
+
+def _compatible(a: Statement, b: Statement) -> bool:
+    if a.unit == b.unit:
+        return True
+    ca, cb = a.unit.split("/", 1), b.unit.split("/", 1)
+    # "EUR 50,000 per tenant" and "EUR 20,000" (the rate left unsaid) compare; a time rate
+    # must be on both sides (its magnitude is per day).
+    rate_ok = ca[1:] == cb[1:] or (not ca[1:] and cb[1:] != ["duration"]) or (not cb[1:] and ca[1:] != ["duration"])
+    if ca[0] == cb[0]:
+        return rate_ok
+    # EUR 15 vs USD 15 for the same subject: amounts in different currencies conflict.
+    return ca[0].startswith("currency:") and cb[0].startswith("currency:") and rate_ok
+
+
+def conflicts(a: Statement, b: Statement, similarity: Callable[[str, str], float] | None = None) -> bool:
+    """``a`` and ``b`` attach different values of compatible units to the same subject,
+    and they do not name disjoint entities."""
+    if not _compatible(a, b) or not same_subject(a, b, similarity):
+        return False
+    if a.scope and b.scope and not set(a.scope) & set(b.scope):
+        return False
+    if a.unit.split("/")[0] != b.unit.split("/")[0]:
+        # another currency; but a scoped amount in another currency than a general one is
+        # the local equivalent ("EUR 5,800 in Porto" for "GBP 5,000")
+        return set(a.scope) == set(b.scope)
+    return not _same_value(a, b)
+
+
+def conflict(a: tuple[Statement, ...], b: tuple[Statement, ...],
+             similarity: Callable[[str, str], float] | None = None) -> tuple[Statement, Statement] | None:
+    """The first pair (in text order) where ``a`` and ``b`` attach different values to the
+    same subject, or None."""
+    for sa in a:
+        for sb in b:
+            if conflicts(sa, sb, similarity):
+                return sa, sb
+    return None

@@ -1,0 +1,99 @@
+"""Conflicts among the passages that survived the rules (rules 4-5 of :mod:`.resolve`):
+scope, then authority, decide who wins; an instruction-shaped passage loses every
+conflict it is in; what stays undecided is reported as unresolved groups."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from quarry.core.evidence.conflict import conflict
+from quarry.core.evidence.graph import PassageFacts, doc_key
+from quarry.core.evidence.rules import ResolutionState
+from quarry.core.records import Envelope
+
+__all__ = ["decide_conflicts"]
+
+
+def _specific(a: Envelope, b: Envelope) -> bool:
+    """``a`` is scoped to fewer entities than ``b`` (general = no entities, or more)."""
+    return bool(a.entities) and (not b.entities or set(a.entities) < set(b.entities))
+
+
+def decide_conflicts(st: ResolutionState, facts: Mapping[str, PassageFacts], asked: frozenset[str] | None = None
+               ) -> tuple[list[tuple[str, ...]], list[tuple[str, str]]]:
+    """Decide conflicts among survivors; returns the undecided groups and every
+    conflicting pair (decided or not).
+
+    Each conflicting pair gives an *attack*: an instruction-shaped passage loses to any
+    passage it conflicts with; otherwise scope or authority make the winner attack the
+    loser, and equal authority makes them attack each other. The decision is the grounded
+    labelling of that graph (Dung 1995): a passage is in when all its attackers are out,
+    out when an attacker is in; what remains (mutual attacks, cycles) is unresolved. So a
+    passage beaten only by a passage that is itself beaten stands, and the result does not
+    depend on the order pairs are visited. ``asked`` are the entities the question names
+    (None: no question): an entity-specific passage beats a general one only for a
+    question about its entity.
+    """
+    alive = sorted(pid for pid in st.by_id if pid not in st.rejected)
+    stated = {pid: facts[pid].statements for pid in alive}
+    attacks: dict[str, dict[str, str]] = {pid: {} for pid in alive}  # loser -> {winner: detail}
+    pairs: list[tuple[str, str]] = []
+    for i, a in enumerate(alive):
+        for b in alive[i + 1:]:
+            ea, eb = st.by_id[a].envelope, st.by_id[b].envelope
+            if doc_key(ea) == doc_key(eb) or not stated[a] or not stated[b] or conflict(stated[a], stated[b]) is None:
+                continue
+            pairs.append((a, b))
+            ia, ib = facts[a].instruction, facts[b].instruction
+            if ia != ib:
+                win, lose = (b, a) if ia else (a, b)
+                attacks[lose][win] = f"untrusted instruction in {doc_key(st.by_id[lose].envelope)}"
+            elif _specific(ea, eb) or _specific(eb, ea):
+                win, lose = (a, b) if _specific(ea, eb) else (b, a)
+                ew = st.by_id[win].envelope
+                if asked is not None and not asked & set(ew.entities):
+                    continue  # the exception is another entity's: it does not speak to this question
+                attacks[lose][win] = (f"scope: {doc_key(ew)} is specific to {','.join(ew.entities)} and in force at "
+                                      f"{st.day.isoformat()}")
+            elif st.rank[a] == st.rank[b]:
+                attacks[a][b] = attacks[b][a] = "equal authority"
+            else:
+                win, lose = (a, b) if st.rank[a] > st.rank[b] else (b, a)
+                ew, el = st.by_id[win].envelope, st.by_id[lose].envelope
+                attacks[lose][win] = f"authority: {ew.authority} ({st.rank[win]}) over {el.authority} ({st.rank[lose]})"
+    label: dict[str, str] = {}
+    changed = True
+    while changed:
+        changed = False
+        for pid in alive:
+            if pid in label:
+                continue
+            if any(label.get(w) == "in" for w in attacks[pid]):
+                label[pid], changed = "out", True
+            elif all(label.get(w) == "out" for w in attacks[pid]):
+                label[pid], changed = "in", True
+    for pid in alive:
+        if label.get(pid) == "out":
+            winners = [w for w in attacks[pid] if label.get(w) == "in"]
+            win = min(winners, key=lambda w: (-st.rank[w], w))
+            st.reject(pid, "subordinate_to", win, attacks[pid][win], f"outranks {pid}")
+    undecided = [(a, b) for a in alive for b in attacks[a] if a not in label and b not in label]
+    return _components(undecided), pairs
+
+
+def _components(pairs: list[tuple[str, str]]) -> list[tuple[str, ...]]:
+    parent: dict[str, str] = {}
+
+    def find(x: str) -> str:
+        while parent.setdefault(x, x) != x:
+            x = parent[x]
+        return x
+
+    for a, b in pairs:
+        ra, rb = find(a), find(b)
+        if ra != rb:
+            parent[max(ra, rb)] = min(ra, rb)
+    groups: dict[str, list[str]] = {}
+    for x in parent:
+        groups.setdefault(find(x), []).append(x)
+    return sorted(tuple(sorted(g)) for g in groups.values())

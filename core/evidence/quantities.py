@@ -1,0 +1,291 @@
+"""The values a parsed sentence states, each with its unit and magnitude in a base unit.
+
+A number and the unit word after it ("100 GB", "-80 °C", "a 30-day trial", "half a
+minute") are read and converted to a base unit by pint, so "2 weeks" and "14 days" have
+one magnitude (14, in days) and "24 hours" equals "1 day". Amounts carry their ISO
+currency ("€40" and "EUR 40" are both ``currency:EUR`` 40). Clock times ("15:00", "3 pm",
+"3:00 p.m. CET") are their own kind, ``time_of_day``, normalised by dateparser to minutes
+since midnight. A bare number that counts a noun ("10 seats") is ``count:seat``. A "per
+..." rate ("100 requests per minute") is part of the unit, with time rates normalised to
+per day.
+
+Not values: dates, weekdays and years, version numbers and labels ("SAML 2.0", "tier 2",
+"Ticket 482": a number after its noun counts nothing), digits inside identifiers
+(E-4471, v2.3.1, acme-9, Sev-1), list ordinals and timestamps on a date. pint and
+dateparser are imported on first use: ``import quarry.core`` stays light.
+"""
+
+from __future__ import annotations
+
+import datetime
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+
+from quarry.core.text.nlp import find_dates
+
+__all__ = ["CURRENCY_CODES", "TIMEZONES", "Value", "is_code_token", "sentence_values"]
+
+TIMEZONES = frozenset("cet cest utc gmt et est edt pt pst bst uk".split())
+CURRENCY_CODES = frozenset(
+    "EUR USD GBP CHF JPY CAD AUD SEK NOK DKK PLN CZK HUF CNY INR BRL MXN ZAR NZD SGD HKD KRW TRY RUB AED".split())
+_CURRENCY_SIGNS = {"€": "EUR", "$": "USD", "£": "GBP", "¥": "JPY", "₹": "INR", "₩": "KRW"}
+_CURRENCY_WORDS = {"euro": "EUR", "euros": "EUR", "dollar": "USD", "dollars": "USD", "pound": "GBP",
+                   "pounds": "GBP", "franc": "CHF", "francs": "CHF", "yen": "JPY"}
+_MERIDIEM = frozenset({"am", "pm", "a.m.", "p.m.", "a.m", "p.m"})
+_ORDINAL = re.compile(r"(\d{1,2})(?:st|nd|rd|th)", re.IGNORECASE)
+
+
+@lru_cache(maxsize=1)
+def _ureg():
+    import pint
+
+    return pint.UnitRegistry()
+
+
+@lru_cache(maxsize=4096)
+def _clock(text: str) -> int | None:
+    """Minutes since midnight of a clock time such as "15:00", "3 pm" or "3:00 p.m."."""
+    import dateparser
+
+    t = text.lower().replace("a.m.", "am").replace("p.m.", "pm").replace("a.m", "am").replace("p.m", "pm")
+    d = dateparser.parse(t, languages=["en"], settings={"STRICT_PARSING": False, "PREFER_DATES_FROM": "current_period",
+                                                         "RELATIVE_BASE": datetime.datetime(2000, 1, 1)})
+    return None if d is None else d.hour * 60 + d.minute
+
+
+@lru_cache(maxsize=4096)
+def _pint_base(unit_name: str) -> tuple[str, float, bool] | None:
+    """(dimension key, factor to the base unit, calendar-approximate) for a quantulum unit name."""
+    ureg = _ureg()
+    name = unit_name.replace(" ", "_")
+    try:
+        q = ureg.Quantity(1.0, name)
+    except Exception:  # noqa: BLE001 - pint raises several error types for unknown names
+        return None
+    dim = str(q.dimensionality)
+    if dim == "[time]":
+        return "duration", float(q.to("day").magnitude), unit_name in ("month", "year", "week")
+    if dim == "dimensionless":
+        factor, root = ureg.get_root_units(name)
+        if str(root) == "bit":  # pint's bytes are dimensionless multiples of a bit
+            return "[information]", float(factor) / 8, False
+        return None
+    if dim == "[temperature]":
+        return dim, float("nan"), False  # offset units: converted per value
+    return dim, float(q.to_base_units().magnitude), False
+
+
+@dataclass(frozen=True)
+class Value:
+    tokens: frozenset[int]
+    value: str
+    unit: str
+    magnitude: float | None
+    approx: bool = False
+
+
+def _fmt(x: float) -> str:
+    return format(round(x, 6), "g") if abs(x) < 1e15 else str(x)
+
+
+_WORD_NUMBERS = {w: float(k) for k, w in enumerate(
+    "zero one two three four five six seven eight nine ten eleven twelve".split())} | {
+    "fifteen": 15.0, "twenty": 20.0, "thirty": 30.0, "forty": 40.0, "fifty": 50.0, "sixty": 60.0,
+    "hundred": 100.0, "thousand": 1000.0, "dozen": 12.0}
+_NUMERIC = re.compile(r"[-+−]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?")
+# Parts of speech a unit word can have ("GB" and "°" are tagged PROPN by the small model).
+_UNIT_POS = frozenset({"NOUN", "PROPN", "X", "SYM", "NUM"})
+
+
+def _number(tok) -> float | None:
+    """The number a token writes: "1,000", "-80", "0.5", "one"; None for anything else."""
+    t = tok.text
+    if _NUMERIC.fullmatch(t):
+        return float(t.replace(",", "").replace("−", "-"))
+    return _WORD_NUMBERS.get(tok.lower_)
+
+
+def _unit_at(doc, j: int) -> tuple[str, int] | None:
+    """(pint's unit name, last token) for a unit word starting at token ``j``: the text as
+    written first ("MB" is a megabyte, "mb" a millibarn), then its lemma ("minutes")."""
+    t = doc[j]
+    if t.pos_ not in _UNIT_POS or t.is_stop or t.like_num:
+        return None
+    if t.text == "°" and j + 1 < len(doc) and doc[j + 1].text in ("C", "F"):
+        return _pint_name("°" + doc[j + 1].text), j + 1
+    for cand in (t.text, t.lemma_.lower()):
+        name = _pint_name(cand)
+        if name is not None:
+            return name, j
+    return None
+
+
+@lru_cache(maxsize=4096)
+def _pint_name(word: str) -> str | None:
+    """pint's canonical name for a unit word that measures something, or None."""
+    if not word or not (word[0].isalpha() or word[0] == "°"):
+        return None
+    try:
+        name = _ureg().get_name(word)
+    except Exception:  # noqa: BLE001 - pint raises several error types for unknown names
+        return None
+    return name if _pint_base(name) is not None else None
+
+
+def is_code_token(tok) -> bool:
+    t = tok.text
+    return (any(c.isalpha() for c in t) and any(c.isdigit() for c in t)) or t.count(".") >= 2  # E-4471, 2.3.1
+
+
+def sentence_values(doc) -> list[Value]:
+    """The values a parsed sentence states, in text order."""
+    text = doc.text
+    date_tokens = {t.i for s, e, _ in find_dates(doc.text) for t in doc if t.idx < e and t.idx + len(t.text) > s}
+    taken: set[int] = set()
+    out: list[Value] = []
+
+    # 1. Clock times: "16:00", "3 pm", "3:00 p.m.".
+    for tok in doc:
+        if tok.i in taken:
+            continue
+        nxt = doc[tok.i + 1] if tok.i + 1 < len(doc) else None
+        is_colon = re.fullmatch(r"\d{1,2}[:.]\d{2}", tok.text) is not None and ":" in tok.text
+        mer = nxt is not None and nxt.lower_ in _MERIDIEM and tok.like_num
+        glued = re.fullmatch(r"\d{1,2}(?::\d{2})?(?:am|pm)", tok.lower_) is not None
+        if not (is_colon or mer or glued):
+            continue
+        if tok.i > 0 and re.fullmatch(r"\d{4}-\d{2}-\d{2}", doc[tok.i - 1].text):
+            continue  # a timestamp on a date
+        if tok.i > 1 and doc[tok.i - 1].lower_ in ("at", "t") and re.fullmatch(r"\d{4}-\d{2}-\d{2}", doc[tok.i - 2].text):
+            continue
+        span = [tok.i] + ([nxt.i] if mer else [])
+        minutes = _clock(" ".join(doc[i].text for i in span))
+        if minutes is None:
+            continue
+        # the time zone that qualifies it belongs to the value's tokens
+        j = span[-1] + 1
+        if j < len(doc) and doc[j].lower_ in TIMEZONES:
+            span.append(j)
+        taken.update(span)
+        out.append(Value(frozenset(span), f"{minutes // 60:02d}:{minutes % 60:02d}", "time_of_day", float(minutes)))
+
+    # 1b. Days of the month: "the 18th of the month", "the 22nd of each month" (a recurring
+    #     day, unlike a date, which names its month).
+    for tok in doc:
+        m = _ORDINAL.fullmatch(tok.text)
+        if tok.i in taken or m is None or tok.i + 3 >= len(doc):
+            continue
+        a, b, c = doc[tok.i + 1], doc[tok.i + 2], doc[tok.i + 3]
+        if a.lower_ == "of" and b.lower_ in ("the", "each", "every", "a") and c.lemma_.lower() == "month":
+            span = [tok.i, a.i, b.i, c.i]
+            taken.update(span)
+            n = int(m.group(1))
+            out.append(Value(frozenset(span), f"day {n}", "day_of_month", float(n)))
+
+    # 2. Amounts: a number next to a currency code, sign or word.
+    for tok in doc:
+        if tok.i in taken or not tok.like_num or is_code_token(tok):
+            continue
+        prev = doc[tok.i - 1] if tok.i > 0 else None
+        nxt = doc[tok.i + 1] if tok.i + 1 < len(doc) else None
+        cur = None
+        span = [tok.i]
+        if prev is not None and (prev.text in CURRENCY_CODES or prev.text in _CURRENCY_SIGNS):
+            cur = _CURRENCY_SIGNS.get(prev.text, prev.text)
+            span.insert(0, prev.i)
+        elif nxt is not None and (nxt.text in CURRENCY_CODES or nxt.lower_ in _CURRENCY_WORDS):
+            cur = _CURRENCY_WORDS.get(nxt.lower_, nxt.text)
+            span.append(nxt.i)
+        elif tok.text[:1] in _CURRENCY_SIGNS:
+            cur = _CURRENCY_SIGNS[tok.text[:1]]
+        if cur is None:
+            continue
+        try:
+            amount = float(tok.text.lstrip("".join(_CURRENCY_SIGNS)).replace(",", ""))
+        except ValueError:
+            continue
+        taken.update(span)
+        out.append(Value(frozenset(span), f"{cur} {_fmt(amount)}", f"currency:{cur}", amount))
+
+    # 3. Quantities: a number and the unit word after it, read by pint ("100 GB", "-80 °C",
+    #    "a 30-day trial", "half a minute"); else a count of the noun it modifies.
+    for tok in doc:
+        if tok.i in taken or is_code_token(tok):
+            continue
+        amount = _number(tok)
+        j = tok.i + 1
+        if amount is None or (tok.lower_ == "half" and j < len(doc) and doc[j].lower_ in ("a", "an")):
+            if tok.lower_ != "half":
+                continue
+            amount, j = 0.5, j + (j < len(doc) and doc[j].lower_ in ("a", "an"))
+        if j < len(doc) and doc[j].tag_ == "HYPH":
+            j += 1  # "30-day"
+        if j >= len(doc):
+            got = None
+        elif doc[j].text in ("%", "percent", "per cent"):
+            taken.update({tok.i, j})
+            out.append(Value(frozenset({tok.i, j}), f"{_fmt(amount)}%", "percent", amount))
+            continue
+        else:
+            got = _unit_at(doc, j)
+        if got is None:
+            if tok.like_num:
+                v = _count(doc, tok.i, amount, date_tokens)
+                if v is not None:
+                    taken.update(v.tokens)
+                    out.append(v)
+            continue
+        name, last = got
+        base = _pint_base(name)
+        dim, factor, approx = base
+        if dim == "[temperature]":
+            mag = float(_ureg().Quantity(amount, name).to("kelvin").magnitude)
+        else:
+            mag = amount * factor
+        span = frozenset(range(tok.i, last + 1))
+        taken.update(span)
+        out.append(Value(span, f"{_fmt(amount)} {name}", dim, mag, approx))
+    out.sort(key=lambda v: min(v.tokens))
+    return [_with_rate(doc, v) for v in out]
+
+
+def _count(doc, i: int, value: float, date_tokens: set[int]) -> Value | None:
+    """A number that counts the noun after it ("10 seats", "5 failed login attempts")."""
+    tok = doc[i]
+    if i in date_tokens:
+        return None  # a year or a day of a month
+    head = tok.head
+    if tok.dep_ not in ("nummod", "quantmod") or head.i <= i or head.pos_ not in ("NOUN",):
+        return None  # "SAML 2.0", "tier 2", "Ticket 482": a label, not a count
+    if head.lower_ in _MERIDIEM:
+        return None
+    dur = _pint_base(head.lemma_.lower())
+    if dur is not None and dur[0] == "duration":  # "2 business days", "25 vacation days"
+        return Value(frozenset({i, head.i}), f"{_fmt(value)} {head.lemma_.lower()}", "duration", value * dur[1],
+                      dur[2])
+    if i == 0 or (i == 1 and doc[0].is_punct):
+        if i + 1 < len(doc) and doc[i + 1].text in (".", ")"):
+            return None  # list ordinal
+    return Value(frozenset({i}), f"{_fmt(value)} {head.lemma_.lower()}", f"count:{head.lemma_.lower()}", value)
+
+
+def _with_rate(doc, v: Value) -> Value:
+    """Add a "per ..." rate to the unit: "100 requests per minute" is count:request/duration
+    with its magnitude per day, "EUR 6 per seat" is currency:EUR/seat."""
+    heads = {doc[i] for i in v.tokens} | {doc[i].head for i in v.tokens}
+    if v.unit.startswith("count:"):
+        heads |= {doc[i].head.head for i in v.tokens}
+    for h in sorted(heads, key=lambda t: t.i):
+        for child in h.children:
+            if child.lower_ == "per" and child.i > min(v.tokens):
+                obj = next((c for c in child.children if c.dep_ == "pobj"), None)
+                if obj is None:
+                    continue
+                per = _pint_base(obj.lemma_.lower())
+                if per and per[0] == "duration" and v.magnitude is not None and v.unit != "duration":
+                    return Value(v.tokens | {child.i, obj.i}, f"{v.value}/{obj.lemma_.lower()}",
+                                  f"{v.unit}/duration", v.magnitude / per[1], v.approx or per[2])
+                return Value(v.tokens | {child.i, obj.i}, f"{v.value}/{obj.lemma_.lower()}",
+                              f"{v.unit}/{obj.lemma_.lower()}", v.magnitude, v.approx)
+    return v

@@ -1,0 +1,87 @@
+"""Scoping a decision to the question: which survivors answer it (in tiers of word
+overlap, never a relevance score or a rank), which passages are in the question's
+evidence, and which answers only echo another at a lower authority."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from quarry.core.evidence.graph import PassageFacts
+from quarry.core.evidence.rules import ResolutionState
+from quarry.core.evidence.subjects import same_subject
+from quarry.core.records import Envelope, Passage
+from quarry.core.text.tokenizer import tokenize
+
+__all__ = ["ON_QUESTION", "can_answer", "question_scope", "without_echoes"]
+
+ON_QUESTION = 2  # words a passage's statements (or title and headings) share with the question
+
+
+def can_answer(env: Envelope, asked: frozenset[str]) -> bool:
+    """Whether a passage of scope ``env.entities`` can answer a question naming ``asked``:
+    it is unscoped, the question names no entity, or it names one of the passage's."""
+    return not env.entities or not asked or bool(asked & set(env.entities))
+
+
+def _overlaps(q: frozenset[str], p: Passage, f: PassageFacts) -> tuple[int, int]:
+    """How much of the question a passage speaks to, in stems shared with it: (best over
+    its statements' words and predicate; its title, heading trail, condition, events and
+    text). Word overlap with the question, never a relevance score or a rank."""
+    e = p.envelope
+    stated = max((len(q & frozenset(tokenize(" ".join((*s.words, s.predicate))))) for s in f.statements), default=0)
+    about = frozenset(tokenize(" ".join([e.title, *p.heading_path, e.condition or "", *(ev.what for ev in e.events),
+                                         p.text])))
+    return stated, len(q & about)
+
+
+def without_echoes(answers: set[str], st: ResolutionState, facts: Mapping[str, PassageFacts]) -> set[str]:
+    """Answers less one that only repeats, at a lower authority, a value another answer
+    states for the same subject (an incident ticket quoting the policy's cutoff)."""
+    def echoes(a: str, b: str) -> bool:
+        return st.rank[a] < st.rank[b] and any(
+            same_subject(x, y) and x.unit == y.unit and x.value == y.value
+            for x in facts[a].statements for y in facts[b].statements)
+    return {a for a in answers if not any(echoes(a, b) for b in answers if b != a)}
+
+
+def question_scope(st: ResolutionState, facts: Mapping[str, PassageFacts], query: str | None, alive: Sequence[str],
+                    shown: set[str], pairs: Sequence[tuple[str, str]], groups: Sequence[tuple[str, ...]]
+                    ) -> tuple[set[str], set[str]]:
+    """(survivors that answer the question, passages in the question's evidence).
+
+    Passages are on the question in tiers, the first tier that holds a survivor: those
+    stating a value whose words share ``ON_QUESTION`` stems with the question; else those
+    whose text, title or headings do; else the delivered survivors. The survivors in that
+    tier answer; unresolved conflicts are reported when a side is in it. The question's
+    evidence, whose rejections are reported, is every passage connected through a link the
+    decision used (a rejection's ``by``, a conflict) to one that speaks to the question by
+    either test. Without a query every passage is on it."""
+    if query is None:
+        return set(alive), set(st.by_id)
+    q = frozenset(tokenize(query))
+    over = {pid: _overlaps(q, p, facts[pid]) for pid, p in st.by_id.items()}
+    tier = next((t for t in (0, 1) if any(over[pid][t] >= ON_QUESTION for pid in alive)), None)
+    if tier is None:
+        answers = {pid for pid in alive if pid in shown}
+        on = set(answers)
+    else:
+        on = {pid for pid, o in over.items() if o[tier] >= ON_QUESTION}
+        answers = on & set(alive)
+        st.on_tier = set(on)
+        # the question's evidence grows from whatever speaks to it by either test
+        on |= {pid for pid, o in over.items() if o[0] >= ON_QUESTION or o[1] >= ON_QUESTION}
+    edges: dict[str, set[str]] = {pid: set() for pid in st.by_id}
+    links = [(pid, r.by) for pid, r in st.rejected.items() if r.by] + list(pairs) + [
+        (g[0], x) for g in groups for x in g[1:]]
+    for a, b in links:
+        if a in edges and b in edges:
+            edges[a].add(b)
+            edges[b].add(a)
+    scope, todo = set(on), list(on)
+    while todo:
+        x = todo.pop()
+        for y in edges[x]:
+            if y not in scope:
+                scope.add(y)
+                todo.append(y)
+    return answers, scope

@@ -1,0 +1,151 @@
+"""The resolver's rules that reject a passage on its own record: effective dates,
+supersession and stopping conditions (rules 1-3 of :mod:`.resolve`), applied in that order
+to a :class:`ResolutionState` that collects the rejections and why each winner governs.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from quarry.core.evidence.conditions import Terms, condition_met, entity_stems, terms
+from quarry.core.evidence.graph import best_passage, doc_key, event_cue, passage_cue
+from quarry.core.records import DEFAULT_AUTHORITY, Envelope, Event, Passage, RejectReason
+
+__all__ = ["Rejection", "ResolutionState", "rank_of", "effective_dates", "start_of", "stopping_conditions",
+           "supersession"]
+
+
+@dataclass
+class Rejection:
+    """Why a passage is out: the reason code, the passage that defeated it, ids-only detail."""
+
+    reason: RejectReason
+    by: str | None
+    detail: str
+
+
+@dataclass
+class ResolutionState:
+    """One resolution in progress: the readable passages, their authority ranks, and what
+    the rules have rejected so far (and why each defeating passage governs)."""
+
+    day: dt.date
+    rank: Mapping[str, int]
+    by_id: dict[str, Passage]
+    rejected: dict[str, Rejection] = field(default_factory=dict)
+    governs: dict[str, set[str]] = field(default_factory=dict)  # passage id -> reasons it governs
+    on_tier: set[str] | None = None  # the passages on the question (its tier), when there is a question
+
+    def reject(self, pid: str, reason: RejectReason, by: str | None, detail: str, note: str | None = None) -> None:
+        self.rejected[pid] = Rejection(reason, by, detail)
+        if by is not None and note:
+            self.governs.setdefault(by, set()).add(note)
+
+
+def _version_key(v: str) -> tuple:
+    """Natural order of versions: "2" < "10", "v2.1" < "v2.10"."""
+    return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in re.findall(r"\d+|[^\d.]+", v))
+
+
+def start_of(env: Envelope) -> dt.date | None:
+    """When a record is known to have started: ``effective_from``, else ``published_at``."""
+    return env.effective_from or env.published_at
+
+
+def _outside_dates(env: Envelope, day: dt.date) -> bool:
+    return (env.effective_from is not None and env.effective_from > day) or (
+        env.effective_to is not None and env.effective_to < day)
+
+
+def rank_of(env: Envelope, table: Mapping[str, int] | None) -> int:
+    """The record's authority under ``table`` (None: the default table, else its own rank)."""
+    if table is None:
+        return DEFAULT_AUTHORITY.get(env.authority, env.authority_rank)
+    return table.get(env.authority, table.get("unknown", 0))
+
+
+def effective_dates(st: ResolutionState) -> None:
+    for pid, p in st.by_id.items():
+        e = p.envelope
+        if e.effective_from is not None and e.effective_from > st.day:
+            st.reject(pid, "not_yet_effective", None,
+                      f"effective_from {e.effective_from.isoformat()} is after valid_at {st.day.isoformat()}")
+        elif e.effective_to is not None and e.effective_to < st.day:
+            st.reject(pid, "no_longer_effective", None,
+                      f"effective_to {e.effective_to.isoformat()} is before valid_at {st.day.isoformat()}")
+
+
+def _supersedes(newer: Envelope, older: Envelope) -> str | None:
+    """How ``newer`` supersedes ``older`` ("link" or "version"), or None."""
+    if doc_key(newer) == doc_key(older):
+        return None
+    if any(s in (older.doc_id, doc_key(older)) and not (s == newer.doc_id) for s in newer.supersedes):
+        return "link"
+    if any(s in (newer.doc_id, doc_key(newer)) and not (s == older.doc_id) for s in older.superseded_by):
+        return "link"
+    if newer.doc_id == older.doc_id and _version_key(newer.version) > _version_key(older.version):
+        return "version"
+    return None
+
+
+def supersession(st: ResolutionState, by_doc: dict[str, list[Passage]]) -> None:
+    envs = {k: ps[0].envelope for k, ps in by_doc.items()}
+    for old_key, old in sorted(envs.items()):
+        if old.effective_from is not None and old.effective_from > st.day:
+            continue  # not yet effective: nothing to supersede
+        winners = []
+        for new_key, new in sorted(envs.items()):
+            how = _supersedes(new, old)
+            if how is None or _outside_dates(new, st.day):
+                continue
+            start = start_of(new)
+            if start is not None and start > st.day:
+                continue
+            if how == "version" and start is None:
+                continue  # an undated later version is not known to be in force
+            winners.append((start or dt.date.min, _version_key(new.version), new_key, how))
+        if not winners:
+            continue
+        start, _, new_key, how = max(winners)
+        expired = old.effective_to is not None and old.effective_to < st.day
+        for p in by_doc[old_key]:
+            by = best_passage(by_doc[new_key], passage_cue(p))
+            since = f" in force from {start.isoformat()}" if start != dt.date.min else ""
+            detail = (f"{'later version ' if how == 'version' else ''}{new_key}{since} supersedes {old_key}"
+                      + (f"; effective_to {old.effective_to.isoformat()}" if expired else ""))
+            st.reject(p.passage_id, "superseded_by", by, detail, f"supersedes {old_key}")
+
+
+def stopping_conditions(st: ResolutionState, by_doc: dict[str, list[Passage]]) -> None:
+    envs = {k: ps[0].envelope for k, ps in by_doc.items()}
+    known = entity_stems(e for env in envs.values() for e in env.entities)
+    # Events count only from records that survived dates and supersession.
+    events: list[tuple[dt.date, str, Event, Terms]] = []
+    for key, env in sorted(envs.items()):
+        if all(p.passage_id in st.rejected for p in by_doc[key]):
+            continue
+        for ev in env.events:
+            if ev.on <= st.day:
+                events.append((ev.on, key, ev, terms(ev.what, known)))
+    events.sort(key=lambda t: (t[0], t[1], t[2].what))
+    for key, env in sorted(envs.items()):
+        if not env.condition:
+            continue
+        cond = terms(env.condition, known)
+        start = start_of(env)
+        for on, ev_key, ev, ev_terms in events:
+            if ev_key == key or (start is not None and on < start):
+                continue  # an event before the condition was stated is not its stopping event
+            if not condition_met(cond, env.entities, ev_terms, envs[ev_key].entities):
+                continue
+            bearers = [p for p in by_doc[ev_key] if p.passage_id not in st.rejected]
+            by = best_passage(bearers, event_cue(ev_terms, on))
+            for p in by_doc[key]:
+                if p.passage_id not in st.rejected:
+                    st.reject(p.passage_id, "condition_ended", by,
+                              f"stopping event recorded in {ev_key} on {on.isoformat()}, on or before valid_at "
+                              f"{st.day.isoformat()}", f"proves the stopping event of {key} ({on.isoformat()})")
+            break

@@ -1,0 +1,65 @@
+"""Which sentences of a passage are read for statements: the passage's sentences (one
+cached split that :mod:`.statements` and :mod:`.predicates` share), and of those only
+the ones where a number stands on its own, each with the header of the table it is a
+row of."""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+from quarry.core.text.units import line_sentences
+
+__all__ = ["may_state_value", "numeric_sentences_with_headers", "passage_sentences"]
+
+_NUMBER_WORDS = frozenset("one two three four five six seven eight nine ten eleven twelve fifteen twenty "
+                          "thirty forty fifty sixty hundred thousand half dozen".split())
+_NUMBER_WORD = re.compile(r"\b(?:" + "|".join(sorted(_NUMBER_WORDS)) + r")\b", re.IGNORECASE)
+# A run of word characters holding a digit ("15:00", "30-day", "€40", but also "p53", "IL-23").
+_DIGIT_RUN = re.compile(r"[\w.,:%-]*?\d[\w.,:%-]*")
+_LETTER = re.compile(r"[^\W\d_]")
+_CITATION = re.compile(r"\[\d+(?:\s*[,–-]\s*\d+)*\]")  # "[9]", "[3, 4]", "[12-15]"
+
+
+@lru_cache(maxsize=20_000)
+def passage_sentences(text: str) -> tuple[str, ...]:
+    """The sentences of a passage, split once for :mod:`.statements` and :mod:`.predicates`."""
+    return tuple(line_sentences(text))
+
+
+_TABLE_SEPARATOR = re.compile(r"\|?\s*:?-{3,}:?\s*(?:\|\s*:?-{3,}:?\s*)*\|?")
+
+
+def _row_cells(sentence: str) -> tuple[str, ...]:
+    return tuple(c.strip() for c in sentence.strip().strip("|").split("|"))
+
+
+def numeric_sentences_with_headers(text: str) -> list[tuple[str, tuple[str, ...]]]:
+    """The sentences of ``text`` that may state a value (:func:`may_state_value`; the rest are
+    never parsed), each with the column names of the table it is a row of (a row followed
+    by a ``| --- |`` separator is a header)."""
+    sents = passage_sentences(text)
+    out, header = [], ()
+    for k, s in enumerate(sents):
+        row = s.lstrip().startswith("|")
+        if not row:
+            header = ()
+        elif k + 1 < len(sents) and _TABLE_SEPARATOR.fullmatch(sents[k + 1].strip()):
+            header = _row_cells(s)
+            continue
+        if may_state_value(s):
+            out.append((s, header if row else ()))
+    return out
+
+
+def may_state_value(sentence: str) -> bool:
+    """A number stands on its own somewhere in the sentence: not a citation ("[9]") and not
+    after the letters of an identifier ("p53", "IL-23", "PC12", "E-4471"), which
+    :func:`.quantities.is_code_token` never reads as a value either."""
+    s = _CITATION.sub(" ", sentence)
+    for m in _DIGIT_RUN.finditer(s):
+        run = m.group(0)
+        first = next(k for k, c in enumerate(run) if c.isdigit())
+        if not _LETTER.search(run, 0, first):
+            return True
+    return _NUMBER_WORD.search(s) is not None

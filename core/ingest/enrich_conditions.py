@@ -1,0 +1,167 @@
+"""Envelope enrichment of ``condition``: a stopping condition on a stated state, written
+as "until <what>" so the resolver's matching (``core.evidence.conditions``) reads one form:
+
+* "Acme remains on the 16:00 cutoff until cutover" -> "until cutover" (a bare "until"
+  needs a state word in its sentence: remains, stays, keeps, instead of, valid, ...);
+* "... remains in effect / in force / valid until X" -> "until X";
+* "while X is under way / in progress / ongoing" and "for the duration of X" ->
+  "until X completes"; "as long as X is in place / active" -> "until X ends";
+* "pending X" -> "until X";
+* "once X is finished, <the rule> applies again / resumes" -> "until X completes";
+* "ceases to apply / no longer applies / lapses when X" -> "until X";
+* "until further notice" (and "until otherwise notified") -> "until further notice":
+  kept, but it names nothing a record can prove, so it never ends (``core.evidence.conditions``).
+
+"X is complete / is finished / has been completed / goes live" in the condition is
+written "X completes". The sentence must state a state or a rule, not give an
+instruction: an imperative sentence ("Watch the settlement status until every payout
+shows sent", "Retry until the webhook succeeds") has no condition unless the condition
+is fronted and so scopes the instruction itself ("While the move is under way, route
+orders to Leeds"). Imperatives are told by spaCy's parse (a base-form root verb without
+a subject).
+"""
+
+from __future__ import annotations
+
+import re
+
+from quarry.core.text import nlp
+from quarry.core.text.markdown import plain_sentence
+from quarry.core.text.nlp import DEFAULT_PIPELINE
+from quarry.core.text.tokenizer import tokenize
+
+__all__ = ["find_condition"]
+
+_STATE = frozenset(tokenize("remains remain stays stay keeps keep continues continue applies apply valid "
+                            "pinned waived instead temporary temporarily holds hold exception suspended "
+                            "frozen paused effect force"))
+_CLAUSE = r"(?P<cond>[^.;:!?\n]{2,120})"
+_CUT = re.compile(r",|\s(?:unless|and\s+then|and\s+that|after\s+which|when|at\s+which|whichever|or\s+until|which|who"
+                  r"|whereas|but)\s", re.IGNORECASE)
+_MAX_COND_WORDS = 10  # a stopping condition names one thing: a longer clause is prose, not a condition
+
+_OPEN_ENDED = re.compile(r"\buntil\s+(?:further\s+notice|otherwise\s+(?:notified|instructed|stated|announced|advised)"
+                         r"|revoked|withdrawn|rescinded)\b", re.IGNORECASE)
+_IN_EFFECT_UNTIL = re.compile(r"\b(?:remains?|stays?|is|are|continues?\s+to\s+be)\s+(?:in\s+(?:effect|force|place)"
+                              r"|valid|active|applicable)\s+(?:until|till)\s+" + _CLAUSE, re.IGNORECASE)
+_UNTIL = re.compile(r"\b(?:until|till)\s+" + _CLAUSE, re.IGNORECASE)
+_FRONT_UNTIL = re.compile(r"^\W*(?:until|till)\s+(?P<cond>[^.;:!?\n,]{2,120}),", re.IGNORECASE)
+_ONGOING = (r"(?:under\s*way|in\s+progress|ongoing|running|being\s+\w+|not\s+yet\s+(?:complete|completed|finished"
+            r"|done))")
+_IN_PLACE = r"(?:in\s+(?:place|effect|force)|active|open|on)"
+_WHILE = re.compile(r"\b(?:while|whilst)\s+(?P<cond>[^.;:!?\n,]{2,100}?)\s+(?:is|are|remains?|stays?)\s+"
+                    + _ONGOING + r"\b", re.IGNORECASE)
+_AS_LONG_AS = re.compile(r"\b(?:as|so)\s+long\s+as\s+(?P<cond>[^.;:!?\n,]{2,100}?)\s+(?:is|are|remains?|stays?)\s+"
+                         r"(?P<state>" + _ONGOING + "|" + _IN_PLACE + r")\b", re.IGNORECASE)
+_DURATION = re.compile(r"\b(?:for|during)\s+the\s+(?:duration|course|length)\s+of\s+" + _CLAUSE, re.IGNORECASE)
+_PENDING = re.compile(r"(?:(?:^|[,;(]\s*)pending\s+(?=(?:the|a|an|its|their|our|this|that|[\w-]+'s)\s)|\b(?:held"
+                      r"|frozen|suspended|paused|deferred|on\s+hold|blocked|postponed|waived|applies|apply|remains?"
+                      r"|stays?|continues?)\s+pending\s+)" + _CLAUSE, re.IGNORECASE)
+_ONCE_AGAIN = re.compile(r"\bonce\s+(?P<cond>[^.;:!?\n,]{2,100}?)\s*(?:,|\s(?=\S+\s+(?:again|resumes?)\b))"
+                         r"(?P<main>(?:[^.;:!?\n]|(?<=\d)[:.](?=\d))*?\b(?:applies\s+again"
+                         r"|apply\s+again|resumes?|is\s+restored|are\s+restored"
+                         r"|reverts?\s+to|returns?\s+to|is\s+reinstated|are\s+reinstated|takes\s+effect\s+again)\b)",
+                         re.IGNORECASE)
+_AGAIN_ONCE = re.compile(r"\b(?:applies\s+again|apply\s+again|resumes?|is\s+restored|are\s+restored|reverts?\s+to"
+                         r"[^.;:!?\n]*?|returns?\s+to[^.;:!?\n]*?"
+                         r"|is\s+reinstated|are\s+reinstated)\s+(?:once|when|after"
+                         r"|as\s+soon\s+as)\s+" + _CLAUSE, re.IGNORECASE)
+_CEASES = re.compile(r"\b(?:ceases?\s+to\s+(?:apply|be\s+valid|have\s+effect)|stops?\s+applying|no\s+longer\s+applies"
+                     r"|lapses?|expires?|falls?\s+away)\s+(?:when|once|after|as\s+soon\s+as|upon|on|at)\s+"
+                     + _CLAUSE, re.IGNORECASE)
+_COND_TRIGGER = re.compile(r"\b(?:until|till|while|whilst|long\s+as|duration|course|length|pending|once|ceases?|stops?"
+                           r"|no\s+longer|lapses?|expires?|falls?\s+away)\b", re.IGNORECASE)
+
+_DONE = re.compile(r"\s+(?:(?:is|are|has\s+been|have\s+been|gets?|becomes?|was|were)\s+)?(?:complete|completed|finished"
+                   r"|done|over|concluded|finali[sz]ed)$|\s+(?:has|have)\s+(?:completed|finished|concluded)$"
+                   r"|\s+(?:goes|go|has\s+gone|have\s+gone|is|are)\s+live$|\s+(?:finishes|concludes|finish|conclude)$",
+                   re.IGNORECASE)
+# "until 31 March", "until the end of the quarter": a date is validity (find_effective), not an event.
+_WHEN = re.compile(r"(?:\d|(?:" + nlp.MONTH_NAMES + r")\b|(?:mon|tues|wednes|thurs|fri|satur|sun)day\b"
+                   r"|(?:the\s+)?end\s+of"
+                   r"\s+(?:the\s+)?(?:day|week|month|quarter|year|financial|fiscal|q\d)"
+                   r"|(?:the\s+|this\s+|that\s+)?(?:day|night|week|month|year|quarter|shift)\b"
+                   r"|tomorrow|next\s+(?:week|month|year"
+                   r"|quarter)|midnight|noon|today|then\b|now\b)", re.IGNORECASE)
+_LEAD = re.compile(r"^(?:the\s+end\s+of\s+|completion\s+of\s+)", re.IGNORECASE)
+
+
+def _clause(text: str) -> str:
+    """A condition's clause up to its first cut, its completion predicate written "completes"."""
+    c = _LEAD.sub("", _CUT.split(text, maxsplit=1)[0].strip(" \"'()"))
+    return _DONE.sub(" completes", c).strip()
+
+
+_FRONTED = re.compile(r"^(?:while|whilst|pending|once|until|till|as\s+long\s+as|so\s+long\s+as|during|for\s+the\s+"
+                      r"(?:duration|course|length)\s+of)\b[^,]*,\s*", re.IGNORECASE)
+_YOU_MUST = re.compile(r"^(?:you|operators|agents)\s+(?:must|should|need\s+to|have\s+to)\b|^(?:do\s+not|don't|never"
+                       r"|always)\b", re.IGNORECASE)
+_FINITE = frozenset({"VBZ", "VBD", "VBP", "VBN", "MD"})
+
+
+def _instruction_at(sent: str, name: str) -> int | None:
+    """Where the main clause starts when the sentence is an instruction; None for a
+    statement. The main clause follows a fronted condition ("While X, route ..."). It is
+    an instruction when it opens with "you must", "do not", ... or with a base-form verb
+    not followed by a finite one (spaCy's small pipeline tags a sentence-initial "Retry" as
+    a noun, so the clause is read as "please <clause>", which it tags reliably)."""
+    m = _FRONTED.match(sent)
+    at = m.end() if m else 0
+    clause = sent[at:]
+    if _YOU_MUST.match(clause):
+        return at
+    if not clause[:1].isalpha():
+        return None
+    toks = nlp.pipeline(name)("please " + clause[0].lower() + clause[1:])
+    if len(toks) > 1 and toks[1].tag_ == "VB" and (len(toks) < 3 or toks[2].tag_ not in _FINITE):
+        return at
+    return None
+
+
+def _conditions_in(s: str) -> list[tuple[int, str]]:
+    """(offset, normalised condition) candidates of one cleaned sentence, by phrasing."""
+    out: list[tuple[int, str]] = []
+    if m := _OPEN_ENDED.search(s):
+        out.append((m.start(), "until further notice"))
+    for m in _IN_EFFECT_UNTIL.finditer(s):
+        if not re.match(r"(?:further\s+notice|otherwise)\b", m.group("cond"), re.IGNORECASE):
+            out.append((m.start(), f"until {_clause(m.group('cond'))}"))
+    for m in _WHILE.finditer(s):
+        out.append((m.start(), f"until {_clause(m.group('cond'))} completes"))
+    for m in _AS_LONG_AS.finditer(s):
+        ongoing = re.fullmatch(_ONGOING, m.group("state"), re.IGNORECASE)
+        out.append((m.start(), f"until {_clause(m.group('cond'))} {'completes' if ongoing else 'ends'}"))
+    for m in _DURATION.finditer(s):
+        out.append((m.start(), f"until {_clause(m.group('cond'))} completes"))
+    for m in _PENDING.finditer(s):
+        out.append((m.end() - len(m.group("cond")) - 8, f"until {_clause(m.group('cond'))}"))
+    for m in _ONCE_AGAIN.finditer(s):
+        out.append((m.start(), f"until {_clause(m.group('cond'))}"))
+    for m in _AGAIN_ONCE.finditer(s):
+        out.append((m.start(), f"until {_clause(m.group('cond'))}"))
+    for m in _CEASES.finditer(s):
+        out.append((m.start(), f"until {_clause(m.group('cond'))}"))
+    return out
+
+
+def find_condition(sents: list[str], pipeline: str = DEFAULT_PIPELINE) -> str | None:
+    """The first stopping condition the sentences state (see the module doc), normalised."""
+    for raw in sents:
+        if not _COND_TRIGGER.search(raw):
+            continue
+        s = plain_sentence(raw)
+        found = _conditions_in(s)
+        found += [(m.start(), f"until {_clause(m.group('cond'))}") for m in _UNTIL.finditer(s)
+                  if not _OPEN_ENDED.match(s, m.start()) and _STATE & set(tokenize(s[:m.start()]))]
+        # a fronted "Until X, <rule>" limits the rule that follows, whatever its verb
+        if (m := _FRONT_UNTIL.match(s)) and not _OPEN_ENDED.match(s):
+            found.append((0, f"until {_clause(m.group('cond'))}"))
+        found = [(at, c) for at, c in found
+                 if c != "until" and not _WHEN.match(c[6:]) and len(c.split()) <= _MAX_COND_WORDS + 1]
+        if not found:
+            continue
+        verb_at = _instruction_at(s, pipeline)
+        for at, cond in sorted(found):
+            if verb_at is None or at < verb_at:  # "retry until X": how long to act, not how long a rule holds
+                return cond
+    return None

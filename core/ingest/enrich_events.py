@@ -1,0 +1,109 @@
+"""Envelope enrichment of ``events``: in deployment, rollout, change or migration
+records, "<subject> completed / finished / concluded / went live / was done / was cut over / rolled out [successfully]
+on <date>" and "<subject> is complete as of <date>" -> ("<subject> completed", date);
+"was cut over" -> "<subject> cutover completed". A markdown table with a completion-date
+column ("Completed on", "Completion date", "Went live") gives one event per row, the
+row's first cell as the subject. No entity is added: where the text names none, the
+resolver takes the record's own entity scope (prefixing "acme" would turn "Globex
+cutover completed" in an Acme record into Acme's cutover).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+
+from quarry.core.records import Event, SourceDocument
+from quarry.core.text.markdown import plain_sentence
+from quarry.core.text.nlp import DATE, parse_date
+from quarry.core.text.units import logical_lines
+
+__all__ = ["find_events"]
+
+# ----------------------------------------------------------------------------- events
+
+_EVENT_VERB = (r"(?P<verb>completed|finished|concluded|went\s+live|rolled\s+out|done|cut\s+over|closed\s+out"
+               r"|complete\s+as\s+of|completed\s+as\s+of|live\s+as\s+of|finished\s+as\s+of)")
+_COMPLETED = re.compile(
+    r"(?P<subj>(?:[\w'-]+\s+){0,6}?)(?:was\s+|were\s+|has\s+been\s+|have\s+been\s+|had\s+been\s+|is\s+|are\s+|got\s+)?"
+    + _EVENT_VERB + r"(?:\s+(?:successfully|fully|in\s+full))?\s+(?:on\s+|as\s+of\s+|at\s+|by\s+)?(?:\w+day,?\s+)?"
+    r"(?P<date>" + DATE + ")", re.IGNORECASE)
+# "We completed the ERP migration on <date>": the object is what completed.
+_COMPLETED_OBJ = re.compile(
+    r"\b(?:we|they|the\s+team|ops|engineering|it)\s+(?:have\s+|has\s+|had\s+)?(?:successfully\s+)?(?P<verb>completed"
+    r"|finished|concluded|rolled\s+out|cut\s+over)\s+(?P<subj>(?:[\w'-]+\s+){1,6}?)(?:successfully\s+)?on\s+"
+    r"(?:\w+day,?\s+)?(?P<date>" + DATE + ")", re.IGNORECASE)
+_SUCCESS_FIRST = re.compile(r"\bsuccessfully\s+(?=completed|finished|concluded|went|rolled|cut)", re.IGNORECASE)
+_EVENT_DOC = re.compile(r"\b(?:rollout|roll-out|deployment|release|cutover|migration|change|go-live|upgrade)\s+"
+                        r"(?:record|log|report|ticket|request|note|summary)\b", re.IGNORECASE)
+_EVENT_TYPES = frozenset({"deployment", "rollout", "change", "migration", "release", "change-record", "cutover"})
+_EVENT_TRIGGER = re.compile(r"\b(?:completed|finished|concluded|live|rolled|done|cut\s+over|complete|closed)\b",
+                            re.IGNORECASE)
+_SUBJ_DROP = frozenset({"the", "a", "an", "its", "our", "their", "and", "then", "finally", "it", "this", "that",
+                        "all", "we", "has", "have", "had", "was", "were", "is", "are"})
+_COMPLETION_COLUMN = re.compile(r"^(?:completed|completion|completion\s+date|date\s+completed|completed\s+on|finished"
+                                r"|finished\s+on|went\s+live|go-live\s+date|live\s+on|done|done\s+on|cut\s+over"
+                                r"|cutover\s+date)$", re.IGNORECASE)
+
+
+def _event_doc(doc: SourceDocument) -> bool:
+    return doc.doc_type in _EVENT_TYPES or bool(_EVENT_DOC.search(f"{doc.title}\n{doc.text[:300]}"))
+
+
+def _event(subject: str, verb: str, on: dt.date) -> Event | None:
+    words = [w for w in re.split(r"\s+", subject.strip(" ,:-")) if w]
+    # Only the subject's own clause: "... and then the Globex cutover" starts after "then".
+    for i in range(len(words) - 1, -1, -1):
+        if words[i].lower() in ("and", "then", "after", "before", "when", "once", "so", "but"):
+            words = words[i + 1:]
+            break
+    while words and words[0].lower() in _SUBJ_DROP:
+        words = words[1:]
+    while words and words[-1].lower() in _SUBJ_DROP:
+        words = words[:-1]
+    if not words:
+        return None
+    what = " ".join(words).lower()
+    what = f"{what} cutover completed" if re.fullmatch(r"cut\s+over", verb, re.IGNORECASE) and "cutover" not in what \
+        else f"{what} completed"
+    return Event(what=what, on=on) if 3 <= len(what) <= 300 else None
+
+
+def _table_events(lines: list[str]) -> list[Event]:
+    out: list[Event] = []
+    col: int | None = None
+    for line in lines:
+        if not line.startswith("|"):
+            col = None
+            continue
+        cells = [plain_sentence(c) for c in line.strip().strip("|").split("|")]
+        if all(re.fullmatch(r":?-{2,}:?", c) for c in cells if c):
+            continue
+        if col is None:
+            hits = [i for i, c in enumerate(cells) if _COMPLETION_COLUMN.match(c)]
+            col = hits[0] if hits and hits[0] > 0 else -1
+            continue
+        if col < 0 or col >= len(cells):
+            continue
+        on = parse_date(cells[col])
+        if on is not None and (ev := _event(cells[0], "completed", on)):
+            out.append(ev)
+    return out
+
+
+def find_events(doc: SourceDocument, sents: list[str]) -> tuple[Event, ...]:
+    if not _event_doc(doc):
+        return ()
+    out: dict[tuple[str, dt.date], Event] = {}
+    for raw in sents:
+        if not _EVENT_TRIGGER.search(raw):
+            continue
+        s = _SUCCESS_FIRST.sub("", plain_sentence(raw))
+        for m in (*_COMPLETED_OBJ.finditer(s), *_COMPLETED.finditer(s)):
+            on = parse_date(m.group("date"))
+            if on is not None and (ev := _event(m.group("subj"), m.group("verb"), on)):
+                out.setdefault((ev.what, on), ev)
+    if "|" in doc.text:
+        for ev in _table_events(logical_lines(doc.text)):
+            out.setdefault((ev.what, ev.on), ev)
+    return tuple(sorted(out.values(), key=lambda e: (e.on, e.what)))

@@ -1,0 +1,72 @@
+"""Envelope enrichment of ``supersedes`` / ``superseded_by``: a sentence naming another
+doc id (``settlement-runbook``, ``refund-policy@1``; in backticks or id-shaped) after
+"replaces", "supersedes", "rescinds", "withdraws", "retires" (-> ``supersedes``), or after "replaced by",
+"superseded by", "succeeded by", "in favour of" / "in favor of" (-> ``superseded_by``);
+and "<id> is rescinded / withdrawn / retired / superseded / no longer in force" (this
+document speaking of the other -> ``supersedes``).
+"""
+
+from __future__ import annotations
+
+import re
+
+from quarry.core.records import SourceDocument
+
+__all__ = ["doc_ids_in", "find_supersession"]
+
+_SUPERSEDE = re.compile(r"\b(?P<verb>superseded\s+by|replaced\s+by|succeeded\s+by|in\s+favou?r\s+of|replaces|supersedes"
+                        r"|rescinds|withdraws|retires|revokes)\b(?P<rest>[^.;!?\n]*)", re.IGNORECASE)
+_PASSIVE = re.compile(r"(?P<head>[^.;!?\n]*?)\b(?:is|are|was|were|has\s+been|have\s+been|hereby|now)\s+(?:hereby\s+)?"
+                      r"(?:rescinded|withdrawn|retired|superseded|replaced|revoked|deprecated|no\s+longer\s+in\s+"
+                      r"(?:force|effect))\b(?P<rest>[^.;!?\n]*)", re.IGNORECASE)
+_BACKTICKED = re.compile(r"`([^`\s]+)`")
+_IDLIKE = re.compile(r"(?<![\w@#])([A-Za-z][A-Za-z0-9_.:/]*[-_/][A-Za-z0-9_./:-]*[A-Za-z0-9](?:@[A-Za-z0-9_.-]+)?)")
+# An id written without backticks must look like one: a digit, "@" or "_" in it, or a
+# document noun as its last part (``onboarding-guide``, ``travel-policy``).
+_ID_SHAPED = re.compile(r"[\d@_]|[-/](?:policy|policies|runbook|guide|sop|page|doc|handbook|manual|procedure|playbook"
+                        r"|standard|notice|faq|wiki|process|agreement|contract|terms|schedule|rates?|card)$",
+                        re.IGNORECASE)
+_DOC_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_./:-]{0,200}(?:@[A-Za-z0-9][A-Za-z0-9_.-]{0,40})?$")
+_SUP_TRIGGER = re.compile(r"\b(?:supersed|replac|succeeded|favou?r|rescind|withdr[ae]w|retire|revok|deprecat"
+                          r"|no\s+longer)", re.IGNORECASE)
+
+
+def doc_ids_in(rest: str, own: str, first: bool = True) -> list[str]:
+    """The other documents' ids ``rest`` names (in backticks, or id-shaped), never ``own``:
+    the first (``first``) or the last one."""
+    ticked = _BACKTICKED.findall(rest)
+    found = ticked or _IDLIKE.findall(rest)
+    ids = []
+    for f in found:
+        f = f.strip(".,)(")
+        if not (_DOC_ID.match(f) and any(c in f for c in "-_@") and not re.fullmatch(r"[\d./-]+", f)):
+            continue
+        if f not in ticked and not _ID_SHAPED.search(f):
+            continue  # "full-length", "non-initiating": a hyphenated word, not a doc id
+        if f.split("@")[0] != own and f not in ids:
+            ids.append(f)
+    return ids[-1:] if not first else ids[:1]  # the id nearest the verb: "replaces X, which replaced Y" names X
+
+
+def find_supersession(doc: SourceDocument, sents: list[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    sup: list[str] = []
+    by: list[str] = []
+    for s in sents:
+        if not _SUP_TRIGGER.search(s):
+            continue
+        for m in _SUPERSEDE.finditer(s):
+            verb = m.group("verb").lower()
+            passive = verb.endswith(" by") or "favo" in verb
+            if passive and doc_ids_in(s[:m.start()], doc.doc_id):
+                continue  # "`a` is superseded by `b`": a link between two other documents
+            target = by if passive else sup
+            for i in doc_ids_in(m.group("rest"), doc.doc_id):
+                if i not in target:
+                    target.append(i)
+        for m in _PASSIVE.finditer(s):
+            if re.match(r"\s*(?:by|in\s+favou?r\s+of)\s+(?!this\b)", m.group("rest"), re.IGNORECASE):
+                continue  # "<a> is superseded by <b>": a link between two others, or ours above
+            for i in doc_ids_in(m.group("head"), doc.doc_id, first=False):
+                if i not in sup and i not in by:
+                    sup.append(i)
+    return tuple(sorted(sup)), tuple(sorted(by))

@@ -1,0 +1,85 @@
+"""Envelope enrichment of ``effective_from`` / ``effective_to``: "effective [from / as of /
+on] <date>", "in force from <date>", "takes effect on <date>", "applies from <date>"; "effective / in force /
+valid until / to / through <date>", "expires on <date>" (the date is the last day in
+force, the field being inclusive) — only where the sentence speaks of this document
+(it opens with the phrase, or says "this policy / document / ..."). A document that says
+of itself that it "is rescinded / withdrawn / retired / no longer in force as of / on /
+from / with effect from <date>" ends the day before: a document rescinded on 1 March is
+not in force on 1 March ("no longer in force after <date>" ends on that date).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+
+from quarry.core.ingest.enrich_supersession import doc_ids_in
+from quarry.core.text.markdown import plain_sentence
+from quarry.core.text.nlp import DATE, parse_date
+from quarry.core.text.tokenizer import tokenize
+
+__all__ = ["find_effective"]
+
+_DOC_NOUN = (r"(?:policy|document|agreement|contract|amendment|runbook|page|version|exception|rule|procedure|guideline"
+             r"|guidance|notice|memo|standard|schedule|waiver|arrangement|addendum|circular|directive|sop|rate|offer"
+             r"|price\s+list|plan|process|instruction|instructions)")
+_SELF = r"(?:^|\bthis\s+" + _DOC_NOUN + r"\b[^.]*?)"
+_FROM = re.compile(_SELF + r"\b(?:is\s+|are\s+|becomes\s+)?(?:effective|in\s+force|takes\s+effect|applies|apply"
+                   r"|valid)\s*(?:from|on|as\s+of|starting|beginning|with\s+effect\s+from)?:?\s*(?P<date>" + DATE
+                   + ")", re.IGNORECASE)
+_TO = re.compile(_SELF + r"\b(?:is\s+|are\s+|remains\s+)?(?:effective|in\s+force|valid|applies|apply)\s+(?:until|till"
+                 r"|to|through|thru|up\s+to\s+and\s+including)\s*:?\s*(?P<date>" + DATE + r")"
+                 r"|(?:^|\bthis\s+" + _DOC_NOUN + r"\b[^.]*?|\b(?:it|and)\s+)\bexpires\s+(?:on\s+)?(?P<date2>" + DATE
+                 + ")", re.IGNORECASE)
+_RANGE = re.compile(_SELF + r"\b(?:is\s+)?(?:effective|in\s+force|valid|applies)\s+from\s+(?P<a>" + DATE
+                    + r")\s+(?:until|till|to|through)\s+(?P<b>" + DATE + ")", re.IGNORECASE)
+_ENDED = re.compile(r"(?:^|\bthis\s+" + _DOC_NOUN
+                    + r"\b[^.]*?\b(?:is|are|was|has\s+been|will\s+be|stands)\s+(?:hereby\s+)?)"
+                    r"(?P<what>rescinded|withdrawn|retired|revoked|no\s+longer\s+in\s+(?:force|effect)|no\s+longer"
+                    r"\s+valid|cancelled|canceled)\s+(?:(?P<rel>as\s+of|on|from"
+                    r"|effective|effective\s+from|with\s+effect"
+                    r"\s+from|after|from\s+and\s+including)\s+)?(?P<date>" + DATE + ")", re.IGNORECASE)
+# "`other-policy` is rescinded with effect from 1 February 2026": this document's rescission
+# (its own rule) takes effect then, so it is in force from that date.
+_OTHER_ENDS = re.compile(r"\b(?:is|are|was|were|will\s+be)\s+(?:hereby\s+)?(?:rescinded|withdrawn|retired|revoked"
+                         r"|replaced|superseded)\b[^.]*?\b(?:with\s+effect\s+from|effective\s+from|effective\s+as\s+of"
+                         r"|effective|as\s+of|from|on)\s+(?P<date>" + DATE + ")", re.IGNORECASE)
+# "The allowance is a pilot and is valid through 31 December 2025": the sentence's subject,
+# the noun phrase before the verb, is checked against the document's title.
+_TITLED = re.compile(r"^(?:the|our|this)\s+(?P<subj>(?:[\w-]+\s+){0,2}[\w-]+)\s+(?:is|are|remains|stays)\b[^.]*?\b"
+                     r"(?:valid|effective|in\s+force|applies|available)\s+(?P<dir>until|till|through|thru|to|from"
+                     r"|as\s+of)\s+(?P<date>" + DATE + ")", re.IGNORECASE)
+_EFF_TRIGGER = re.compile(r"\b(?:effective|effect|force|valid|applies|apply|expires|rescinded|withdrawn|retired|replaced|superseded"
+                          r"|revoked|no\s+longer|cancell?ed|canceled)\b", re.IGNORECASE)
+
+
+def find_effective(sents: list[str], own: str | None = None, title: str = "") -> tuple[dt.date | None, dt.date | None]:
+    """(effective_from, effective_to) this document states; ``own`` is its doc id, so a
+    sentence ending another document from a date makes this one effective then; a
+    sentence whose subject is what the ``title`` names ("The allowance is valid through
+    ...", in "Wellbeing allowance 2025") speaks of this document."""
+    start = end = None
+    named = frozenset(tokenize(title))
+    for raw in sents:
+        if not _EFF_TRIGGER.search(raw):
+            continue
+        s = plain_sentence(raw)
+        if m := _RANGE.search(s):
+            start = start or parse_date(m.group("a"))
+            end = end or parse_date(m.group("b"))
+        if end is None and (m := _ENDED.search(s)):
+            if (d := parse_date(m.group("date"))) is not None:
+                end = d if (m.group("rel") or "").lower() == "after" else d - dt.timedelta(days=1)
+        if start is None and own and (m := _OTHER_ENDS.search(s)) and doc_ids_in(s, own):
+            start = parse_date(m.group("date"))
+        if start is None and (m := _FROM.search(s)) and not (_ENDED.search(s)):
+            start = parse_date(m.group("date"))
+        if end is None and (m := _TO.search(s)):
+            end = parse_date(m.group("date") or m.group("date2"))
+        if (m := _TITLED.search(s)) and set(tokenize(m.group("subj"))) & named:
+            d = parse_date(m.group("date"))
+            if m.group("dir").lower().startswith(("until", "till", "through", "thru", "to")):
+                end = end or d
+            else:
+                start = start or d
+    return start, end

@@ -1,13 +1,14 @@
 import pytest
 from pydantic import ValidationError
 
+from quarry.core.text.numbers import extract_numbers
 from quarry.core.agent.citations import (
     ABSTENTION_MESSAGE,
     ABSTENTION_REASONS,
     Claim,
     check_claim,
     check_claims,
-    extract_numbers,
+
     normalise,
 )
 

@@ -1,4 +1,4 @@
-"""Ranking metrics (core/rank/metrics.py) against hand-computed answers (trec_eval's ndcg_cut)."""
+"""Ranking metrics (quarry/core/rank/metrics.py) against hand-computed answers (trec_eval's ndcg_cut)."""
 
 import math
 

@@ -1,4 +1,4 @@
-"""The shared text helpers: one definition per concept (core/text/units.py, core/text/markdown.py)."""
+"""The shared text helpers: one definition per concept (quarry/core/text/units.py, quarry/core/text/markdown.py)."""
 
 import pytest
 

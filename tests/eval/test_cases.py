@@ -3,7 +3,7 @@ build of the sample corpus, the isolation gate on a forced leak, each counterfac
 check, and the CLI's exit codes.
 
 The counterfactual checks judge a resolver. So that each check's verdict is pinned
-independently of the real one (``core/evidence/resolve.py``), those tests swap in small resolvers
+independently of the real one (``quarry/core/evidence/resolve.py``), those tests swap in small resolvers
 written here: ``date_aware`` (effective dates, explicit supersession, "until X" ended by an
 event naming X), ``first_wins`` (order-dependent, the failure insert_rejected exists to
 catch) and ``select_all`` (decides nothing). Everything else runs the real path.

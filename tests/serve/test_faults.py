@@ -191,7 +191,7 @@ def test_runs_and_traces_survive_a_full_application_restart(quarry_app, faults):
     tok = app.token(tenant="acme", subject="restart")
     h = {"Authorization": f"Bearer {tok}"}
     # the operator shares the searcher's groups: trace ids of documents outside the
-    # operator's groups read "redacted" (serve/stores/trace_privacy.py)
+    # operator's groups read "redacted" (quarry/serve/stores/trace_privacy.py)
     op = {"Authorization": f"Bearer {app.token(tenant='acme', subject='ops', groups=('support',), scope='operator')}"}
     run = faults.post("/v1/runs", headers=h).json()["run_id"]
     s = faults.post("/v1/search", headers={**h, "X-Quarry-Run": run}, json={"query": "zebrafinch settlement"}).json()

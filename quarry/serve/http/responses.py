@@ -121,7 +121,7 @@ class ToolDefinitions(BaseModel):
 
 class TraceView(BaseModel):
     """A stored trace as written, filtered by the operator's groups; its envelope is
-    typed, the rest is the trace's own record (``serve/stores/tracestore.py``)."""
+    typed, the rest is the trace's own record (``quarry/serve/stores/tracestore.py``)."""
 
     model_config = ConfigDict(frozen=True, extra="allow")
     trace_id: str

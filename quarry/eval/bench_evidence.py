@@ -31,7 +31,7 @@ from quarry.core.ingest.contextualize_extractive import ExtractiveContextualizer
 from quarry.core.ingest.pipeline import prepare
 from quarry.core.ingest.sources import load_beir_corpus
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DEFAULT_DATASET = REPO.parent / "shared" / "data" / "beir" / "scifact"
 
 

@@ -49,7 +49,7 @@ def build_app(args: dict[str, Any] | ServeSettings | None = None) -> Application
     resolver = Resolver.options(**_options(
         s, "Resolver", max_ongoing_requests=s.max_ongoing_requests, ray_actor_options={"num_cpus": s.resolver_num_cpus}, **health,
     )).bind(s)
-    # The gateway also serves MCP at /mcp (serve/http/mcp.py) from the same FastAPI app.
+    # The gateway also serves MCP at /mcp (quarry/serve/http/mcp.py) from the same FastAPI app.
     return Gateway.options(**_options(
         s, "Gateway", num_replicas=s.gateway_replicas, max_ongoing_requests=4 * s.max_ongoing_requests,
         ray_actor_options={"num_cpus": s.gateway_num_cpus}, **health,

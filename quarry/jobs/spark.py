@@ -4,7 +4,7 @@
 
 * ``python -m quarry.jobs.build`` / ``quarry build`` on a laptop: no master configured,
   so ``local[*]`` is used (or whatever ``--master`` says);
-* ``spark-submit jobs/build.py ...``: spark-submit already started the JVM and set
+* ``spark-submit quarry/jobs/build.py ...``: spark-submit already started the JVM and set
   ``spark.master``; we must not override it (``PYSPARK_GATEWAY_PORT`` tells us);
 * tests: ``get_spark("local[2]", local_dir=tmp)`` once per test session.
 

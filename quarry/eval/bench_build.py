@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DEFAULT_DATASET = REPO.parent / "shared" / "data" / "beir" / "scifact"
 GOAL_EMBED_RATIO = 0.9
 GOAL_SCALE_RATIO = 4.4

@@ -91,7 +91,7 @@ def width_invariance(outcomes: Sequence[CaseOutcome]) -> dict[str, int]:
     }
 
 
-# What jobs/case_gate.py reads at the top of the summary (pooled, see summarize_suite).
+# What quarry/eval/case_gate.py reads at the top of the summary (pooled, see summarize_suite).
 POOLED_FOR_GATE = ("answerable", "resolution_accuracy", "candidate_recall", "false_assertion_rate")
 
 
@@ -114,7 +114,7 @@ def summarize_suite(outcomes: Sequence[CaseOutcome], extra_leaks: Sequence[str] 
         "isolation": "pass" if not leaks else "FAIL",
         "leaks": leaks,
         # Pooled over every split, only for comparing one case set with itself (the
-        # promotion gate, jobs/case_gate.py: new vs live generation); never reported.
+        # promotion gate, quarry/eval/case_gate.py: new vs live generation); never reported.
         **{k: pooled[k] for k in POOLED_FOR_GATE},
         "outcomes": len(outcomes),
         "cases": len({o.case_id for o in outcomes}),

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-EXPECTED_DIR = Path(__file__).resolve().parent / "expected"
+EXPECTED_DIR = Path(__file__).resolve().parents[2] / "eval" / "expected"
 
 
 def load_expected(dataset: str, path: str | Path | None = None) -> dict[str, Any] | None:

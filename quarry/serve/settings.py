@@ -56,7 +56,7 @@ class AuthSettings(BaseModel):
 
 
 class RequestLimits(BaseModel):
-    """Ceilings checked before a request is parsed (``serve/http/limits.py``): bodies above
+    """Ceilings checked before a request is parsed (``quarry/serve/http/limits.py``): bodies above
     ``max_body_bytes`` get 413, headers above ``max_header_bytes`` 431, JSON nested deeper
     than ``max_json_depth`` 400. The largest valid tool call written as UTF-8 (20 claims of
     4,400 characters at 4 bytes each, about 352 KB) stays under the default body limit."""
@@ -142,7 +142,7 @@ class ServeSettings(BaseModel):
     # front can deregister it (Ray's default: 30 s). One machine has none; raise it behind one.
     direct_ingress_drain_s: float = Field(default=2.0, ge=0, le=600)
     store_name_prefix: str = "quarry"  # run-store actor name and Redis key prefix; tests vary it
-    # -- run and trace stores (serve/stores/runstore.py, serve/stores/tracestore.py) -------------------
+    # -- run and trace stores (quarry/serve/stores/runstore.py, quarry/serve/stores/tracestore.py) -------------------
     run_store: Literal["actor", "redis"] = "actor"
     redis_url: str | None = Field(default=None, description="redis://host:6379/0 when run_store is redis")
     state_dir: str | None = Field(default=None, description="actor checkpoints; default <index_root>/_serve/runs")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from quarry.core.agent.citations import number_spans
+from quarry.core.text.numbers import number_spans
 from quarry.core.evidence.sentences import passage_sentences
 from quarry.core.evidence.statement import Statement
 from quarry.core.text.tokenizer import tokenize

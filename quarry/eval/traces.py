@@ -1,4 +1,4 @@
-"""``quarry eval traces``: summarise stored serving traces (``serve/stores/tracestore.py``).
+"""``quarry eval traces``: summarise stored serving traces (``quarry/serve/stores/tracestore.py``).
 
     quarry eval traces --trace-dir var/index/_traces [--tenant acme] [--since-hours 24] [--json]
 

@@ -58,7 +58,7 @@ def _body(model: BaseModel, headers: dict[str, str] | None = None) -> JSONRespon
 class Gateway:
     """Routes, verifies the caller and records; the search path is composed over the
     deployment handles by ``quarry.core.search.composer.compose``
-    (``serve/deployments/handles.py``), the tools are ``AgentTools`` (``agent_tools``)."""
+    (``quarry/serve/deployments/handles.py``), the tools are ``AgentTools`` (``agent_tools``)."""
 
     def __init__(self, settings: ServeSettings, retriever, reranker=None, resolver=None):
         self.settings = settings
@@ -180,7 +180,7 @@ class Gateway:
 
     @api.api_route("/mcp", methods=["GET", "POST", "DELETE"], include_in_schema=False)
     async def mcp_endpoint(self, request: Request):
-        """The MCP Streamable HTTP endpoint (``serve/http/mcp.py``): the same three tools."""
+        """The MCP Streamable HTTP endpoint (``quarry/serve/http/mcp.py``): the same three tools."""
         if self.mcp is None:
             raise not_found()
         return await self.mcp.response(request)

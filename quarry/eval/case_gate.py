@@ -4,7 +4,7 @@ A new generation of a tenant is published only when, on that tenant's evidence c
 (``quarry.eval.cases``), the tenant-isolation gate holds and resolution accuracy and
 candidate recall are no worse than on the live generation. Otherwise CURRENT keeps
 naming the live generation and the new one stays unpublished, with the regressed cases
-named. Like the second-stage gate (``core/rank/gate.py``), the decision is recorded in the
+named. Like the second-stage gate (``quarry/core/rank/gate.py``), the decision is recorded in the
 generation's manifest as a typed ``CaseGateResult`` under ``case_gate`` (and so in the
 tenant's manifest once that generation is published); the full per-case outcomes of both
 generations go to ``gen-<n>/case_gate.json``.

@@ -210,10 +210,10 @@ def to_markdown(r: dict, cmd: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m quarry.eval.bench_freshness", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--dataset", default=str(Path(__file__).resolve().parents[2] / "shared/data/beir/scifact"))
+    ap.add_argument("--dataset", default=str(Path(__file__).resolve().parents[3] / "shared/data/beir/scifact"))
     ap.add_argument("--limit", type=int, default=None, help="first N documents only")
     ap.add_argument("--work", default=None, help="where the indexes go (default: a temp dir)")
-    ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "results" / "freshness"))
+    ap.add_argument("--out", default=str(Path(__file__).resolve().parents[2] / "eval" / "results" / "freshness"))
     args = ap.parse_args(argv)
     work = args.work or tempfile.mkdtemp(prefix="quarry-fresh-bench-")
     r = run(args.dataset, work, args.limit)

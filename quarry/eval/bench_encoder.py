@@ -8,7 +8,7 @@ probes), encode p50/p95 for one query at a time, in-process ``search`` p50 with 
 included), and the dataset's nDCG@10 (hybrid and dense legs) with the index built once by
 the torch encoder. Then over loopback HTTP (``quarry.eval.bench_serve.http_load``): the
 baseline (torch, no encode batching, no cache, standard Serve through the proxy: the
-serving path before issue 15), the same Retriever in the default Serve mode (throughput-
+serving path before the ONNX encoders), the same Retriever in the default Serve mode (throughput-
 optimized, called directly on the Gateway replica's port), and each encoder with
 ``@serve.batch`` encoding in that mode (the recommended one also through the proxy), at
 each concurrency: p50, p95 and searches/s. The
@@ -90,7 +90,7 @@ def measure_encoders(loaded: dict[str, tuple[Any, float]], queries: list[str], i
         srch = interleaved({k: (lambda q, e=e: search(index, principal, SearchRequest(query=q, top_k=4), e))
                             for k, (e, _) in loaded.items()}, queries, before=clear_text_caches)
         # without the resolution stage (its contradiction search encodes up to 2 more
-        # queries): the path issue 15 was measured on
+        # queries): the path the encoders were first measured on
         bare = interleaved({k: (lambda q, e=e: search(index, principal, SearchRequest(query=q, top_k=4), e,
                                                              resolve=False))
                             for k, (e, _) in loaded.items()}, queries)
@@ -170,7 +170,7 @@ def markdown(enc_rows: list[dict[str, Any]], http_rows: list[dict[str, Any]], me
     out += [] if not http_rows else [
         "", "Over loopback HTTP (`POST /v1/search`, one gateway and one Retriever replica, no second stage; "
             "client, Ray and Serve on the same cores). Serve modes as in `quarry.eval.bench_serve`: standard Serve "
-            "through the proxy (the serving path issue 15 measured), or the default throughput-optimized mode "
+            "through the proxy (the first measured serving path), or the default throughput-optimized mode "
             "called through the proxy or directly on the Gateway replica's own port (direct ingress):", "",
             "| configuration | concurrency | requests | errors | p50 ms | p95 ms | searches/s | mean encode batch "
             "| cache hit rate |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
@@ -257,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
         secret, port = secrets.token_urlsafe(48), launch.free_port()
         nocache = {"query_cache_size": 0}
         one_by_one = {**nocache, "query_encoder": "torch", "encode_batch_size": 1}
-        # the baseline: the serving path as issue 15 found it (torch, one encode per request,
+        # the baseline: the first measured serving path (torch, one encode per request,
         # standard Serve, through the proxy); then the same encoder in today's default Serve
         # mode, so the rows separate what the Serve mode gives from what the encoders give
         http_rows.append(measure_http("baseline: torch, one encode per request", root, secret, one_by_one, reqs,

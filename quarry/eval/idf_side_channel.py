@@ -1,4 +1,4 @@
-"""Measure the BM25 IDF side channel (issue 13, defect 10): a measurement, not a test.
+"""Measure the BM25 IDF side channel : a measurement, not a test.
 
 Term statistics (document frequency, document count, average length) are computed over the
 whole tenant, including passages only some groups may read. Restricted text is never
@@ -128,7 +128,7 @@ def measure_targeted(tmp: Path, max_n: int) -> list[dict]:
 
 
 def report(sample: list[dict], targeted: list[dict]) -> str:
-    lines = ["# BM25 IDF side channel (issue 13, defect 10)", "",
+    lines = ["# BM25 IDF side channel", "",
              "Measured in-process with the real build and lexical leg (`python -m quarry.eval.idf_side_channel`). "
              "Deterministic (no timing), so the shared machine's load does not affect these numbers.", "",
              "## Sample corpus: visible top-10 with tenant-wide vs visible-only statistics", "",

@@ -1,4 +1,4 @@
-"""The documented IDF side channel (issue 13, defect 10) as measured by eval/idf_side_channel:
+"""The documented IDF side channel as measured by eval/idf_side_channel:
 tenant-wide statistics let restricted documents flip the order a principal sees; visible-only
 statistics never do. If per-visibility-class statistics land, this test's first assertion
 is the one to change."""

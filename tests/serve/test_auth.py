@@ -98,7 +98,7 @@ def test_settings_need_a_key():
         AuthSettings()
 
 
-# -- issue 13, defect 6: exact claim types and full-match patterns ------------------------
+# -- exact claim types and full-match patterns ------------------------
 
 @pytest.mark.parametrize("over", [
     {"tenant": "acme\n"},  # a "$" anchor matched before the newline

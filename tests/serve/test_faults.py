@@ -1,4 +1,4 @@
-"""Fault tolerance under a bounded loopback load (issue 10 item 4).
+"""Fault tolerance under a bounded loopback load.
 
 A dedicated application (2 gateway, 2 retriever replicas, a reranker, the default actor
 run store) takes a steady agent load (create a run, search until the budget or the

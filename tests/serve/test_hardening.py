@@ -1,4 +1,4 @@
-"""Issue 13 (defects 1, 2, 5-9) and issue 10 item 5: hostile input over real HTTP through
+"""Hostile input over real HTTP through
 the Serve proxy. Every malformed request gets a clear 4xx that never echoes the input; no
 tenant token sees another tenant's health; operators see only what their groups may read.
 """
@@ -38,7 +38,7 @@ def searcher(quarry_app):
     return tok, quarry_app.new_run(tok)
 
 
-# -- defect 1: no 5xx on unencodable or non-finite input ---------------------------------
+# -- no 5xx on unencodable or non-finite input ---------------------------------
 
 @pytest.mark.parametrize("raw", [
     rb'{"query": "refund \ud800 window"}',
@@ -78,7 +78,7 @@ def test_answer_rejects_the_same_and_ends_the_run(quarry_app, searcher, raw):
     assert app.search(tok, run, "settlement").status_code == 409  # invalid_decision was its one exit
 
 
-# -- defect 2: one validation handler, never echoing; limits before parsing --------------
+# -- one validation handler, never echoing; limits before parsing --------------
 
 def test_validation_errors_never_echo_input(quarry_app, searcher):
     app = quarry_app
@@ -111,7 +111,7 @@ def test_body_above_the_limit_is_413_before_parsing(quarry_app, searcher):
 
     r = app.http.post("/v1/search", content=chunks(), headers={"Content-Type": "application/json", **h})
     assert r.status_code == 413
-    # a 1 MB query (issue 10 item 5) and a 20,000-entry doc_type list (defect 5) are bodies too
+    # a 1 MB query and a 20,000-entry doc_type list are bodies too
     assert _raw_post(app, "/v1/search", json.dumps({"query": "q" * 1_000_000}).encode(), h).status_code == 413
     flood = {"query": "refund", "doc_type": ["d" * 50] * 20_000}
     assert app.http.post("/v1/search", headers=h, json=flood).status_code == 413
@@ -156,7 +156,7 @@ def test_wrong_content_type_is_415(quarry_app, searcher, ctype):
     {"query": "q" * 2001},  # over the query length, under the body limit
     {"query": "refund", "top_k": 10**30},  # huge top_k
     {"query": "refund", "top_k": 11},  # over this server's ceiling
-    {"query": "refund", "top_k": "5"},  # strict types (defect 9)
+    {"query": "refund", "top_k": "5"},  # strict types
     {"query": "refund", "top_k": True},
     {"query": "refund", "top_k": 4.5},
     {"query": "refund", "candidates": "60"},
@@ -165,7 +165,7 @@ def test_wrong_content_type_is_415(quarry_app, searcher, ctype):
     {"query": "refund", "valid_at": "yesterday"},
     {"query": "refund", "valid_at": "2026-01-01T00:00:00"},
     {"query": "refund", "valid_at": "99999-01-01"},
-    {"query": "refund", "doc_type": ["policy"] * 17},  # defect 5: count and length bounded
+    {"query": "refund", "doc_type": ["policy"] * 17},  # count and length bounded
     {"query": "refund", "doc_type": ["p" * 64]},
     {"query": "refund", "doc_type": []},
     {"query": "refund", "doc_type": ["Policy Docs"]},
@@ -204,7 +204,7 @@ def test_bounded_requests_keep_working(quarry_app, searcher):
     assert r.status_code == 200, r.text
 
 
-# -- defect 6: strict token claims, over HTTP --------------------------------------------
+# -- strict token claims, over HTTP --------------------------------------------
 
 def _claims(**over):
     now = int(time.time())
@@ -230,7 +230,7 @@ def test_strict_claims_over_http(quarry_app, over):
                          ).status_code == 200
 
 
-# -- defect 7: traces hold no free-text query; operators see only what their groups can --
+# -- traces hold no free-text query; operators see only what their groups can --
 
 def test_trace_keeps_a_hash_and_a_redacted_query(quarry_app):
     app = quarry_app
@@ -271,7 +271,7 @@ def test_operator_trace_view_is_filtered_by_the_operators_groups(quarry_app):
     assert hidden[0] not in app.trace(a.json()["trace_id"], groups=()).text
 
 
-# -- defect 8: /healthz per tenant; the cross-tenant view needs the platform credential --
+# -- /healthz per tenant; the cross-tenant view needs the platform credential --
 
 def test_healthz_never_crosses_tenants_for_tenant_tokens(quarry_app):
     app = quarry_app
@@ -291,7 +291,7 @@ def test_healthz_never_crosses_tenants_for_tenant_tokens(quarry_app):
     assert (r.status_code, r.text) == (401, '{"detail":"unauthorized"}')
 
 
-# -- defect 9: the spec describes what the server does -------------------------------------
+# -- the spec describes what the server does -------------------------------------
 
 def _resolve(spec, node):
     while isinstance(node, dict) and "$ref" in node:

@@ -1,4 +1,4 @@
-"""The MCP endpoint, driven by the MCP SDK's own client over real HTTP (issue 10 item 1)."""
+"""The MCP endpoint, driven by the MCP SDK's own client over real HTTP."""
 
 from __future__ import annotations
 

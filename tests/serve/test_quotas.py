@@ -1,4 +1,4 @@
-"""Regression tests for issue 13 defects 3 and 4 over real HTTP: one tenant's flood of runs
+"""Run quotas over real HTTP: one tenant's flood of runs
 and traces (bounded by small configured limits) leaves another tenant's live runs and
 recent traces intact, and the flood gets a clear 429."""
 

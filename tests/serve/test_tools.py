@@ -90,7 +90,7 @@ def _typed_nodes(node):
 
 
 def test_every_string_and_list_is_bounded():
-    """Issue 13 defect 5: nothing an agent sends is unbounded (count and length)."""
+    """Nothing an agent sends is unbounded (count and length)."""
     for tool in tool_definitions(10, 60)["anthropic"]:
         nodes = list(_typed_nodes(tool["input_schema"]))
         # a format: date string is a fixed-width YYYY-MM-DD, checked by its own validator

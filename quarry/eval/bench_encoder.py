@@ -6,7 +6,7 @@
 For each encoder: load time and its agreement with torch (minimum cosine over the fixed
 probes), encode p50/p95 for one query at a time, in-process ``search`` p50 with and without the resolution stage (encode
 included), and the dataset's nDCG@10 (hybrid and dense legs) with the index built once by
-the torch encoder. Then over loopback HTTP (``quarry.eval.bench_serve.http_load``): the
+the torch encoder. Then over loopback HTTP (``quarry.eval.serve_load.http_load``): the
 baseline (torch, no encode batching, no cache, standard Serve through the proxy: the
 serving path before the ONNX encoders), the same Retriever in the default Serve mode (throughput-
 optimized, called directly on the Gateway replica's port), and each encoder with
@@ -31,7 +31,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from quarry.eval.bench_serve import MODES, _pct, deploy, http_load
+from quarry.eval.bench_serve import MODES, deploy
+from quarry.eval.serve_load import http_load, percentile
 
 ENCODERS = ("torch", "onnx", "onnx-int8")
 MAX_NDCG_LOSS = 0.002  # int8 (or ONNX) becomes the serving default only within this of torch
@@ -97,11 +98,11 @@ def measure_encoders(loaded: dict[str, tuple[Any, float]], queries: list[str], i
     rows = []
     for k, (emb, load_s) in loaded.items():
         row: dict[str, Any] = {"encoder": k, "load_s": load_s, "agreement": getattr(emb, "agreement", None),
-                               "encode_p50_ms": _pct(enc[k], 0.5), "encode_p95_ms": _pct(enc[k], 0.95)}
+                               "encode_p50_ms": percentile(enc[k], 0.5), "encode_p95_ms": percentile(enc[k], 0.95)}
         if index is not None:
             stages = run_stages(index, ds, emb)
-            row.update(search_p50_ms=_pct(srch[k], 0.5), search_p95_ms=_pct(srch[k], 0.95),
-                       unresolved_p50_ms=_pct(bare[k], 0.5),
+            row.update(search_p50_ms=percentile(srch[k], 0.5), search_p95_ms=percentile(srch[k], 0.95),
+                       unresolved_p50_ms=percentile(bare[k], 0.5),
                        ndcg_hybrid=stages["hybrid"]["ndcg@10"], ndcg_dense=stages["dense"]["ndcg@10"])
         print(f"[bench] {k}: " + ", ".join(f"{a} {b:.4g}" for a, b in row.items() if isinstance(b, float)),
               flush=True)

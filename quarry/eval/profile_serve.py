@@ -20,7 +20,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import httpx
 
-    from quarry.eval import bench_serve as b
+    from quarry.eval import serve_load as b
     from quarry.serve import launch
     from quarry.serve.http.auth import mint_token
     from quarry.serve.settings import AuthSettings, ServeSettings

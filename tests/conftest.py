@@ -38,8 +38,24 @@ def sample_docs():
 
 
 @pytest.fixture(scope="session")
-def spark(tmp_path_factory):
-    """One local Spark session for the whole test run."""
+def s3_server(tmp_path_factory):
+    """A moto S3 server (subprocess) with one bucket, reached the way a cluster reaches its
+    object store: fsspec/AWS environment variables, exported before Spark or Ray start so
+    their workers inherit them (``tests/helpers/s3.py``). ``s3_server.uri("x")`` is an
+    ``s3://`` URI in the bucket."""
+    from helpers import s3
+
+    server = s3.start(log_path=str(tmp_path_factory.mktemp("moto") / "moto.log"))
+    server.export()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory, s3_server):
+    """One local Spark session for the whole test run. It takes ``s3_server`` so its Python
+    workers inherit the object store's environment (an env var set after the JVM started
+    never reaches them)."""
     from quarry.jobs.spark import get_spark
 
     session = get_spark("local[2]", app_name="quarry-tests",

@@ -281,7 +281,8 @@ def build_shards(job: BuildJob, ctxd, embedded, stats: dict[str, TermStats], n_s
         for r in built:
             infos[r["tenant"]].append(ShardInfo(
                 shard=int(r["shard"]), passages=int(r["passages"]), parents=int(r["parents"]),
-                documents=int(r["documents"]), dense_kind=r["dense_kind"], checksums=json.loads(r["checksums"])))
+                documents=int(r["documents"]), dense_kind=r["dense_kind"], checksums=json.loads(r["checksums"]),
+                sizes=json.loads(r["sizes"])))
             dims[r["tenant"]] = int(r["dim"])
         stats_bc.unpersist()
     for t in tenants:  # hash sharding can leave a shard empty: no passage touches the driver

@@ -69,7 +69,7 @@ EMBEDDED_SCHEMA = (
 )
 SHARD_INFO_SCHEMA = (
     "tenant string, shard int, passages long, parents long, documents long, dense_kind string, "
-    "dim int, checksums string"
+    "dim int, checksums string, sizes string"
 )
 
 
@@ -313,5 +313,6 @@ def build_one_shard(key, passages_pdf: pd.DataFrame, parents_pdf: pd.DataFrame, 
     return pd.DataFrame([{
         "tenant": tenant, "shard": shard, "passages": info.passages, "parents": info.parents,
         "documents": info.documents, "dense_kind": info.dense_kind, "dim": int(emb.shape[1]) if emb.ndim == 2 else dim,
-        "checksums": json.dumps(info.checksums, sort_keys=True),
+        "checksums": json.dumps(info.checksums, sort_keys=True),  # verified on this executor after upload
+        "sizes": json.dumps(info.sizes or {}, sort_keys=True),
     }])

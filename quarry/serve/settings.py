@@ -173,9 +173,12 @@ class ServeSettings(BaseModel):
             raise ValueError("runs_kept_per_tenant must be at least runs_open_per_tenant (open runs are never evicted)")
         if self.run_store == "redis" and not self.redis_url:
             raise ValueError("run_store 'redis' needs redis_url (e.g. redis://127.0.0.1:6379/0)")
-        if "://" in self.index_root and (not self.trace_dir or (self.run_store == "actor" and not self.state_dir)):
-            raise ValueError("an index_root URI needs a local trace_dir (and state_dir for the actor run store): "
-                             "traces and run checkpoints are local files")
+        # Traces follow the index root (a URI root: one object per writer flush, readable from
+        # every node). The actor run store checkpoints to local files on the actor's node: with
+        # a URI root (a cluster) runs belong in Redis, or an explicit state_dir accepts that.
+        if "://" in self.index_root and self.run_store == "actor" and not self.state_dir:
+            raise ValueError("an index_root URI (a multi-node deployment) needs run_store 'redis' (runs shared by "
+                             "every node); the actor run store checkpoints to a local state_dir only")
         return self
 
     @property
@@ -184,7 +187,12 @@ class ServeSettings(BaseModel):
 
     @property
     def trace_root(self) -> str:
-        return self.trace_dir or str(Path(self.index_root) / "_traces")
+        """Where traces go: ``trace_dir``, else ``<index_root>/_traces`` (a URI root keeps its scheme)."""
+        if self.trace_dir:
+            return self.trace_dir
+        if "://" in self.index_root:
+            return self.index_root.rstrip("/") + "/_traces"
+        return str(Path(self.index_root) / "_traces")
 
     @model_validator(mode="before")
     @classmethod

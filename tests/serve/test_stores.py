@@ -306,6 +306,33 @@ def test_trace_quota_and_retention_are_per_tenant(tmp_path):
     w.close()
 
 
+def test_traces_on_object_storage_are_read_from_any_writer_and_swept(s3_server):
+    """A URI root: each flush is one object per writer (no append on S3); a reader holding
+    neither writer finds each trace, reads them all, and retention deletes old hour prefixes."""
+    root = s3_server.uri("traces-unit")
+    now = time.time()
+    a, b = TraceWriter(root, flush_ms=10_000, retention_h=2), TraceWriter(root, flush_ms=10_000, retention_h=2)
+    ids = []
+    for w, tenant in ((a, "acme"), (b, "acme"), (b, "globex")):
+        for _ in range(2):  # two flush batches per writer: two objects, no overwrite
+            tid = w.new_id(now)
+            w.append({"trace_id": tid, "kind": "search", "tenant": tenant, "at": now})
+            ids.append((tenant, tid))
+            assert w.flush() == 1
+    fs = s3_server.fs()
+    objs = fs.find(f"{s3_server.bucket}/traces-unit")
+    assert len(objs) == 6 and all(o.endswith(".jsonl") and o.rsplit("/", 1)[-1].count("-") == 1 for o in objs)
+    for tenant, tid in ids:
+        assert find_trace(root, tenant, tid)["trace_id"] == tid
+        assert find_trace(root, "globex" if tenant == "acme" else "acme", tid) is None
+    assert len(list(read_traces(root))) == 6 and len(list(read_traces(root, "globex"))) == 2
+    old = f"{s3_server.bucket}/traces-unit/acme/{hour_of(now - 5 * 3600)}/zz-00000001.jsonl"
+    fs.pipe(old, b'{"trace_id": "old"}\n')
+    assert a.sweep() == 1 and not fs.exists(old)
+    assert find_trace(root, "acme", ids[0][1])
+    a.close(), b.close()
+
+
 def test_store_settings_fail_fast():
     from pydantic import ValidationError
 
@@ -321,3 +348,5 @@ def test_store_settings_fail_fast():
     ok = ServeSettings(index_root="s3://bucket/idx", auth=auth, trace_dir="/t", run_store="redis",
                        redis_url="redis://r:6379/0")
     assert ok.trace_root == "/t"
+    shared = ServeSettings(index_root="s3://bucket/idx", auth=auth, run_store="redis", redis_url="redis://r:6379/0")
+    assert shared.trace_root == "s3://bucket/idx/_traces"  # traces under the root: shared by every node

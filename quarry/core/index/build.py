@@ -133,9 +133,12 @@ def build_and_upload_shard(
         info = ShardInfo(
             shard=shard, passages=len(passages), parents=len(parents),
             documents=len({p.doc_id for p in passages}), dense_kind=kind,
-            checksums=layout.file_checksums(out),
+            checksums=layout.file_checksums(out), sizes=layout.file_sizes(out),
         )
         layout.upload_dir(out, uri)
+        # Verified here, where it was written (a Spark task: the executor), by re-reading the
+        # upload; the publisher then checks only presence and sizes (manifest.publish).
+        layout.verify_files(uri, info.checksums)
     return info
 
 

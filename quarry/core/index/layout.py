@@ -137,6 +137,12 @@ def write_json(uri: str, obj: Any) -> None:
     write_atomic(uri, json.dumps(obj, indent=2, sort_keys=True, default=str).encode())
 
 
+def file_sizes(local_dir: str | Path) -> dict[str, int]:
+    """Size in bytes of every file under a local shard folder, keyed by relative path."""
+    base = Path(local_dir)
+    return {str(p.relative_to(base)): p.stat().st_size for p in sorted(base.rglob("*")) if p.is_file()}
+
+
 def file_checksums(local_dir: str | Path) -> dict[str, str]:
     """sha256 of every file under a local shard folder, keyed by relative path."""
     base = Path(local_dir)
@@ -266,6 +272,24 @@ def verify_files(uri: str, checksums: dict[str, str]) -> None:
             raise RuntimeError(f"{uri}: missing {rel}") from e
         if h.hexdigest() != want:
             raise RuntimeError(f"{uri}: checksum mismatch on {rel}")
+
+
+def check_files(uri: str, sizes: dict[str, int]) -> None:
+    """The publisher's cheap check: every file under ``uri`` named in ``sizes`` exists with
+    that size. One listing of the prefix (object metadata only): no file is opened, so the
+    driver never streams shard bytes. Content was verified where it was written (the shard
+    task re-reads its upload, :func:`verify_files`). Raises ``RuntimeError``."""
+    fs, path = fs_and_path(uri)
+    try:
+        listed = fs.find(path, detail=True)
+    except FileNotFoundError:
+        listed = {}
+    have = {name[len(path):].lstrip("/"): int(info.get("size") or 0) for name, info in listed.items()}
+    for rel, want in sizes.items():
+        if rel not in have:
+            raise RuntimeError(f"{uri}: missing {rel}")
+        if have[rel] != int(want):
+            raise RuntimeError(f"{uri}: {rel} is {have[rel]} bytes, the shard task wrote {want}")
 
 
 def publish_delta(root: str, tenant: str, seq: int) -> None:

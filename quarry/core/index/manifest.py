@@ -49,6 +49,9 @@ class ShardInfo(_Record):
     documents: int
     dense_kind: str
     checksums: dict[str, str]
+    # bytes per file, as written; with it, publish checks presence and size only (the shard
+    # task verified the content it uploaded). Absent from manifests written before.
+    sizes: dict[str, int] | None = None
 
 
 class Counts(_Record):
@@ -202,11 +205,18 @@ def write_live_manifest(root: str, manifest: IndexManifest) -> None:
 
 def publish(root: str, tenant: str, generation: int) -> None:
     """Make ``generation`` live: only a complete, manifested generation can be published.
-    Every shard's checksums are re-verified, the tenant's manifest copy written, then
-    ``CURRENT`` replaced atomically."""
+    Each shard task verified its own upload against the checksums it reported (the
+    manifest holds them); here every shard file is checked present with the size written
+    (object metadata, no shard byte read). A shard listed without sizes (a manifest from
+    before they were recorded) is re-read and its checksums compared. Then the tenant's
+    manifest copy is written and ``CURRENT`` replaced atomically."""
     manifest = read_manifest(root, tenant, generation)  # raises if the build never finished
     for s in manifest.shards:
-        layout.verify_files(layout.shard_dir(root, tenant, generation, s.shard), s.checksums)
+        uri = layout.shard_dir(root, tenant, generation, s.shard)
+        if s.sizes is not None and set(s.sizes) == set(s.checksums):
+            layout.check_files(uri, s.sizes)
+        else:
+            layout.verify_files(uri, s.checksums)
     write_live_manifest(root, manifest)
     layout.write_atomic(layout.join(layout.tenant_dir(root, tenant), "CURRENT"), f"gen-{generation}\n".encode())
 

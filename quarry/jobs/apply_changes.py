@@ -159,6 +159,25 @@ def run_apply(settings: ApplySettings, spark=None) -> ApplyReport:
             spark.stop()
 
 
+def apply_records(settings: ApplySettings, records: list[dict[str, Any]], spark=None) -> ApplyReport:
+    """Apply change records the driver already holds (``quarry reconcile``'s repairs), with
+    ``settings.changes`` naming where they were logged (any URI; it is not read back). They
+    are parallelised as raw rows, so no executor needs to read a driver-side file."""
+    own = spark is None
+    if own:
+        spark = get_spark(settings.master, app_name="quarry-apply-changes")
+    try:
+        rows = [(0, i, f"{settings.changes}:{i + 1}", pickle.dumps({**r, SOURCE_KEY: f"{settings.changes}:{i + 1}"},
+                                                                   protocol=pickle.HIGHEST_PROTOCOL))
+                for i, r in enumerate(records)]
+        par = settings.partitions or max(2, spark.sparkContext.defaultParallelism * 2)
+        raw = spark.createDataFrame(rows, stages.RAW_SCHEMA).repartition(max(1, min(len(rows), par)))
+        return apply_raw(settings, spark, raw, settings.changes)
+    finally:
+        if own:
+            spark.stop()
+
+
 def apply_raw(s: ApplySettings, spark, raw, changes_uri: str) -> ApplyReport:
     """Apply one batch of raw change records (a DataFrame of ``stages.RAW_SCHEMA``)."""
     t0 = time.monotonic()

@@ -65,9 +65,12 @@ def reconcile(source: str, root: str, tenants=None, dry_run: bool = False, apply
                         "".join(c.model_dump_json(exclude_none=True) + "\n" for c in repairs).encode())
     report["repair_log"] = log_dir
     if apply == "spark":
-        from quarry.jobs.apply_changes import ApplySettings, run_apply  # defers pyspark: the local path needs none
+        from quarry.jobs.apply_changes import ApplySettings, apply_records  # defers pyspark: the local path needs none
 
-        rep = run_apply(ApplySettings(changes=log_dir, index_root=root, master=master, quiet=True), spark=spark)
+        # the repairs are in hand: handed to Spark as rows (the log under the root, possibly
+        # s3://, is the audit record; no executor has to read it)
+        rep = apply_records(ApplySettings(changes=log_dir, index_root=root, master=master, quiet=True),
+                            [json.loads(c.model_dump_json(exclude_none=True)) for c in repairs], spark=spark)
         applied = {t: tr.applied for t, tr in rep.tenants.items()}
     else:
         applied = _apply_in_process(root, repairs)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -69,17 +70,38 @@ def test_layout_publish_and_crashed_generation(tmp_path, acme):
     with pytest.raises(FileNotFoundError):
         publish(root, "acme", g2)
     assert layout.current_generation(root, "acme") == g1
-    # A tampered shard file fails verification at publish time.
+    # A shard file truncated after the build fails publish's presence-and-size check (the
+    # content was verified by the task that wrote it; publish reads no shard byte).
     g3 = build_tenant_index(root, "acme", passages, parents, emb, publish=False)
     bad = tmp_path / "acme" / f"gen-{g3}" / "shard-0" / "passages.parquet"
     bad.write_bytes(bad.read_bytes()[:-10])
-    with pytest.raises(RuntimeError, match="checksum"):
+    with pytest.raises(RuntimeError, match="bytes, the shard task wrote"):
         publish(root, "acme", g3)
     assert layout.current_generation(root, "acme") == g1
     assert layout.next_generation(root, "acme") == g3 + 1  # crashed folders are never reused
     m = json.loads((tmp_path / "acme" / "manifest.json").read_text())
     assert m["generation"] == g1 and m["counts"]["passages"] == len(passages)
     assert TenantIndex.load(root, "acme").generation == g1
+
+
+def test_a_shard_task_verifies_its_own_upload(tmp_path, acme, monkeypatch):
+    """The writer re-reads what it uploaded and compares checksums: a copy corrupted on the
+    way fails the shard task (Spark retries it), before any manifest names it."""
+    passages, parents, emb = acme
+    real = layout.upload_dir
+
+    def corrupting(local_dir, uri):
+        real(local_dir, uri)
+        f = Path(uri) / "bm25" / "params.index.json"
+        f = f if f.exists() else next(p for p in Path(uri).rglob("*") if p.is_file())
+        data = bytearray(f.read_bytes())
+        data[0] ^= 1  # same size, different bytes
+        f.write_bytes(bytes(data))
+
+    monkeypatch.setattr(layout, "upload_dir", corrupting)
+    with pytest.raises(RuntimeError, match="checksum mismatch"):
+        build_tenant_index(str(tmp_path), "acme", passages, parents, emb)
+    assert layout.current_generation(str(tmp_path), "acme") is None
 
 
 def test_approximate_dense_index_recall_is_measured(tmp_path):

@@ -23,7 +23,8 @@ from quarry.jobs.build_settings import BuildSettings
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--source", required=True, help="JSONL/Parquet file or folder, or a Markdown folder")
-    p.add_argument("--index-root", required=True, help="local path or fsspec URI (s3://bucket/prefix)")
+    p.add_argument("--index-root", default=os.environ.get("QUARRY_INDEX_ROOT"),
+                   help="local path or fsspec URI (s3://bucket/prefix); default $QUARRY_INDEX_ROOT")
     p.add_argument("--master", default=None, help="Spark master (default: spark-submit's, else local[*])")
     p.add_argument("--tenants", default=None, help="comma-separated tenants to build (default: all)")
     p.add_argument("--shard-docs", type=int, default=50_000, help="documents per shard (default 50000)")
@@ -63,6 +64,8 @@ def settings_from_args(args: argparse.Namespace) -> BuildSettings:
             if not val:
                 raise UsageError(f"--llm-api-key-env {args.llm_api_key_env}: the variable is not set")
             key = SecretStr(val)
+    if not args.index_root:
+        raise UsageError("--index-root is required (or set QUARRY_INDEX_ROOT)")
     if args.shard_docs < 1 or args.batch_size < 1:
         raise UsageError("--shard-docs and --batch-size must be >= 1")
     if args.gate_cases:

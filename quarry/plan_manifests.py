@@ -45,12 +45,52 @@ def _qty(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else str(x)
 
 
+# What a cluster must not take from the profile: paths on one machine's disk. On a cluster the
+# index root (an s3:// URI; traces live under it) comes from a ConfigMap, runs go to Redis
+# (its URL, with credentials, from a Secret) and object-store credentials from a Secret
+# (optional: an IAM role for the service account serves as well). No volume is mounted.
+NODE_LOCAL_ARGS = ("index_root", "state_dir", "trace_dir")
+CONFIG_MAP, S3_SECRET, REDIS_SECRET = "quarry-config", "quarry-s3", "quarry-redis"
+
+
+def _ref(kind: str, name: str, key: str, optional: bool = False) -> dict[str, Any]:
+    ref: dict[str, Any] = {"name": name, "key": key}
+    if optional:
+        ref["optional"] = True
+    return {"valueFrom": {kind: ref}}
+
+
+def _storage_env() -> list[dict[str, Any]]:
+    return [
+        {"name": "QUARRY_INDEX_ROOT", **_ref("configMapKeyRef", CONFIG_MAP, "index_root")},
+        {"name": "FSSPEC_S3_ENDPOINT_URL", **_ref("configMapKeyRef", CONFIG_MAP, "s3_endpoint_url", optional=True)},
+        {"name": "AWS_DEFAULT_REGION", **_ref("configMapKeyRef", CONFIG_MAP, "aws_region", optional=True)},
+        {"name": "AWS_ACCESS_KEY_ID", **_ref("secretKeyRef", S3_SECRET, "access_key_id", optional=True)},
+        {"name": "AWS_SECRET_ACCESS_KEY", **_ref("secretKeyRef", S3_SECRET, "secret_access_key", optional=True)},
+        {"name": "QUARRY_REDIS_URL", **_ref("secretKeyRef", REDIS_SECRET, "url")},
+    ]
+
+
+def cluster_serve_config(serve_cfg: dict[str, Any]) -> dict[str, Any]:
+    """The Serve config as a cluster runs it: no node-local path args (they come from the
+    environment, :func:`_storage_env`) and runs in Redis."""
+    import copy
+
+    cfg = copy.deepcopy(serve_cfg)
+    for app in cfg["applications"]:
+        args = {k: v for k, v in app["args"].items() if k not in NODE_LOCAL_ARGS}
+        args["run_store"] = "redis"
+        app["args"] = args
+    return cfg
+
+
 def _container(name: str, image: str, cpus: float, memory: str, gpus: int = 0) -> dict[str, Any]:
     limits: dict[str, Any] = {"cpu": _qty(cpus), "memory": memory}
     if gpus:
         limits["nvidia.com/gpu"] = str(gpus)
     # Replicas read the HS256 key from the environment; on Kubernetes it comes from a Secret.
     env = [{"name": "QUARRY_JWT_SECRET", "valueFrom": {"secretKeyRef": {"name": "quarry-jwt", "key": "secret"}}}]
+    env += _storage_env()
     # Ray Serve's throughput-optimized mode, as `quarry serve` runs it (ServeSettings.throughput_optimized),
     # except that a Gateway replica drains as long as Ray's default: a cluster has a load balancer in front
     env += [{"name": k, "value": v} for k, v in {**throughput_env(), DIRECT_INGRESS_DRAIN: "30"}.items()]
@@ -60,7 +100,8 @@ def _container(name: str, image: str, cpus: float, memory: str, gpus: int = 0) -
 def rayservice(plan: CapacityPlan, profile: WorkloadProfile, serve_cfg: dict[str, Any], *,
                name: str = "quarry") -> dict[str, Any]:
     """A RayService: head (no Serve replicas), a CPU worker group sized for the CPU-only
-    deployments, and a GPU group when any deployment asks for GPUs. Group bounds are the
+    deployments, and a GPU group when any deployment asks for GPUs. Storage and run state
+    come from a ConfigMap and Secrets through the environment (:func:`cluster_serve_config`). Group bounds are the
     planned min/max replica demand packed onto the profile's worker shape."""
     c = profile.cluster
     cpu_min = sum(d.min_replicas * d.num_cpus for d in plan.deployments if not d.num_gpus)
@@ -96,7 +137,7 @@ def rayservice(plan: CapacityPlan, profile: WorkloadProfile, serve_cfg: dict[str
         "metadata": {"name": name, "labels": {"app.kubernetes.io/name": "quarry",
                                               "quarry.dev/profile": plan.profile}},
         "spec": {
-            "serveConfigV2": yaml.safe_dump(serve_cfg, sort_keys=False),
+            "serveConfigV2": yaml.safe_dump(cluster_serve_config(serve_cfg), sort_keys=False),
             "rayClusterConfig": {
                 "rayVersion": c.ray_version,
                 # Serve's autoscaler asks for replicas; the in-tree Ray autoscaler adds the

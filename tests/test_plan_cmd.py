@@ -170,3 +170,57 @@ def test_bad_input_is_one_line_and_exit_2(capsys, tmp_path):
     assert rc == 2 and "recovery.repeat_rate" in err and "Traceback" not in err
     rc, _, err = plan(capsys, "--profile", str(SEED), "--from-traces", str(tmp_path / "none"))
     assert rc == 2 and "no trace file" in err
+
+
+def _walk(node, path=()):
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield path + (k,), k, v
+            yield from _walk(v, path + (k,))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from _walk(v, path + (i,))
+
+
+def _env(container) -> dict:
+    return {e["name"]: e for e in container.get("env", [])}
+
+
+@pytest.mark.parametrize("manifest", ["infra/kuberay/rayservice.yaml", "infra/spark/sparkapplication.yaml"])
+def test_cluster_manifests_mount_nothing_node_local_and_read_storage_from_config_and_secrets(manifest):
+    m = yaml.safe_load((ROOT / manifest).read_text())
+    assert not [p for p, k, _ in _walk(m) if k == "hostPath"], "a cluster manifest must not mount node-local disk"
+    if m["kind"] == "RayService":
+        validate_rayservice(m)
+        spec = m["spec"]["rayClusterConfig"]
+        containers = [c for g in [spec["headGroupSpec"], *spec["workerGroupSpecs"]] for c in g["template"]["spec"]["containers"]]
+        app = yaml.safe_load(m["spec"]["serveConfigV2"])["applications"][0]["args"]
+        assert not {"index_root", "state_dir", "trace_dir"} & set(app) and app["run_store"] == "redis"
+        assert not [p for p, k, _ in _walk(spec) if k in ("volumes", "volumeMounts")]
+    else:
+        assert "--index-root" not in m["spec"]["arguments"]  # from the environment, like the credentials
+        containers = [m["spec"]["driver"], m["spec"]["executor"]]
+    for c in containers:
+        env = _env(c)
+        assert env["QUARRY_INDEX_ROOT"]["valueFrom"]["configMapKeyRef"]["key"] == "index_root"
+        for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+            assert "secretKeyRef" in env[k]["valueFrom"] and "value" not in env[k]
+        if m["kind"] == "RayService":
+            assert "secretKeyRef" in env["QUARRY_REDIS_URL"]["valueFrom"]
+
+
+def test_the_rayservice_serve_args_plus_its_environment_make_valid_settings(monkeypatch):
+    """What a replica builds from the embedded config and the env the Secrets fill in: an
+    s3:// root with traces under it and runs in Redis (the validator refuses the actor store)."""
+    from quarry.serve.settings import settings_from_args
+
+    m = yaml.safe_load((ROOT / "infra/kuberay/rayservice.yaml").read_text())
+    args = yaml.safe_load(m["spec"]["serveConfigV2"])["applications"][0]["args"]
+    monkeypatch.setenv("QUARRY_INDEX_ROOT", "s3://quarry-indexes/prod")
+    monkeypatch.setenv("QUARRY_REDIS_URL", "redis://:pw@redis:6379/0")
+    s = settings_from_args({**args, "jwt_secret": "s" * 40})
+    assert (s.index_root, s.run_store, s.redis_url) == ("s3://quarry-indexes/prod", "redis", "redis://:pw@redis:6379/0")
+    assert s.trace_root == "s3://quarry-indexes/prod/_traces"
+    monkeypatch.delenv("QUARRY_REDIS_URL")
+    with pytest.raises(ValueError):
+        settings_from_args({**args, "jwt_secret": "s" * 40, "run_store": "actor"})

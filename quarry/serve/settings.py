@@ -245,7 +245,7 @@ def settings_from_args(args: dict[str, Any] | ServeSettings | None = None) -> Se
 
     Flat keys ``jwt_secret``, ``jwt_public_key_file``, ``audience`` and ``issuer`` fill the auth
     block; ``QUARRY_INDEX_ROOT``, ``QUARRY_JWT_PUBLIC_KEY_FILE`` and the dev secret are the
-    fallbacks. Strings from the command line are coerced by pydantic."""
+    fallbacks, and ``QUARRY_REDIS_URL`` for ``redis_url``. Strings from the command line are coerced by pydantic."""
     if isinstance(args, ServeSettings):
         return args
     data = dict(args or {})
@@ -265,4 +265,6 @@ def settings_from_args(args: dict[str, Any] | ServeSettings | None = None) -> Se
     if "hs256_secret" not in auth and "rs256_public_key_pem" not in auth:
         auth["hs256_secret"] = load_dev_secret()
     data.setdefault("index_root", os.environ.get("QUARRY_INDEX_ROOT", "indexes"))
+    if os.environ.get("QUARRY_REDIS_URL") and not data.get("redis_url"):
+        data["redis_url"] = os.environ["QUARRY_REDIS_URL"]  # a cluster's Secret (credentials in the URL)
     return ServeSettings(auth=AuthSettings(**auth), **data)

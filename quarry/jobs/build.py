@@ -14,7 +14,7 @@ Stages (each a Spark transformation delegating to ``quarry.core`` via
     build       groupBy(tenant, shard).cogroup(parents).applyInPandas(core.index.build.build_and_upload_shard)
                 -> upload into <root>/<tenant>/gen-<n>/shard-<k>/; ShardInfo rows back
     manifest    driver: counts checked, core.index.manifest.make_manifest + report.json
-    publish     core.index.manifest.publish: checksums re-verified, CURRENT switched atomically
+    publish     core.index.manifest.publish: each shard present at the size its task wrote and verified, CURRENT switched atomically
 
 Passages and embeddings never reach the driver: it collects only counts, cost sums,
 term statistics and ShardInfo rows.

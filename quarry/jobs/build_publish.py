@@ -50,8 +50,9 @@ def write_manifests(job: BuildJob, b: BuiltShards, stats: dict[str, TermStats], 
 
 
 def publish(job: BuildJob, b: BuiltShards, case_gate: CaseGate | None = None) -> None:
-    """CURRENT switched per tenant (``manifest.publish`` re-verifies every shard's checksums
-    first); with a ``case_gate``, only where it allows the new generation."""
+    """CURRENT switched per tenant (``manifest.publish`` checks every shard file present at the
+    size its task wrote and verified; no shard byte is read here); with a ``case_gate``, only
+    where it allows the new generation."""
     s, report = job.settings, job.report
     job.start("publish")
     if s.publish:

@@ -33,6 +33,7 @@ def bad_inputs(idx: str, tmp: str, scifact: str = "") -> list[tuple[list[str], s
         (["search", "--index-root", idx, "--tenant", "acme", "--valid-at", "2026-13-01", "x"], "error"),
         (["search", "--index-root", idx, "--tenant", "nobody", "x"], "error"),
         (["build", "--source", f"{tmp}/missing", "--index-root", f"{tmp}/out"], "no such file"),
+        (["build", "--source", f"{tmp}/missing"], "--index-root is required (or set QUARRY_INDEX_ROOT)"),
         (["eval", "beir", tmp, "--index-root", f"{tmp}/b"], "not a BEIR dataset"),
         (["eval", "beir", scifact, "--index-root", f"{tmp}/b", "--split", "dev"], "no qrels/dev.tsv"),
         (["eval", "beir", scifact, "--index-root", f"{tmp}/b", "--train-split", "test"], "never be 'test'"),

@@ -140,6 +140,19 @@ def main(out_path: str) -> int:
             res = c.post("/v1/search", headers=h(rid), json={"query": "zanzibar ledger freshness", "top_k": 3}).json()
             seen.append("fresh" in [e["doc_id"] for e in res.get("excerpts", [])])
         obs["fresh_seen"] = seen
+        # compaction on the s3:// root switches CURRENT; every replica swaps to the new
+        # generation and still holds the change
+        from quarry.jobs.compact import compact_tenant
+
+        obs["compacted"] = compact_tenant(root, "acme")
+        time.sleep(1.0)  # generation_check_ms 200
+        after = []
+        for i in range(8):
+            c = (a, b)[i % 2]
+            rid = c.post("/v1/runs", headers=h()).json()["run_id"]
+            res = c.post("/v1/search", headers=h(rid), json={"query": "zanzibar ledger freshness", "top_k": 3}).json()
+            after.append((res.get("generation"), "fresh" in [e["doc_id"] for e in res.get("excerpts", [])]))
+        obs["after_compaction"] = after
         proxy.close(), a.close(), b.close()
     finally:
         Path(out_path).write_text(json.dumps(obs, indent=2, default=str))

@@ -1,7 +1,7 @@
 """Serving across nodes: a head plus two worker nodes (``ray.cluster_utils.Cluster``, one
 machine, separate temp dirs) over an ``s3://`` root on the moto server, runs in Redis.
-Replicas are pinned to different nodes with custom resources; a run, a trace and a change
-cross them. Runs in a subprocess (``tests/helpers/multinode.py``): one Ray per process."""
+Replicas are pinned to different nodes with custom resources; a run, a trace, a change and a
+compaction cross them. Runs in a subprocess (``tests/helpers/multinode.py``): one Ray per process."""
 
 from __future__ import annotations
 
@@ -40,3 +40,7 @@ def test_search_runs_traces_and_freshness_across_nodes(s3_server, tmp_path):
     assert obs["trace_objects"] and all(o.endswith(".jsonl") and "/_traces/acme/" in o for o in obs["trace_objects"])
     # a change applied to the root is visible on the next query, whichever replica serves it
     assert obs["fresh_seen"] == [True] * 12, obs["fresh_seen"]
+    # compaction on the root: every replica serves the new generation, change included
+    gen = obs["compacted"]["generation"]
+    assert obs["compacted"]["compacted"] and obs["compacted"]["current"] == gen == 2
+    assert obs["after_compaction"] == [[gen, True]] * 8, obs["after_compaction"]

@@ -176,8 +176,6 @@ def account(job: BuildJob, v: Validated, q_counts: dict[str, int]) -> dict[str, 
     if bad_acct:
         raise RuntimeError(f"accounting failed for {bad_acct}: input != documents + quarantined")
     job.report.documents = sum(v.doc_counts.values())
-    if job.settings.partitions is None:  # the wide stages cache whole partitions: bound their size
-        job.par = max(job.par, -(-job.report.documents // job.settings.partition_docs))
     return n_shards
 
 

@@ -37,10 +37,7 @@ class BuildSettings(BaseModel):
     embedder: str = Field(default="default", description="'default' (packaged MiniLM), 'hashing[:dim]' or a model dir")
     batch_size: int = Field(default=64, ge=1)
     chunk_tokens: int = Field(default=200, ge=16, description="chunker max_tokens per passage")
-    partitions: int | None = Field(default=None, ge=1, description="partitions for chunk/embed; default 2x cores, "
-                                   "raised to documents / partition_docs")
-    partition_docs: int = Field(default=20_000, ge=1, description="documents per partition of the chunk, "
-                                "contextualize, embed and build stages when partitions is not given")
+    partitions: int | None = Field(default=None, ge=1, description="partitions for chunk/embed; default 2x cores")
     approx_threshold: int | None = None
     publish: bool = True
     report_path: str | None = None

@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from quarry.core.capacity.trace_samples import apply_samples, collect_samples, read_trace_records
+from quarry.core.capacity.tenant_memory import (
+    TenantLoad, TenantMemoryPlan, measure_index_bytes, parse_bytes, plan_tenant_memory, quantile, retriever_replicas)
 from quarry.core.capacity.workload import load_profile
 from quarry.core.capacity.workload import plan as make_plan
 from quarry.core.errors import UsageError
@@ -24,6 +26,13 @@ examples:
 --from-traces reads search traces (JSON lines or Parquet, a file or a folder) and replaces
 the profile's candidate, delivered-token, survivor, calls-per-task and service-time
 distributions with the measured ones (see quarry/core/capacity/trace_samples.py for the fields).
+
+Tenants: --tenants N --working-set W --replica-memory 16GiB with --index-bytes-per-tenant 40MiB
+(or --index-root DIR, which measures each tenant's published shard bytes and plans for the p95
+tenant) adds how many tenants a Retriever replica holds hot and sizes Retriever replicas by
+memory as well as by Little's law:
+  quarry plan --profile infra/profiles/quarry-local.yaml --tenants 10000 --working-set 200 \
+      --index-bytes-per-tenant 20MiB --replica-memory 16GiB
 """
 
 
@@ -36,6 +45,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default=None, metavar="FILE", help="write the Ray Serve config here")
     p.add_argument("--rayservice", default=None, metavar="FILE", help="write a KubeRay RayService manifest here")
     p.add_argument("--json", action="store_true", help="print the plan as one JSON object instead of the table")
+    t = p.add_argument_group("tenants (Retriever memory)")
+    t.add_argument("--tenants", type=int, default=None, help="tenant count (default: the index root's, if given)")
+    t.add_argument("--working-set", type=int, default=None, help="tenants hot at once")
+    t.add_argument("--index-bytes-per-tenant", default=None, metavar="SIZE", help="loaded index size of a tenant, e.g. 40MiB")
+    t.add_argument("--index-root", default=None, metavar="URI", help="measure index bytes per tenant from this index root")
+    t.add_argument("--replica-memory", default=None, metavar="SIZE", help="Retriever replica memory, e.g. 16GiB")
+    t.add_argument("--replica-base-memory", default="1.5GiB", metavar="SIZE",
+                   help="a replica with no tenant loaded (default 1.5GiB)")
 
 
 def plan_json(plan) -> dict[str, Any]:
@@ -144,7 +161,58 @@ def _check(pm, cfg: dict[str, Any] | None, manifest: dict[str, Any] | None) -> s
     return None
 
 
+def tenant_load(args: argparse.Namespace) -> TenantLoad | None:
+    """The tenant options as a :class:`TenantLoad`, or None when none was given."""
+    given = [args.tenants, args.working_set, args.index_bytes_per_tenant, args.index_root, args.replica_memory]
+    if all(v is None for v in given):
+        return None
+    if args.index_bytes_per_tenant is not None and args.index_root is not None:
+        raise UsageError("give --index-bytes-per-tenant or --index-root, not both")
+    tenants, per_tenant, measured = args.tenants, None, None
+    if args.index_root is not None:
+        sizes = measure_index_bytes(args.index_root)
+        if not sizes:
+            raise UsageError(f"--index-root {args.index_root}: no published tenant there")
+        per_tenant, measured = float(quantile(list(sizes.values()), 0.95)), args.index_root
+        tenants = tenants or len(sizes)
+    elif args.index_bytes_per_tenant is not None:
+        per_tenant = parse_bytes(args.index_bytes_per_tenant)
+    missing = [n for n, v in (("--tenants", tenants), ("--working-set", args.working_set),
+                              ("--index-bytes-per-tenant or --index-root", per_tenant),
+                              ("--replica-memory", args.replica_memory)) if v is None]
+    if missing:
+        raise UsageError(f"tenant sizing needs {', '.join(missing)}")
+    if tenants < 1 or args.working_set < 1:
+        raise UsageError("--tenants and --working-set must be at least 1")
+    if per_tenant <= 0:
+        raise UsageError("index bytes per tenant must be more than 0")
+    return TenantLoad(tenants=tenants, working_set=args.working_set, index_bytes_per_tenant=per_tenant,
+                      replica_memory_bytes=parse_bytes(args.replica_memory),
+                      replica_base_bytes=parse_bytes(args.replica_base_memory), measured_from=measured)
+
+
+def _gib(b: float) -> str:
+    return f"{b / 2**30:,.2f} GiB" if b >= 2**30 else f"{b / 2**20:,.1f} MiB"
+
+
+def render_tenants(m: TenantMemoryPlan, littles: int) -> str:
+    fits = ("yes" if m.working_set_fits_each_replica else
+            f"NO: each replica would need {_gib(m.replica_memory_for_working_set)}, or tenant-affine routing")
+    return "\n".join([
+        "tenants (Retriever memory; Serve routes without tenant affinity, so each replica sees the whole working set)",
+        f"  tenants {m.tenants:,}, working set {m.working_set:,}, index per tenant {_gib(m.index_bytes_per_tenant)}"
+        + (f" (p95 measured under {m.measured_from})" if m.measured_from else ""),
+        f"  replica memory {_gib(m.replica_memory_bytes)}: holds {m.tenants_hot_per_replica:,} tenants hot",
+        f"  working set fits each replica: {fits}",
+        f"  replica memory for the working set: {_gib(m.replica_memory_for_working_set)}",
+        f"  Retriever replicas: Little's law p95 {littles}, by memory if partitioned {m.replicas_if_partitioned}, "
+        f"planned {retriever_replicas(littles, m)}",
+        f"  lru_tenants per replica: {m.lru_tenants}; all tenants loaded once: {_gib(m.all_tenants_bytes)}",
+    ])
+
+
 def run(args: argparse.Namespace) -> int:
+    load = tenant_load(args)
 
     profile = load_profile(args.profile)
     if args.from_traces:
@@ -171,10 +239,18 @@ def run(args: argparse.Namespace) -> int:
                 Path(path).write_text(pm.dump_yaml(data, header))
             except OSError as e:
                 raise UsageError(f"cannot write {path}: {e.strerror}") from None
+    mem = plan_tenant_memory(load) if load is not None else None
+    littles = int(plan.deployment("Retriever").replicas_peak.p95)
     if args.json:
-        print(json.dumps(plan_json(plan)))
+        out = plan_json(plan)
+        if mem is not None:
+            out["tenants"] = {**mem.model_dump(mode="json"), "retriever_replicas_littles_law": littles,
+                              "retriever_replicas": retriever_replicas(littles, mem)}
+        print(json.dumps(out))
     else:
         print(render_table(plan, profile))
+        if mem is not None:
+            print(render_tenants(mem, littles))
         for path, what in ((args.out, "Serve config"), (args.rayservice, "RayService manifest")):
             if path:
                 print(f"wrote {what} {path}")

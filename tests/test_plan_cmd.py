@@ -224,3 +224,44 @@ def test_the_rayservice_serve_args_plus_its_environment_make_valid_settings(monk
     monkeypatch.delenv("QUARRY_REDIS_URL")
     with pytest.raises(ValueError):
         settings_from_args({**args, "jwt_secret": "s" * 40, "run_store": "actor"})
+def test_tenants_sized_by_memory_and_littles_law(capsys):
+    rc, out, _ = plan(capsys, "--profile", str(LOCAL), "--json", "--tenants", "10000", "--working-set", "2000",
+                      "--index-bytes-per-tenant", "20MiB", "--replica-memory", "16GiB")
+    assert rc == 0
+    t = json.loads(out)["tenants"]
+    assert t["tenants_hot_per_replica"] == 578 and t["working_set_fits_each_replica"] is False
+    assert t["replicas_if_partitioned"] == 4
+    assert t["retriever_replicas"] == max(4, t["retriever_replicas_littles_law"])
+    rc, out, _ = plan(capsys, "--profile", str(LOCAL), "--tenants", "10000", "--working-set", "200",
+                      "--index-bytes-per-tenant", "20MiB", "--replica-memory", "16GiB")
+    assert rc == 0 and "holds 578 tenants hot" in out and "working set fits each replica: yes" in out
+
+
+def test_tenants_measured_from_an_index_root(capsys, tmp_path):
+    from quarry.core.index import layout
+
+    root = tmp_path / "idx"
+    for tenant, size in (("a", 1000), ("b", 3000)):
+        gen = layout.generation_dir(str(root), tenant, 1)
+        shard = Path(layout.shard_dir(str(root), tenant, 1, 0))
+        shard.mkdir(parents=True)
+        (shard / "dense.faiss").write_bytes(b"x" * size)
+        Path(gen, "manifest.json").write_text("{}")  # not a shard file: not counted
+        Path(layout.tenant_dir(str(root), tenant), "CURRENT").write_text("gen-1")
+    rc, out, _ = plan(capsys, "--profile", str(LOCAL), "--json", "--working-set", "2", "--index-root", str(root),
+                      "--replica-memory", "2GiB")
+    assert rc == 0
+    t = json.loads(out)["tenants"]
+    assert t["tenants"] == 2 and t["index_bytes_per_tenant"] == 3000 and t["measured_from"] == str(root)
+
+
+@pytest.mark.parametrize("argv, msg", [
+    (["--tenants", "10"], "tenant sizing needs --working-set"),
+    (["--tenants", "10", "--working-set", "2", "--index-bytes-per-tenant", "big", "--replica-memory", "1GiB"],
+     "is not a size"),
+    (["--tenants", "10", "--working-set", "20", "--index-bytes-per-tenant", "1MiB", "--replica-memory", "1GiB"],
+     "exceeds the tenant count"),
+])
+def test_tenant_options_bad_input_exit_2(capsys, argv, msg):
+    rc, _, err = plan(capsys, "--profile", str(LOCAL), *argv)
+    assert rc == 2 and msg in err

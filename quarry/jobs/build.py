@@ -10,14 +10,16 @@ Stages (each a Spark transformation delegating to ``quarry.core`` via
     chunk       mapInPandas(core.ingest.chunking.chunk_document) + shard_of one row per doc
     contextualize mapInPandas(contextualizer.contextualize_many)         per document
     embed       explode + mapInPandas(embedder.encode), model cached per worker
-    stats       per-partition TermStats, treeReduce -> only stats reach the driver
-    build       groupBy(tenant, shard).cogroup(parents).applyInPandas(core.index.build.build_and_upload_shard)
+    stats       per-(partition, tenant) TermStats, merged by groupBy(tenant) on the executors;
+                only each tenant's totals (n_docs, total_len, terms) reach the driver
+    build       groupBy(tenant, shard).cogroup(parents + the tenant's stats row).applyInPandas(
+                core.index.build.build_and_upload_shard)
                 -> upload into <root>/<tenant>/gen-<n>/shard-<k>/; ShardInfo rows back
     manifest    driver: counts checked, core.index.manifest.make_manifest + report.json
     publish     core.index.manifest.publish: each shard present at the size its task wrote and verified, CURRENT switched atomically
 
-Passages and embeddings never reach the driver: it collects only counts, cost sums,
-term statistics and ShardInfo rows.
+Passages and embeddings never reach the driver: it collects only per-tenant counts, cost sums,
+statistics totals and ShardInfo rows.
 
 The stages' driver side is ``quarry.jobs.build_plan``, the manifest and publish steps
 ``quarry.jobs.build_publish``, the settings ``quarry.jobs.build_settings``; this module
@@ -69,7 +71,7 @@ def _run(settings: BuildSettings, spark, files: list[str], case_gate: CaseGate |
         embedded, n_emb = plan.embed(job, contextualized)
         stats = plan.term_statistics(job, embedded, n_emb)
         built = plan.build_shards(job, contextualized, embedded, stats, n_shards)
-        write_manifests(job, built, stats, n_shards)
+        write_manifests(job, built, stats.totals, n_shards)
         publish(job, built, case_gate)
     finally:
         job.close()

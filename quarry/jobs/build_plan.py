@@ -4,7 +4,8 @@ source files to every tenant's shards uploaded into its next generation folder.
 Each stage is a Spark transformation delegating to ``quarry.core`` through the executor
 functions of ``quarry.jobs.stages``; each is materialised once, timed and reported in the
 :class:`BuildJob`'s report. Passages and embeddings never reach the driver: it collects
-only counts, cost sums, term statistics and :class:`ShardInfo` rows. Writing manifests and
+only per-tenant counts, cost sums and statistics totals (never a vocabulary) and
+:class:`ShardInfo` rows, all bounded by the number of tenants and shards. Writing manifests and
 publishing is ``quarry.jobs.build_publish``; the composition is ``quarry.jobs.build``.
 """
 
@@ -16,7 +17,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 from pyspark import StorageLevel
 from pyspark.sql import Window
 from pyspark.sql import functions as F
@@ -24,7 +24,7 @@ from pyspark.sql import functions as F
 from quarry.core.embed.factory import build_embedder
 from quarry.core.errors import UsageError
 from quarry.core.index import layout
-from quarry.core.index.build import APPROX_THRESHOLD, build_and_upload_shard, n_shards_for
+from quarry.core.index.build import APPROX_THRESHOLD, n_shards_for
 from quarry.core.index.lexical import TermStats
 from quarry.core.index.manifest import ShardInfo
 from quarry.core.ingest.contextualize import CostAccount
@@ -249,33 +249,56 @@ def embed(job: BuildJob, ctxd):
     return embedded, n_emb
 
 
-def term_statistics(job: BuildJob, embedded, n_emb: int) -> dict[str, TermStats]:
-    """Tenant-wide term statistics; only the statistics reach the driver."""
+@dataclass(frozen=True)
+class TenantStats:
+    """Tenant-wide term statistics as the build holds them: the per-tenant rows stay on the
+    executors (``frame``: tenant, n_docs, total_len, terms, stats); the driver keeps only each
+    tenant's totals (``totals``: ``TermStats`` with ``df`` left empty), bounded by the tenant count."""
+
+    frame: Any  # DataFrame, or None when nothing was embedded
+    totals: dict[str, TermStats]
+
+
+def term_statistics(job: BuildJob, embedded, n_emb: int) -> TenantStats:
+    """Tenant-wide term statistics on the executors: partial per (partition, tenant), merged
+    per tenant by ``groupBy(tenant)``. Only (tenant, n_docs, total_len, terms) reach the driver."""
     job.start("stats")
-    stats: dict[str, TermStats] = (
-        embedded.select("tenant", "passage_json").rdd.map(tuple)
-        .mapPartitions(stages.partial_term_stats).treeReduce(stages.merge_term_stats, depth=2)
-    ) if n_emb else {}
-    job.done("stats", tenants=len(stats), terms=sum(len(v.df) for v in stats.values()))
-    return stats
+    if not n_emb:
+        job.done("stats", tenants=0, terms=0)
+        return TenantStats(None, {})
+    partial = embedded.select("tenant", "passage_json").mapInPandas(stages.partial_term_stats,
+                                                                    stages.PARTIAL_STATS_SCHEMA)
+    frame = job.keep(partial.groupBy("tenant").applyInPandas(stages.merge_term_stats, stages.TENANT_STATS_SCHEMA))
+    rows = frame.select("tenant", "n_docs", "total_len", "terms").collect()
+    totals = {r["tenant"]: TermStats(int(r["n_docs"]), int(r["total_len"])) for r in rows}
+    job.done("stats", tenants=len(totals), terms=sum(int(r["terms"]) for r in rows))
+    return TenantStats(frame, totals)
 
 
-def build_shards(job: BuildJob, ctxd, embedded, stats: dict[str, TermStats], n_shards: dict[str, int]) -> BuiltShards:
-    """Every (tenant, shard) built and uploaded into the tenant's next generation folder."""
+def build_shards(job: BuildJob, ctxd, embedded, stats: TenantStats, n_shards: dict[str, int]) -> BuiltShards:
+    """Every (tenant, shard) built and uploaded into the tenant's next generation folder.
+
+    Each shard task receives its passages with their embeddings, its parent sections and its
+    own tenant's statistics (one row, joined on the executors), and returns one ShardInfo row."""
     job.start("build")
-    tenants = sorted(stats)
+    tenants = sorted(stats.totals)
     generations = {t: layout.next_generation(job.root, t) for t in tenants}
     infos: dict[str, list[ShardInfo]] = {t: [] for t in tenants}
     dims: dict[str, int] = {}
     dim = int(job.embedder.dim)
     approx = job.settings.approx_threshold or APPROX_THRESHOLD
     if tenants:
-        stats_bc = job.sc.broadcast(stats)
-        parents = ctxd.select("tenant", "shard", F.explode("parents").alias("parent_json"))
+        shard_counts = job.spark.createDataFrame([(t, n_shards[t]) for t in tenants], "tenant string, n_shards int")
+        stats_rows = (stats.frame.select("tenant", "stats").join(shard_counts, "tenant")
+                      .select("tenant", F.explode(F.sequence(F.lit(0), F.col("n_shards") - 1)).alias("shard"),
+                              F.lit(None).cast("string").alias("parent_json"), "stats"))
+        parents = ctxd.select("tenant", "shard", F.explode("parents").alias("parent_json"),
+                              F.lit(None).cast("binary").alias("stats"))
+        side = parents.unionByName(stats_rows.select("tenant", F.col("shard").cast("int"), "parent_json", "stats"))
         built = (embedded.select("tenant", "shard", "passage_json", "embedding").groupBy("tenant", "shard")
-                 .cogroup(parents.groupBy("tenant", "shard"))
+                 .cogroup(side.groupBy("tenant", "shard"))
                  .applyInPandas(functools.partial(stages.build_one_shard, root=job.root, generations=generations,
-                                                  stats_bc=stats_bc, dim=dim, approx_threshold=approx),
+                                                  dim=dim, approx_threshold=approx),
                                 stages.SHARD_INFO_SCHEMA)
                  .collect())
         for r in built:
@@ -284,11 +307,5 @@ def build_shards(job: BuildJob, ctxd, embedded, stats: dict[str, TermStats], n_s
                 documents=int(r["documents"]), dense_kind=r["dense_kind"], checksums=json.loads(r["checksums"]),
                 sizes=json.loads(r["sizes"])))
             dims[r["tenant"]] = int(r["dim"])
-        stats_bc.unpersist()
-    for t in tenants:  # hash sharding can leave a shard empty: no passage touches the driver
-        have = {i.shard for i in infos[t]}
-        for k in (k for k in range(n_shards[t]) if k not in have):
-            infos[t].append(build_and_upload_shard(t, k, [], [], np.zeros((0, dim), np.float32), stats[t],
-                                                   layout.shard_dir(job.root, t, generations[t], k), approx))
     job.done("build", tenants=len(tenants), shards=sum(len(v) for v in infos.values()))
     return BuiltShards(tenants, generations, infos, dims)

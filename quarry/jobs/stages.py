@@ -67,6 +67,9 @@ EMBEDDED_SCHEMA = (
     "tenant string, shard int, doc_id string, passage_id string, passage_json string, "
     "embedding binary, embed_tokens long, worker_pid long, model_loads long"
 )
+PARTIAL_STATS_SCHEMA = "tenant string, stats binary"
+TENANT_STATS_SCHEMA = "tenant string, n_docs long, total_len long, terms long, stats binary"
+SHARD_SIDE_SCHEMA = "tenant string, shard int, parent_json string, stats binary"
 SHARD_INFO_SCHEMA = (
     "tenant string, shard int, passages long, parents long, documents long, dense_kind string, "
     "dim int, checksums string, sizes string"
@@ -277,38 +280,65 @@ def embed_passages(batches: Iterator[pd.DataFrame], spec: str, batch_size: int,
 
 
 # --------------------------------------------------------------------------- term stats
+#
+# A tenant's statistics are computed on the executors and travel only to that tenant's own
+# shard tasks: partial per (partition, tenant), merged per tenant by a groupBy(tenant), then
+# joined to the tenant's (tenant, shard) keys. Nothing proportional to the vocabularies of
+# all tenants exists on the driver or in any one task.
 
 
-def partial_term_stats(rows: Iterator) -> Iterator[dict]:
-    """One partition's per-tenant TermStats (RDD mapPartitions; merged by treeReduce)."""
+def stats_to_bytes(s: TermStats) -> bytes:
+    return json.dumps({"n_docs": s.n_docs, "total_len": s.total_len, "df": s.df}, separators=(",", ":")).encode()
+
+
+def stats_from_bytes(b: bytes) -> TermStats:
+    d = json.loads(b)
+    return TermStats(int(d["n_docs"]), int(d["total_len"]), {str(k): int(v) for k, v in d["df"].items()})
+
+
+def partial_term_stats(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+    """(tenant, passage_json) -> one partial TermStats per tenant of this partition (mapInPandas)."""
     tokens: dict[str, list[list[str]]] = {}
-    for tenant, pj in rows:
-        tokens.setdefault(tenant, []).append(tokenize(lexical_text(Passage.model_validate_json(pj))))
-    yield {t: TermStats.from_tokens(tl) for t, tl in tokens.items()}
+    for pdf in batches:
+        for tenant, pj in zip(pdf["tenant"], pdf["passage_json"]):
+            tokens.setdefault(tenant, []).append(tokenize(lexical_text(Passage.model_validate_json(pj))))
+    if tokens:
+        yield pd.DataFrame({"tenant": list(tokens),
+                            "stats": [stats_to_bytes(TermStats.from_tokens(tl)) for tl in tokens.values()]})
 
 
-def merge_term_stats(a: dict, b: dict) -> dict:
-    out = dict(a)
-    for t, s in b.items():
-        out[t] = out[t].merge(s) if t in out else s
-    return out
+def merge_term_stats(key, pdf):  # no type hints: Spark would try to infer the UDF kind from them
+    """groupBy(tenant).applyInPandas: one tenant's partials -> its tenant-wide TermStats."""
+    total = TermStats()
+    for b in pdf["stats"]:
+        total = total.merge(stats_from_bytes(b))
+    return pd.DataFrame([{"tenant": str(key[0]), "n_docs": total.n_docs, "total_len": total.total_len,
+                          "terms": len(total.df), "stats": stats_to_bytes(total)}])
 
 
 # --------------------------------------------------------------------------- build shards
 
 
-def build_one_shard(key, passages_pdf: pd.DataFrame, parents_pdf: pd.DataFrame, *, root: str,
-                    generations: Mapping[str, int], stats_bc, dim: int, approx_threshold: int) -> pd.DataFrame:
-    """cogroup(passages, parents) by (tenant, shard): build and upload the shard with
-    ``core.index.build.build_and_upload_shard`` into the tenant's new generation folder."""
+def build_one_shard(key, passages_pdf: pd.DataFrame, side_pdf: pd.DataFrame, *, root: str,
+                    generations: Mapping[str, int], dim: int, approx_threshold: int) -> pd.DataFrame:
+    """cogroup(passages, parents + stats) by (tenant, shard): build and upload the shard with
+    ``core.index.build.build_and_upload_shard`` into the tenant's new generation folder.
+
+    ``side_pdf`` holds the shard's parent sections (``parent_json``) and exactly one row with
+    the tenant's statistics (``stats``); a shard that hash sharding left empty arrives with
+    that row alone and is built empty, here, like any other."""
     tenant, shard = str(key[0]), int(key[1])
+    blobs = [b for b in side_pdf["stats"] if b is not None]
+    if len(blobs) != 1:
+        raise RuntimeError(f"{tenant} shard {shard}: expected one statistics row, got {len(blobs)}")
+    stats = stats_from_bytes(blobs[0])
     passages = [Passage.model_validate_json(p) for p in passages_pdf["passage_json"]]
-    parents = [ParentSection.model_validate_json(p) for p in parents_pdf["parent_json"]]
+    parents = [ParentSection.model_validate_json(p) for p in side_pdf["parent_json"] if isinstance(p, str)]
     if len(passages):
         emb = np.stack([np.frombuffer(b, dtype=np.float32) for b in passages_pdf["embedding"]])
     else:
         emb = np.zeros((0, dim), np.float32)
-    info = build_and_upload_shard(tenant, shard, passages, parents, emb, stats_bc.value[tenant],
+    info = build_and_upload_shard(tenant, shard, passages, parents, emb, stats,
                                   layout.shard_dir(root, tenant, generations[tenant], shard), approx_threshold)
     return pd.DataFrame([{
         "tenant": tenant, "shard": shard, "passages": info.passages, "parents": info.parents,

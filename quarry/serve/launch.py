@@ -8,7 +8,10 @@ the load benchmark share this, so all three run the same application the same wa
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -99,6 +102,22 @@ def wait_healthy(base_url: str, timeout_s: float = 180.0) -> None:
     raise TimeoutError(f"{base_url}/healthz did not answer 200 within {timeout_s:.0f}s ({last})")
 
 
+@contextlib.contextmanager
+def kept_signal_handlers():
+    """Keep the caller's Python SIGINT/SIGTERM handlers across ``ray.init``, which replaces
+    SIGTERM's with ``sys.exit`` (and its core worker's crash handler, which aborts the
+    process with SIGABRT after running it): a draining ``quarry serve`` must keep its own."""
+    sigs = (signal.SIGINT, signal.SIGTERM)
+    main = threading.current_thread() is threading.main_thread()
+    before = {s: signal.getsignal(s) for s in sigs} if main else {}
+    try:
+        yield
+    finally:
+        for s, h in before.items():
+            if callable(h) and h is not signal.default_int_handler:
+                signal.signal(s, h)
+
+
 def start(
     settings: ServeSettings,
     host: str = "127.0.0.1",
@@ -125,7 +144,8 @@ def start(
             # num_cpus and friends describe a *new* local cluster; a connect must not pass them.
             for k in ("num_cpus", "num_gpus", "include_dashboard", "object_store_memory"):
                 kw.pop(k, None)
-        ray.init(**kw)
+        with kept_signal_handlers():
+            ray.init(**kw)
     serve.start(http_options={"host": host, "port": port})
     serve.run(app, name=APP_NAME, route_prefix="/")
     base = f"http://{_url_host(host)}:{port}"
@@ -133,19 +153,27 @@ def start(
     return base
 
 
-def stop(connected: bool = False) -> None:
+def stop(connected: bool = False, drain_s: float | None = None) -> bool:
     """Tear down what ``start`` set up. In-process: Serve and Ray. Connected to a shared
-    cluster: only this application is deleted, then this driver disconnects."""
+    cluster: only this application is deleted, then this driver disconnects.
+
+    Serve's shutdown drains: the proxies stop accepting and each replica finishes its
+    in-flight requests (its graceful shutdown) before it stops. ``drain_s`` bounds that
+    wait; past it Ray is shut down anyway. Returns whether Serve finished within it."""
     import ray
     from ray import serve
 
     if not ray.is_initialized():
-        return
+        return True
     try:
-        if connected:
-            serve.delete(APP_NAME)
-        else:
-            serve.shutdown()
+        teardown = (lambda: serve.delete(APP_NAME)) if connected else serve.shutdown
+        if drain_s is None:
+            teardown()
+            return True
+        worker = threading.Thread(target=teardown, name="quarry-serve-drain", daemon=True)
+        worker.start()
+        worker.join(drain_s)
+        return not worker.is_alive()
     finally:
         ray.shutdown()
 

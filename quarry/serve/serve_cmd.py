@@ -25,6 +25,9 @@ Tokens: `quarry token --tenant acme --subject alice --groups all-staff` mints on
 with the same local key (QUARRY_JWT_SECRET, else $QUARRY_HOME/dev-jwt-secret). For
 RS256, set `jwt_public_key_file` in the config (or QUARRY_JWT_PUBLIC_KEY_FILE).
 OpenAPI docs: http://HOST:PORT/docs; agent tool schemas: GET /v1/tools.
+
+Stopping: SIGTERM (how Kubernetes stops a pod) or SIGINT drains and exits 0: Serve stops
+accepting, in-flight requests finish (at most --drain-s), Serve and Ray shut down.
 """
 
 
@@ -67,6 +70,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--address", default=None,
                    help="Ray cluster to join ('auto', 'HOST:6379' or 'ray://HOST:10001'); default: "
                         "$RAY_ADDRESS, else start Ray in this process")
+    p.add_argument("--drain-s", type=float, default=30.0,
+                   help="on SIGTERM/SIGINT, seconds to let in-flight requests finish before Ray is shut down "
+                        "(default 30; keep it under the pod's terminationGracePeriodSeconds)")
+
+
+def _on_stop_signals(stop: threading.Event) -> None:
+    """SIGINT and SIGTERM set ``stop``. Called again after ``ray.init``, which installs its
+    own SIGTERM handler (``sys.exit``) that would skip the drain and Ray's shutdown."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda signum, _frame: stop.set())
 
 
 def run(args: argparse.Namespace) -> int:
@@ -87,14 +100,17 @@ def run(args: argparse.Namespace) -> int:
     where = f"Ray cluster at {address}" if address else "Ray in this process"
     print(f"quarry serve: starting {where}; index root {settings.index_root}", flush=True)
     stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
+    _on_stop_signals(stop)
     try:
         base = launch.start(settings, args.host, args.port, address)
-    except Exception as e:  # noqa: BLE001 - startup failures are reported, not raised
-        print(f"quarry serve: failed to start: {type(e).__name__}: {e}", file=sys.stderr)
-        launch.stop(connected=bool(address))
-        return 1
+    except (Exception, SystemExit) as e:  # noqa: BLE001 - startup failures (and Ray's SIGTERM exit) are reported
+        if isinstance(e, SystemExit):
+            print("quarry serve: stopped by a signal while starting", file=sys.stderr)
+        else:
+            print(f"quarry serve: failed to start: {type(e).__name__}: {e}", file=sys.stderr)
+        launch.stop(connected=bool(address), drain_s=args.drain_s)
+        return 0 if isinstance(e, SystemExit) else 1
+    _on_stop_signals(stop)  # ray.init replaced the SIGTERM handler
     print(f"quarry serve: serving on {base} (docs {base}/docs, tools {base}/v1/tools, health {base}/healthz); "
           "Ctrl-C to stop", flush=True)
     direct = launch.ingress_urls(args.host, timeout_s=10) if not address else []
@@ -102,15 +118,19 @@ def run(args: argparse.Namespace) -> int:
         print(f"quarry serve: Gateway replicas also answer directly (no proxy hop) on {', '.join(direct)}; "
               "these ports change when a replica is replaced", flush=True)
     try:
-        stop.wait()
+        while not stop.wait(0.5):
+            pass
     finally:
-        print("quarry serve: shutting down", flush=True)
+        print(f"quarry serve: shutting down (draining up to {args.drain_s:g}s)", flush=True)
         # On a shared cluster, delete our application but leave the cluster's Serve alone.
-        launch.stop(connected=bool(address))
+        drained = launch.stop(connected=bool(address), drain_s=args.drain_s)
+        print("quarry serve: stopped" + ("" if drained else f" (Serve did not drain within {args.drain_s:g}s)"),
+              flush=True)
     return 0
 
 
 def serve_main(index_root: str, host: str = "127.0.0.1", port: int = 8000, config: str | None = None,
-               address: str | None = None) -> int:
+               address: str | None = None, drain_s: float = 30.0) -> int:
     """Programmatic form of ``quarry serve`` (blocks until SIGINT/SIGTERM)."""
-    return run(argparse.Namespace(index_root=index_root, host=host, port=port, config=config, address=address))
+    return run(argparse.Namespace(index_root=index_root, host=host, port=port, config=config, address=address,
+                                  drain_s=drain_s))

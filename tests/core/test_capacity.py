@@ -198,3 +198,41 @@ def test_capacity_modules_import_no_heavy_frameworks():
             "print(','.join(m for m in ('ray', 'pyspark', 'torch', 'yaml') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+# --------------------------------------------------------------------------- tenants and memory
+
+
+def test_tenant_memory_hot_tenants_and_replicas():
+    from quarry.core.capacity.tenant_memory import TenantLoad, plan_tenant_memory, retriever_replicas
+
+    gib, mib = 2**30, 2**20
+    m = plan_tenant_memory(TenantLoad(tenants=10_000, working_set=200, index_bytes_per_tenant=20 * mib,
+                                      replica_memory_bytes=16 * gib, replica_base_bytes=1.5 * gib, headroom=0.8))
+    # (16 GiB x 0.8 - 1.5 GiB) / 20 MiB = 11.3 GiB / 20 MiB = 578.56 -> 578
+    assert m.tenants_hot_per_replica == 578
+    assert m.working_set_fits_each_replica and m.replicas_if_partitioned == 1 and m.lru_tenants == 200
+    assert m.replica_memory_for_working_set == pytest.approx((1.5 * gib + 200 * 20 * mib) / 0.8, abs=0.1)
+    assert m.all_tenants_bytes == 10_000 * 20 * mib
+    big = plan_tenant_memory(TenantLoad(tenants=10_000, working_set=2_000, index_bytes_per_tenant=20 * mib,
+                                        replica_memory_bytes=16 * gib))
+    assert not big.working_set_fits_each_replica and big.replicas_if_partitioned == 4  # ceil(2000 / 578)
+    assert big.lru_tenants == 578
+    assert retriever_replicas(3, big) == 4 and retriever_replicas(7, big) == 7
+
+
+def test_tenant_memory_edges():
+    from quarry.core.capacity.tenant_memory import (
+        TenantLoad, parse_bytes, plan_tenant_memory, quantile, tenants_hot_per_replica)
+    from quarry.core.errors import UsageError
+
+    assert parse_bytes("16GiB") == 16 * 2**30 and parse_bytes("40MB") == 40e6 and parse_bytes("512") == 512
+    with pytest.raises(UsageError):
+        parse_bytes("lots")
+    assert tenants_hot_per_replica(1 * 2**30, 2 * 2**30, 2**20) == 0  # base alone exceeds the replica
+    tiny = plan_tenant_memory(TenantLoad(tenants=5, working_set=5, index_bytes_per_tenant=2**30,
+                                         replica_memory_bytes=2**30))
+    assert tiny.tenants_hot_per_replica == 0 and tiny.replicas_if_partitioned == 0 and not tiny.working_set_fits_each_replica
+    with pytest.raises(UsageError):
+        plan_tenant_memory(TenantLoad(tenants=5, working_set=6, index_bytes_per_tenant=1, replica_memory_bytes=2**30))
+    assert quantile([5, 1, 3, 2, 4], 0.95) == 5 and quantile([5, 1, 3, 2, 4], 0.5) == 3

@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
+from quarry.serve.http.responses import Limited
 from test_quotas import deploy
 
 pytestmark = [pytest.mark.serve, pytest.mark.slow]
@@ -67,6 +68,10 @@ def test_flooding_tenant_gets_429_while_another_tenants_calls_all_succeed(quarry
     assert body["limit"]["limit"] == 6 and body["limit"]["window_s"] == 60
     assert time.time() < body["limit"]["reset_at"] <= time.time() + 61
     assert body["limit"]["retry_after_s"] == retry and "6 requests per 60 s" in body["detail"]
+    Limited.model_validate(body)  # the 429 body the OpenAPI document declares
+    spec = limited.get("/openapi.json").json()
+    for path in ("/v1/runs", "/v1/search", "/v1/fetch", "/v1/answer"):
+        assert "429" in spec["paths"][path]["post"]["responses"]
     # the tenant's own limit (10) holds over all its subjects
     others = [limited.post("/v1/runs", headers=_h(app.token(tenant="globex", subject=f"s{i}", groups=("staff",))))
               for i in range(6)]
@@ -88,7 +93,7 @@ def test_open_run_quota_override_states_limit_and_reset(quarry_app, limited):
     assert [limited.post("/v1/runs", headers=_h(tok)).status_code for _ in range(2)] == [200, 200]
     r = limited.post("/v1/runs", headers=_h(tok))
     assert r.status_code == 429 and "open runs for this subject" in r.json()["detail"]
-    lim = r.json()["limit"]
+    lim = Limited.model_validate(r.json()).limit.model_dump()
     assert lim["kind"] == "open_runs" and lim["scope"] == "subject" and lim["limit"] == 2
     # the first open run closes when idle for run_idle_s (120 s) at the latest
     assert 100 <= int(r.headers["retry-after"]) <= 120 and lim["retry_after_s"] == int(r.headers["retry-after"])

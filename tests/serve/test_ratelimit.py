@@ -185,3 +185,38 @@ def test_a_new_heavy_tenant_takes_a_label_and_the_label_set_stays_bounded():
             seen.add(labels.observe(f"wave-{wave}"))
     assert len(labels.emitted) <= 4 and len(seen - {OTHER}) <= 4
     assert labels.observe("wave-29") == OTHER  # the cap is reached: later newcomers stay "other"
+
+
+def test_gateway_metrics_count_under_bounded_labels():
+    from quarry.serve.http.metrics import GatewayMetrics
+
+    m = GatewayMetrics(top_tenants=2)
+    labels = [m.tenant_call(f"t{i % 50}", "search", 200, 1.0) for i in range(2000)]
+    assert len(set(labels)) <= 2 * 2 + 1 and OTHER in labels
+
+
+class _Gauge:
+    def __init__(self):
+        self.values: dict[tuple[str, str], float] = {}
+
+    def set(self, v, tags):
+        self.values[(tags["tenant"], tags["stat"])] = v
+
+
+def test_change_lag_gauge_uses_the_bounded_labels_and_other_is_the_worst_lag(monkeypatch):
+    from types import SimpleNamespace
+
+    from quarry.core.lru import LRU
+    from quarry.serve.deployments import retriever as mod
+
+    cls = mod.Retriever.func_or_class
+    lags = {"big": 1.0, "small-1": 5.0, "small-2": 9.0, "small-3": 2.0}
+    monkeypatch.setattr(mod, "lag_summary", lambda state: {"max_s": lags[state], "count": 1})
+    fake = SimpleNamespace(_staleness_gauge=_Gauge(), _tenant_labels=TenantLabels(1), _other_lags=LRU(16))
+    for _ in range(10):
+        fake._tenant_labels.observe("big")
+    for t in lags:  # the small tenants each seen once: "other"
+        if t != "big":
+            fake._tenant_labels.observe(t)
+        cls._record_staleness(fake, t, SimpleNamespace(delta=SimpleNamespace(state=t)))
+    assert fake._staleness_gauge.values == {("big", "max"): 1.0, (OTHER, "max"): 9.0}

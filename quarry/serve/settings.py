@@ -68,6 +68,57 @@ class RequestLimits(BaseModel):
     max_json_depth: int = Field(default=32, ge=4, le=512)
 
 
+class TenantOverride(BaseModel):
+    """One tenant's limits where they differ from the defaults (``TenantLimits.overrides``);
+    a field left unset keeps the default."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    requests_per_tenant: int | None = Field(default=None, ge=1, description="requests per window, whole tenant")
+    requests_per_subject: int | None = Field(default=None, ge=1, description="requests per window, one subject")
+    concurrent_per_tenant: int | None = Field(default=None, ge=1, description="requests in flight, whole tenant")
+    runs_open_per_tenant: int | None = Field(default=None, ge=1, description="open runs, whole tenant")
+    runs_open_per_subject: int | None = Field(default=None, ge=1, description="open runs, one subject")
+
+
+class TenantLimits(BaseModel):
+    """Per-tenant and per-subject request rates and per-tenant concurrency at the Gateway
+    (``quarry/serve/http/ratelimit.py``), keyed by the verified principal only, on REST and
+    MCP alike. Counters live in the replica's memory, or in Redis when ``redis_url`` is set
+    (every Gateway replica then shares them). Past a limit: 429 with ``Retry-After`` and a
+    body naming the limit. Also the label bound of the per-tenant metrics."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    enabled: bool = Field(default=True, description="false: no rate or concurrency limit (run quotas still hold)")
+    strategy: Literal["moving-window", "fixed-window"] = Field(
+        default="moving-window", description="the limits library's strategy: exact moving window, or cheaper fixed")
+    window_s: int = Field(default=60, ge=1, le=86_400, description="the rate window, seconds")
+    requests_per_tenant: int = Field(default=60_000, ge=1, description="tool calls per window, per tenant")
+    requests_per_subject: int = Field(default=30_000, ge=1, description="tool calls per window, per tenant/subject")
+    concurrent_per_tenant: int = Field(default=512, ge=1, description="tool calls in flight at once, per tenant")
+    concurrency_lease_s: float = Field(default=120.0, gt=0,
+                                       description="Redis: a slot a dead replica never released frees after this")
+    overrides: dict[str, TenantOverride] = Field(default_factory=dict,
+                                                 description="tenant -> its own limits (rates, concurrency, runs)")
+    metrics_top_tenants: int = Field(default=20, ge=1, le=1000,
+                                     description="per-tenant metric labels: the top N tenants by traffic, else 'other'")
+
+    def override(self, tenant: str) -> TenantOverride:
+        return self.overrides.get(tenant) or _NO_OVERRIDE
+
+    def requests(self, tenant: str) -> tuple[int, int]:
+        """(per tenant, per subject) requests per window for ``tenant``."""
+        o = self.override(tenant)
+        return (o.requests_per_tenant or self.requests_per_tenant, o.requests_per_subject or self.requests_per_subject)
+
+    def concurrency(self, tenant: str) -> int:
+        return self.override(tenant).concurrent_per_tenant or self.concurrent_per_tenant
+
+
+_NO_OVERRIDE = TenantOverride()
+
+
 class ServeSettings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -121,6 +172,9 @@ class ServeSettings(BaseModel):
     run_budget: int = Field(default=3, ge=1, le=20)
     top_k_ceiling: int = Field(default=TOP_K_CEILING, ge=1, le=TOP_K_MAX)
     limits: RequestLimits = Field(default_factory=RequestLimits)
+    # Per-tenant rate, concurrency and open-run limits, their per-tenant overrides and the
+    # per-tenant metric label bound, in one block (docs/operations.md, "Tenant limits").
+    tenant_limits: TenantLimits = Field(default_factory=TenantLimits)
     # Traces keep a hash of the query plus at most this many characters of a redacted form
     # (digits masked, identifiers and emails replaced); 0 keeps the hash only.
     trace_query_chars: int = Field(default=80, ge=0, le=500)
@@ -147,6 +201,8 @@ class ServeSettings(BaseModel):
     redis_url: str | None = Field(default=None, description="redis://host:6379/0 when run_store is redis")
     state_dir: str | None = Field(default=None, description="actor checkpoints; default <index_root>/_serve/runs")
     run_ttl_s: int = Field(default=3600, ge=10, description="a run expires this long after it was created")
+    run_idle_s: int = Field(default=900, ge=1,
+                            description="an open run with no call for this long is closed, freeing its quota slot")
     runs_open_per_tenant: int = Field(default=10_000, ge=1, description="open runs per tenant; beyond: 429")
     runs_open_per_subject: int = Field(default=100, ge=1, description="open runs per tenant/subject; beyond: 429")
     runs_kept_per_tenant: int = Field(default=20_000, ge=1,
@@ -171,6 +227,9 @@ class ServeSettings(BaseModel):
     def _stores(self) -> "ServeSettings":
         if self.runs_kept_per_tenant < self.runs_open_per_tenant:
             raise ValueError("runs_kept_per_tenant must be at least runs_open_per_tenant (open runs are never evicted)")
+        for t, o in self.tenant_limits.overrides.items():
+            if (o.runs_open_per_tenant or 0) > self.runs_kept_per_tenant:
+                raise ValueError(f"tenant_limits.overrides[{t!r}].runs_open_per_tenant exceeds runs_kept_per_tenant")
         if self.run_store == "redis" and not self.redis_url:
             raise ValueError("run_store 'redis' needs redis_url (e.g. redis://127.0.0.1:6379/0)")
         # Traces follow the index root (a URI root: one object per writer flush, readable from
@@ -180,6 +239,12 @@ class ServeSettings(BaseModel):
             raise ValueError("an index_root URI (a multi-node deployment) needs run_store 'redis' (runs shared by "
                              "every node); the actor run store checkpoints to a local state_dir only")
         return self
+
+    def runs_open_for(self, tenant: str) -> tuple[int, int]:
+        """(per tenant, per subject) open-run limits for ``tenant``, overrides applied."""
+        o = self.tenant_limits.override(tenant)
+        return (o.runs_open_per_tenant or self.runs_open_per_tenant,
+                o.runs_open_per_subject or self.runs_open_per_subject)
 
     @property
     def run_state_dir(self) -> str:

@@ -62,6 +62,7 @@ def make_store(request, tmp_path):
     def make(ttl_s: float = 3600, **limits):
         lim = {**LIMITS, **limits}
         if request.param == "actor":
+            made.append(None)  # each store its own checkpoint folder
             return TableStore(RunTable(str(tmp_path / f"s{len(made)}"), ttl_s=ttl_s, **lim))
         from quarry.serve.stores.redis_store import RedisRunStore
 
@@ -350,3 +351,55 @@ def test_store_settings_fail_fast():
     assert ok.trace_root == "/t"
     shared = ServeSettings(index_root="s3://bucket/idx", auth=auth, run_store="redis", redis_url="redis://r:6379/0")
     assert shared.trace_root == "s3://bucket/idx/_traces"  # traces under the root: shared by every node
+
+
+# -- platform quotas: idle timeout, per-tenant overrides, the stated reset -------------------
+
+def test_idle_runs_close_and_free_their_slot(make_store):
+    async def go():
+        s = make_store(idle_s=1.5, open_per_subject=2)
+        pk = _pk(subject="idle")
+        kept, idle = (await s.create(pk, 3)).run_id, (await s.create(pk, 3)).run_id
+        with pytest.raises(QuotaExceeded):
+            await s.create(pk, 3)
+        await asyncio.sleep(0.9)
+        await s.get(kept, pk)  # a call restarts this run's idle clock
+        await asyncio.sleep(0.9)
+        # the untouched run closed and freed its slot; the touched one is still open
+        fresh = (await s.create(pk, 3)).run_id
+        with pytest.raises(RunNotFound):
+            await s.apply_search(idle, pk, ["a"])
+        assert (await s.apply_search(kept, pk, ["a"])).allowed
+        assert not (await s.get(fresh, pk)).finished
+        # a finished run is not open, so idleness does not apply to it: it stays readable until its TTL
+        await s.begin_answer(kept, pk)
+        await s.end_answer(kept, pk, "answered")
+        await asyncio.sleep(1.7)
+        assert (await s.get(kept, pk)).finished
+
+    arun(go())
+
+
+def test_open_run_limits_are_overridable_per_tenant_and_state_their_reset(make_store):
+    async def go():
+        s = make_store(idle_s=100, kept_per_tenant=50, overrides={"platform": (20, 10)})
+        agent = _pk("platform", "shared-service-identity")
+        for _ in range(10):  # the platform's one service identity holds 10 open runs, not 4
+            await s.create(agent, 3)
+        with pytest.raises(QuotaExceeded) as e:
+            await s.create(agent, 3)
+        assert e.value.scope == "subject" and e.value.limit == 10
+        assert 90 < e.value.reset_s <= 100  # the first open run closes by idleness within 100 s
+        # other tenants keep the defaults (4 per subject)
+        for _ in range(4):
+            await s.create(_pk("acme", "u9"), 3)
+        with pytest.raises(QuotaExceeded) as e:
+            await s.create(_pk("acme", "u9"), 3)
+        assert e.value.limit == 4 and 90 < e.value.reset_s <= 100
+        with pytest.raises(QuotaExceeded) as e:  # with no idle timeout, the reset is the TTL
+            s2 = make_store(ttl_s=50, open_per_subject=1)
+            await s2.create(agent, 3)
+            await s2.create(agent, 3)
+        assert e.value.scope == "subject" and 40 < e.value.reset_s <= 50
+
+    arun(go())

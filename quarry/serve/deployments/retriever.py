@@ -37,6 +37,7 @@ from quarry.core.search.survivors import apply_second_stage
 from quarry.serve.deployments.generations import GenerationIndexes
 from quarry.serve.deployments.tenant_status import Freshness, TenantStatus
 from quarry.serve.settings import ServeSettings
+from quarry.serve.tenant_labels import OTHER, TenantLabels
 
 log = logging.getLogger("quarry.serve")
 
@@ -76,7 +77,10 @@ class Retriever:
         self.encode_batch_sizes: list[int] = []  # queries per encode batch (recent), for tests and operators
         self._cache_lookups = _cache_lookups_counter()
         self.dense_choice = choose_backend(settings.dense_device)  # proven once per replica, fail closed
-        try:  # Prometheus (through Ray's metrics agent): change-to-visible lag per tenant
+        # the lag gauge's tenant tag: the top tenants by traffic on this replica, else "other"
+        self._tenant_labels = TenantLabels(settings.tenant_limits.metrics_top_tenants)
+        self._other_lags: LRU[str, dict[str, float]] = LRU(1024)  # unnamed tenants' last lags
+        try:  # Prometheus (through Ray's metrics agent): change-to-visible lag per tenant label
             from ray.util.metrics import Gauge
 
             self._staleness_gauge = Gauge("quarry_change_lag_seconds", "source change to visible, per tenant",
@@ -102,6 +106,7 @@ class Retriever:
         """The tenant's live index. A request that already holds the old index object
         finishes on it; the swap only changes what the *next* request gets."""
         now = time.monotonic()
+        self._tenant_labels.observe(tenant)  # traffic, for the lag gauge's bounded tenant tag
         entry = self._cache.get(tenant)
         with self._lock:
             tenant_lock = self._loading.setdefault(tenant, threading.Lock())
@@ -168,9 +173,15 @@ class Retriever:
     def _record_staleness(self, tenant: str, index: TenantIndex) -> None:
         if index.delta is None or self._staleness_gauge is None:
             return
-        for k, v in lag_summary(index.delta.state).items():
-            if k.endswith("_s") and v is not None:
-                self._staleness_gauge.set(float(v), tags={"tenant": tenant, "stat": k.removesuffix("_s")})
+        lags = {k.removesuffix("_s"): float(v) for k, v in lag_summary(index.delta.state).items()
+                if k.endswith("_s") and v is not None}
+        label = self._tenant_labels.label(tenant)
+        if label == OTHER:  # one series for all unnamed tenants: the worst lag among them
+            self._other_lags.put(tenant, lags)
+            seen = [v for _, v in self._other_lags.items()]
+            lags = {stat: max(x.get(stat, 0.0) for x in seen) for stat in lags}
+        for stat, v in lags.items():
+            self._staleness_gauge.set(v, tags={"tenant": label, "stat": stat})
 
     def _embedder(self, index: TenantIndex):
         """The index's query embedder, built once per (model, dim) by the core factory,

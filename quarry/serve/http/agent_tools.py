@@ -1,7 +1,9 @@
 """The agent tools (create a run, search, fetch, submit an answer) as one service that
 both transports call: the REST routes (``gateway.py``) and the MCP endpoint (``mcp.py``).
 
-It applies the run rules through the run store, composes a search with
+Every call is first admitted by the tenant limits (``ratelimit.TenantLimiter``: the
+verified principal's request rates and its tenant's concurrency; 429 past them) and counted
+in the per-tenant metrics. It applies the run rules through the run store, composes a search with
 ``quarry.core.search.composer.compose`` over the deployment handles, and records every
 call in the trace store. A refused call raises :class:`ToolError`, which carries the HTTP
 status and body REST answers with (MCP returns the same body as a tool error). Not-found
@@ -10,8 +12,12 @@ and not-permitted share one answer everywhere: ``404 {"detail": "not found"}``.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import math
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 from quarry.core.agent.citations import ABSTENTION_MESSAGE, check_claims
@@ -25,6 +31,7 @@ from quarry.serve.deployments.handles import DeploymentStages, call_retrying
 from quarry.serve.http.auth import Identity
 from quarry.serve.http.errors import error_details
 from quarry.serve.http.metrics import GatewayMetrics
+from quarry.serve.http.ratelimit import LimitExceeded, TenantLimiter
 from quarry.serve.http.responses import Abstained, Answered, FetchResponse, RunCreated, SearchResponse
 from quarry.serve.http.tools import FetchRequest, SearchToolRequest, SubmitAnswerRequest
 from quarry.serve.settings import ServeSettings
@@ -57,8 +64,10 @@ class AgentTools:
     """The tool logic behind REST and MCP, one per Gateway replica."""
 
     def __init__(self, settings: ServeSettings, stages: DeploymentStages, runs: RunStore, traces: TraceWriter,
-                 metrics: GatewayMetrics):
+                 metrics: GatewayMetrics, limiter: TenantLimiter | None = None):
         self.settings, self.stages, self.runs, self.traces, self.metrics = settings, stages, runs, traces, metrics
+        self.limiter = limiter or TenantLimiter(settings.tenant_limits, redis_url=settings.redis_url,
+                                                prefix=settings.store_name_prefix)
         # run_id -> (principal key, searches_left last seen). A run known here skips the
         # existence check before its search: the one store call after the search decides.
         self._known: LRU[str, tuple[str, int]] = LRU(KNOWN_RUNS)
@@ -94,16 +103,68 @@ class AgentTools:
             self.metrics.count(endpoint, 404)
             raise not_found() from None
 
+    @asynccontextmanager
+    async def _admitted(self, ident: Identity, endpoint: str) -> AsyncIterator[None]:
+        """One tool call: admitted by the tenant limits (or 429), then counted and timed
+        under the tenant's bounded label with the status it answered."""
+        t0, status = time.perf_counter(), 200
+        tenant = ident.principal.tenant
+        try:
+            try:
+                async with self.limiter.admit(ident.principal):
+                    yield
+            except LimitExceeded as e:
+                self.metrics.count(endpoint, 429)
+                self.metrics.tenant_refused(tenant, endpoint, e.scope, e.kind)
+                raise ToolError(429, e.body, {"Retry-After": str(e.retry_after_s)}) from None
+        except ToolError as e:
+            status = e.status
+            raise
+        except asyncio.CancelledError:
+            status = 499  # the client went away
+            raise
+        except Exception:
+            status = 500
+            raise
+        finally:
+            self.metrics.tenant_call(tenant, endpoint, status, (time.perf_counter() - t0) * 1000)
+
     # -- the tools ---------------------------------------------------------------------
     async def create_run(self, ident: Identity) -> RunCreated:
+        async with self._admitted(ident, "runs"):
+            return await self._create_run(ident)
+
+    async def fetch(self, ident: Identity, run_id: str, request: FetchRequest) -> FetchResponse:
+        async with self._admitted(ident, "fetch"):
+            return await self._fetch(ident, run_id, request)
+
+    async def answer(self, ident: Identity, run_id: str, decision: SubmitAnswerRequest | None,
+                     errors: list[dict[str, Any]] | None = None) -> Answered | Abstained:
+        """``decision`` is None when the body did not validate (``errors`` says why): that
+        still ends the run, as invalid_decision, and answers 422."""
+        async with self._admitted(ident, "answer"):
+            return await self._answer(ident, run_id, decision, errors)
+
+    async def search(self, ident: Identity, run_id: str, request: SearchToolRequest,
+                     timing: dict[str, float] | None = None) -> SearchResponse:
+        """Limits, the run's budget, the composed search, the run state (delivered and
+        rejected ids) and the trace. ``timing`` collects per-stage milliseconds."""
+        async with self._admitted(ident, "search"):
+            return await self._search(ident, run_id, request, timing)
+
+    async def _create_run(self, ident: Identity) -> RunCreated:
         pkey = principal_key(ident.principal)
         try:
             view = await self.runs.create(pkey, self.settings.run_budget)
         except QuotaExceeded as e:
             self.metrics.count("runs", 429)
+            retry = max(1, math.ceil(e.reset_s))
             raise ToolError(429, {"detail": f"too many open runs for this {e.scope} (limit {e.limit}); finish a "
-                                            "run with submit_answer or wait for one to expire"},
-                            {"Retry-After": "60"}) from None
+                                            "run with submit_answer or wait for one to close "
+                                            f"(a slot frees in {retry} s)",
+                                  "limit": {"scope": e.scope, "kind": "open_runs", "limit": e.limit, "window_s": None,
+                                            "reset_at": round(time.time() + retry, 3), "retry_after_s": retry}},
+                            {"Retry-After": str(retry)}) from None
         except StoreUnavailable:
             self.metrics.count("runs", 503)
             raise ToolError(503, {"detail": "run store unavailable; retry shortly"}, {"Retry-After": "1"}) from None
@@ -111,7 +172,7 @@ class AgentTools:
         self.metrics.count("runs", 200)
         return RunCreated(run_id=view.run_id, budget=view.budget, searches_left=view.searches_left)
 
-    async def fetch(self, ident: Identity, run_id: str, request: FetchRequest) -> FetchResponse:
+    async def _fetch(self, ident: Identity, run_id: str, request: FetchRequest) -> FetchResponse:
         pkey = principal_key(ident.principal)
         await self._store("fetch", self.runs.get(run_id, pkey))
         t0 = time.perf_counter()
@@ -125,10 +186,8 @@ class AgentTools:
         self.metrics.count("fetch", 200)
         return FetchResponse.of(res)
 
-    async def answer(self, ident: Identity, run_id: str, decision: SubmitAnswerRequest | None,
-                     errors: list[dict[str, Any]] | None = None) -> Answered | Abstained:
-        """``decision`` is None when the body did not validate (``errors`` says why): that
-        still ends the run, as invalid_decision, and answers 422."""
+    async def _answer(self, ident: Identity, run_id: str, decision: SubmitAnswerRequest | None,
+                      errors: list[dict[str, Any]] | None = None) -> Answered | Abstained:
         pkey = principal_key(ident.principal)
         start = await self._store("answer", self.runs.begin_answer(run_id, pkey))
         if not start.allowed:
@@ -161,10 +220,8 @@ class AgentTools:
         self.metrics.count("answer", 200)
         return Answered(claims=decision.claims, trace_id=trace_id)
 
-    async def search(self, ident: Identity, run_id: str, request: SearchToolRequest,
-                     timing: dict[str, float] | None = None) -> SearchResponse:
-        """Limits, the run's budget, the composed search, the run state (delivered and
-        rejected ids) and the trace. ``timing`` collects per-stage milliseconds."""
+    async def _search(self, ident: Identity, run_id: str, request: SearchToolRequest,
+                      timing: dict[str, float] | None) -> SearchResponse:
         timing = {} if timing is None else timing
         if request.top_k > self.settings.top_k_ceiling:
             raise _too_large("top_k", self.settings.top_k_ceiling)

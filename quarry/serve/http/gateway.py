@@ -66,7 +66,7 @@ class Gateway:
         self.stages = DeploymentStages(settings, retriever, reranker, resolver)
         self.traces = TraceWriter(settings.trace_root, retention_h=settings.trace_retention_h,
                                   per_tenant_hour=settings.traces_per_tenant_hour, flush_ms=settings.trace_flush_ms)
-        self.metrics = GatewayMetrics()
+        self.metrics = GatewayMetrics(settings.tenant_limits.metrics_top_tenants)
         self.agent_tools = AgentTools(settings, self.stages, make_run_store(settings), self.traces, self.metrics)
         self.verifier = CachedVerifier(settings.auth)
         self.mcp = None

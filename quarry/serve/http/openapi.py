@@ -9,7 +9,7 @@ regenerated from the routes and then corrected:
   server's ceilings), and ``/v1/answer`` states "claims XOR abstention" as a ``oneOf``;
 - authentication is a bearer security scheme, not a header parameter;
 - every status an operation can return is listed with its body schema, including those
-  produced before routing (400, 413, 415, 431 from ``limits``) and 429 (run quotas);
+  produced before routing (400, 413, 415, 431 from ``limits``) and 429 (tenant limits, run quotas);
 - every response body's schema is generated from its model in ``responses.py`` (inlined,
   so each schema stands alone); extra fields are allowed so new response fields do not
   break clients.
@@ -31,6 +31,7 @@ from quarry.serve.http.responses import (
     Detail,
     FetchResponse,
     Health,
+    Limited,
     RunCreated,
     SearchResponse,
     ToolDefinitions,
@@ -68,7 +69,8 @@ _WHY = {
     "413": "Request body above the server's limit.",
     "415": "Request body is not JSON.",
     "422": "The body does not match the schema; the error names where and why, never the input.",
-    "429": "Too many open runs for this tenant or subject; finish or abandon runs, then retry.",
+    "429": "A tenant limit (requests per window, calls in flight) or, creating a run, the open-run quota of "
+           "this tenant or subject; the body names the limit, Retry-After says when to retry.",
     "431": "Request headers above the server's limit.",
 }
 _EDGE = ("400", "405", "413", "415", "431")  # answered by limits/routing before the handler
@@ -79,7 +81,8 @@ def _resp(schema: dict[str, Any], why: str) -> dict[str, Any]:
 
 
 def _errors(*codes: str) -> dict[str, Any]:
-    return {c: _resp(schema_of(ValidationErrors if c == "422" else Detail), _WHY[c]) for c in (*_EDGE, *codes)}
+    models = {"422": ValidationErrors, "429": Limited}
+    return {c: _resp(schema_of(models.get(c, Detail)), _WHY[c]) for c in (*_EDGE, *codes)}
 
 
 def _body(schema: dict[str, Any]) -> dict[str, Any]:
@@ -110,14 +113,15 @@ def operations(top_k_ceiling: int | None, candidates_ceiling: int | None) -> dic
         ("/v1/search", "post"): {"security": bearer, "requestBody": _body(tools["search"]), "responses": {
             "200": _resp(schema_of(SearchResponse), "Cited excerpts."),
             "409": _resp(schema_of(Abstained), "The run's search budget is spent; the run ends as an abstention."),
-            **_errors("401", "404", "422")}},
+            **_errors("401", "404", "422", "429")}},
         ("/v1/fetch", "post"): {"security": bearer, "requestBody": _body(tools["fetch"]), "responses": {
-            "200": _resp(schema_of(FetchResponse), "The passage, section or document."), **_errors("401", "404", "422")}},
+            "200": _resp(schema_of(FetchResponse), "The passage, section or document."),
+            **_errors("401", "404", "422", "429")}},
         ("/v1/answer", "post"): {"security": bearer, "requestBody": _body(answer_schema(tools["submit_answer"])),
                                  "responses": {
             "200": _resp({"oneOf": [schema_of(Answered), schema_of(Abstained)]}, "Answered with checked claims, or abstained."),
             "409": _resp(schema_of(Detail), "This run has already finished."),
-            **_errors("401", "404", "422")}},
+            **_errors("401", "404", "422", "429")}},
         ("/v1/trace/{trace_id}", "get"): {"security": bearer, "responses": {
             "200": _resp(schema_of(TraceView), "The trace, filtered by the operator's groups."), **_errors("401", "404")}},
     }

@@ -24,6 +24,27 @@ class Detail(BaseModel):
     detail: str
 
 
+class LimitInfo(BaseModel):
+    """Which limit refused a call (429): its scope and kind, the limit, its window (None for
+    concurrency and open runs), when it resets (epoch seconds) and the ``Retry-After`` seconds."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    scope: Literal["tenant", "subject"]
+    kind: Literal["rate", "concurrency", "open_runs"]
+    limit: int
+    window_s: int | None
+    reset_at: float
+    retry_after_s: int
+
+
+class Limited(BaseModel):
+    """A call refused by a tenant limit or an open-run quota (429, with ``Retry-After``)."""
+
+    model_config = ConfigDict(frozen=True)
+    detail: str
+    limit: LimitInfo
+
+
 class FieldError(BaseModel):
     """Where and why a request did not validate; never the input."""
 

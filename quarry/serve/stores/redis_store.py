@@ -8,8 +8,11 @@ gateway replicas. Creating a run is one Lua script, because its quota check span
 
 - ``<p>:{tenant}:run:<id>``: the run state (JSON), expiring ``run_ttl_s`` after creation;
 - ``<p>:{tenant}:open`` and ``<p>:{tenant}:open:<subject hash>``: sorted sets of the
-  tenant's and the subject's open runs, scored by expiry (expired members are trimmed
-  before counting);
+  tenant's and the subject's open runs, scored by when each closes: the earlier of its TTL
+  and ``run_idle_s`` after its last call (every call on the run moves it). Members past
+  their score are trimmed before counting; a run whose key still exists but which is no
+  longer open without being finished was closed idle, and answers not-found (its key is
+  deleted then). The lowest score of a full set is the reset time a 429 states;
 - ``<p>:{tenant}:all``: every run the tenant holds, for ``runs_kept_per_tenant``: at the
   cap, the tenant's own oldest finished run is deleted; open runs are never evicted.
 
@@ -32,27 +35,28 @@ from quarry.serve.stores.runstore import QuotaExceeded, RunNotFound, StoreUnavai
 from quarry.serve.settings import ServeSettings
 
 _CREATE = """
-local now, ttl = tonumber(ARGV[1]), tonumber(ARGV[2])
+local now, ttl, idle = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[9])
 for i = 2, 4 do redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', now) end
-if redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[3]) then return 'tenant' end
-if redis.call('ZCARD', KEYS[3]) >= tonumber(ARGV[4]) then return 'subject' end
+local function first(k) return redis.call('ZRANGE', k, 0, 0, 'WITHSCORES')[2] or tostring(now) end
+if redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[3]) then return {'tenant', first(KEYS[2])} end
+if redis.call('ZCARD', KEYS[3]) >= tonumber(ARGV[4]) then return {'subject', first(KEYS[3])} end
 if redis.call('ZCARD', KEYS[4]) >= tonumber(ARGV[5]) then
   local n_open = redis.call('ZCARD', KEYS[2])
   local victim = nil
   for _, id in ipairs(redis.call('ZRANGE', KEYS[4], 0, n_open)) do
     if not redis.call('ZSCORE', KEYS[2], id) then victim = id break end
   end
-  if not victim then return 'tenant' end
+  if not victim then return {'tenant', first(KEYS[2])} end
   redis.call('DEL', ARGV[8] .. victim)
   redis.call('ZREM', KEYS[4], victim)
 end
 local exp = now + ttl
 redis.call('SET', KEYS[1], ARGV[6], 'PX', ttl)
 for i = 2, 4 do
-  redis.call('ZADD', KEYS[i], exp, ARGV[7])
+  redis.call('ZADD', KEYS[i], (i < 4) and math.min(exp, now + idle) or exp, ARGV[7])
   redis.call('PEXPIRE', KEYS[i], ttl)
 end
-return 'ok'
+return {'ok', '0'}
 """
 
 _MAX_CONFLICT_RETRIES = 32
@@ -60,19 +64,23 @@ _MAX_CONFLICT_RETRIES = 32
 
 class RedisRunStore:
     def __init__(self, url: str, *, prefix: str, ttl_s: int, open_per_tenant: int, open_per_subject: int,
-                 kept_per_tenant: int, timeout_s: float = 10.0):
+                 kept_per_tenant: int, idle_s: float | None = None,
+                 overrides: dict[str, tuple[int, int]] | None = None, timeout_s: float = 10.0):
         import redis.asyncio as aioredis
 
         self._r = aioredis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
         self._p, self._ttl_ms = prefix, int(ttl_s * 1000)
+        self._idle_ms = int(idle_s * 1000) if idle_s is not None else self._ttl_ms
         self._limits = (open_per_tenant, open_per_subject, kept_per_tenant)
+        self._overrides = dict(overrides or {})  # tenant -> (open per tenant, open per subject)
         self._create = self._r.register_script(_CREATE)
 
     @classmethod
     def from_settings(cls, s: ServeSettings) -> "RedisRunStore":
         return cls(s.redis_url or "", prefix=s.store_name_prefix, ttl_s=s.run_ttl_s,
                    open_per_tenant=s.runs_open_per_tenant, open_per_subject=s.runs_open_per_subject,
-                   kept_per_tenant=s.runs_kept_per_tenant, timeout_s=s.store_timeout_s)
+                   kept_per_tenant=s.runs_kept_per_tenant, idle_s=s.run_idle_s,
+                   overrides={t: s.runs_open_for(t) for t in s.tenant_limits.overrides}, timeout_s=s.store_timeout_s)
 
     # -- keys ------------------------------------------------------------------------------
     def _base(self, pkey: str) -> str:
@@ -97,12 +105,15 @@ class RedisRunStore:
         s = RunState(run_id=str(uuid.uuid4()), principal_key=pkey, budget=budget)
         keys = self._keys(pkey, s.run_id)
         lim_t, lim_s, kept = self._limits
-        out = await self._guard(self._create(keys=list(keys), args=[
-            int(time.time() * 1000), self._ttl_ms, lim_t, lim_s, kept, s.model_dump_json(), s.run_id,
-            f"{self._base(pkey)}:run:"]))
+        lim_t, lim_s = self._overrides.get(tenant_of(pkey), (lim_t, lim_s))
+        now_ms = int(time.time() * 1000)
+        out, first = await self._guard(self._create(keys=list(keys), args=[
+            now_ms, self._ttl_ms, lim_t, lim_s, kept, s.model_dump_json(), s.run_id,
+            f"{self._base(pkey)}:run:", self._idle_ms]))
         out = out.decode() if isinstance(out, bytes) else out
         if out != "ok":
-            raise QuotaExceeded(out, lim_t if out == "tenant" else lim_s)
+            reset_s = max(0.0, (float(first) - now_ms) / 1000)
+            raise QuotaExceeded(out, lim_t if out == "tenant" else lim_s, reset_s)
         return rules.view(s)
 
     async def _decide(self, run_id: str, pkey: str, fn: Callable[..., tuple[RunState | None, Any]], *args: Any):
@@ -121,15 +132,31 @@ class RedisRunStore:
                     state = RunState.model_validate_json(raw)
                     if state.principal_key != pkey:
                         raise RunNotFound(run_id)
+                    now_ms = int(time.time() * 1000)
+                    if not state.finished:
+                        closes = await self._guard(pipe.zscore(open_t, run_id))
+                        if closes is None or closes < now_ms:  # closed idle (or trimmed as such)
+                            pipe.multi()
+                            pipe.delete(key)
+                            pipe.zrem(open_t, run_id)
+                            pipe.zrem(open_s, run_id)
+                            await self._guard(pipe.execute())
+                            raise RunNotFound(run_id)
+                        left_ms = await self._guard(pipe.pttl(key))
                     new, result = fn(state, *args)
-                    if new is None or new == state:
+                    if state.finished and (new is None or new == state):
                         await pipe.unwatch()
                         return result
                     pipe.multi()
-                    pipe.set(key, new.model_dump_json(), keepttl=True)
-                    if new.finished and not state.finished:
+                    if new is not None and new != state:
+                        pipe.set(key, new.model_dump_json(), keepttl=True)
+                    if new is not None and new.finished and not state.finished:
                         pipe.zrem(open_t, run_id)
                         pipe.zrem(open_s, run_id)
+                    elif not state.finished:  # a call on an open run: its idle clock restarts
+                        closes = now_ms + min(max(left_ms, 0), self._idle_ms)
+                        pipe.zadd(open_t, {run_id: closes}, xx=True)
+                        pipe.zadd(open_s, {run_id: closes}, xx=True)
                     await self._guard(pipe.execute())
                     return result
                 except WatchError:

@@ -39,9 +39,11 @@ class RunNotFound(Exception):
 
 
 class QuotaExceeded(Exception):
-    def __init__(self, scope: str, limit: int):
+    """``reset_s``: seconds until the scope's first open run closes (TTL or idle timeout)."""
+
+    def __init__(self, scope: str, limit: int, reset_s: float = 60.0):
         super().__init__(f"open-run limit reached for this {scope} ({limit})")
-        self.scope, self.limit = scope, limit
+        self.scope, self.limit, self.reset_s = scope, limit, reset_s
 
 
 class StoreUnavailable(Exception):

@@ -13,8 +13,12 @@ the generic not-found). Each entry carries a sequence number and the snapshot re
 last one it holds, so replaying a log that outlived its snapshot never rolls a run back.
 
 Quotas and eviction are per tenant: runs are kept in one ordered table per tenant, open
-runs are counted per tenant and per subject, and only a tenant's own oldest finished runs
-are dropped when it reaches ``kept_per_tenant``.
+runs are counted per tenant and per subject (limits overridable per tenant), and only a
+tenant's own oldest finished runs are dropped when it reaches ``kept_per_tenant``. An open
+run with no call for ``idle_s`` is closed (removed, freeing its slot; it then answers
+not-found, like an expired run). Open runs are also kept per tenant in order of their last
+call, so idle ones are found from the front. Call times are not checkpointed: a restarted
+table counts idleness from its restart.
 """
 
 from __future__ import annotations
@@ -53,10 +57,14 @@ DECISIONS: dict[str, Callable[..., tuple[RunState | None, Any]]] = {
 
 class RunTable:
     def __init__(self, state_dir: str | None, *, ttl_s: float, open_per_tenant: int, open_per_subject: int,
-                 kept_per_tenant: int, clock: Callable[[], float] = time.time, compact_every: int = 2000):
-        self.ttl, self.clock = ttl_s, clock
+                 kept_per_tenant: int, idle_s: float = float("inf"),
+                 overrides: dict[str, tuple[int, int]] | None = None,
+                 clock: Callable[[], float] = time.time, compact_every: int = 2000):
+        self.ttl, self.idle, self.clock = ttl_s, idle_s, clock
         self.open_per_tenant, self.open_per_subject, self.kept = open_per_tenant, open_per_subject, kept_per_tenant
+        self.overrides = {t: (int(a), int(b)) for t, (a, b) in (overrides or {}).items()}  # tenant -> (open_t, open_s)
         self._tenants: dict[str, OrderedDict[str, tuple[float, RunState]]] = {}
+        self._touched: dict[str, OrderedDict[str, float]] = {}  # tenant -> open run_id -> last call, oldest first
         self._where: dict[str, str] = {}  # run_id -> tenant
         self._open_t: Counter[str] = Counter()
         self._open_s: Counter[str] = Counter()
@@ -78,14 +86,20 @@ class RunTable:
             self._count(old[1], -1)
         table[s.run_id] = (created, s)
         self._where[s.run_id] = t
+        touched = self._touched.setdefault(t, OrderedDict())
         if not s.finished:
             self._count(s, +1)
+            touched[s.run_id] = self.clock()
+            touched.move_to_end(s.run_id)
+        else:
+            touched.pop(s.run_id, None)
 
     def _remove(self, run_id: str) -> None:
         t = self._where.pop(run_id, None)
         if t is None:
             return
         created, s = self._tenants[t].pop(run_id)
+        self._touched.get(t, {}).pop(run_id, None)
         if not s.finished:
             self._count(s, -1)
 
@@ -102,6 +116,23 @@ class RunTable:
                 break
             self._remove(run_id)
             self._write({"d": run_id})
+        touched = self._touched.get(tenant)
+        while touched:
+            run_id, last = next(iter(touched.items()))
+            if now - last <= self.idle:
+                break
+            self._remove(run_id)  # idle: closed, its slot freed
+            self._write({"d": run_id})
+
+    def limits_for(self, tenant: str) -> tuple[int, int]:
+        return self.overrides.get(tenant, (self.open_per_tenant, self.open_per_subject))
+
+    def _reset_s(self, tenant: str, subject: str | None) -> float:
+        """Seconds until the first open run of the tenant (or of one subject) closes."""
+        now, table = self.clock(), self._tenants.get(tenant, {})
+        ends = [min(table[rid][0] + self.ttl, last + self.idle) for rid, last in self._touched.get(tenant, {}).items()
+                if subject is None or subject_of(table[rid][1].principal_key) == subject]
+        return max(0.0, min(ends) - now) if ends else 0.0
 
     def _lookup(self, run_id: str, pkey: str) -> tuple[float, RunState] | None:
         t = self._where.get(run_id)
@@ -110,26 +141,32 @@ class RunTable:
         created, s = self._tenants[t][run_id]
         if s.principal_key != pkey:
             return None
-        if self.clock() - created > self.ttl:
+        now = self.clock()
+        touched = self._touched.get(t, {})
+        if now - created > self.ttl or (not s.finished and now - touched.get(run_id, now) > self.idle):
             self._remove(run_id)
             self._write({"d": run_id})
             return None
+        if not s.finished:  # a call on the run: its idle clock restarts
+            touched[run_id] = now
+            touched.move_to_end(run_id)
         return created, s
 
     # -- operations ---------------------------------------------------------------------------
     def create(self, pkey: str, budget: int) -> dict[str, Any] | tuple[str, str, int]:
         tenant, subject = tenant_of(pkey), subject_of(pkey)
         self._expire(tenant)
-        if self._open_t[tenant] >= self.open_per_tenant:
-            return ("quota", "tenant", self.open_per_tenant)
-        if self._open_s[subject] >= self.open_per_subject:
-            return ("quota", "subject", self.open_per_subject)
+        open_t, open_s = self.limits_for(tenant)
+        if self._open_t[tenant] >= open_t:
+            return ("quota", "tenant", open_t, self._reset_s(tenant, None))
+        if self._open_s[subject] >= open_s:
+            return ("quota", "subject", open_s, self._reset_s(tenant, subject))
         table = self._tenants.setdefault(tenant, OrderedDict())
         if len(table) >= self.kept:
             # the tenant's own oldest finished run makes room; open runs are never evicted
             victim = next((rid for rid, (_, s) in table.items() if s.finished), None)
             if victim is None:
-                return ("quota", "tenant", self.open_per_tenant)
+                return ("quota", "tenant", open_t, self._reset_s(tenant, None))
             self._remove(victim)
             self._write({"d": victim})
         s = RunState(run_id=str(uuid.uuid4()), principal_key=pkey, budget=budget)
@@ -248,7 +285,8 @@ class ActorRunStore:
     @classmethod
     def from_settings(cls, s: ServeSettings) -> "ActorRunStore":
         cfg = {"ttl_s": s.run_ttl_s, "open_per_tenant": s.runs_open_per_tenant,
-               "open_per_subject": s.runs_open_per_subject, "kept_per_tenant": s.runs_kept_per_tenant}
+               "open_per_subject": s.runs_open_per_subject, "kept_per_tenant": s.runs_kept_per_tenant,
+               "idle_s": s.run_idle_s, "overrides": {t: s.runs_open_for(t) for t in s.tenant_limits.overrides}}
         return cls(f"{s.store_name_prefix}-runstore", s.ray_namespace, s.run_state_dir, cfg, s.store_timeout_s)
 
     def _attach(self):
@@ -287,7 +325,7 @@ class ActorRunStore:
     async def create(self, pkey: str, budget: int) -> rules.RunView:
         out = await self._call("create", pkey, budget)
         if isinstance(out, tuple):
-            raise QuotaExceeded(out[1], out[2])
+            raise QuotaExceeded(out[1], out[2], out[3])
         return rules.RunView(**out)
 
     async def get(self, run_id: str, pkey: str) -> rules.RunView:

@@ -28,6 +28,9 @@ class AuthSettings(BaseModel):
     # with its own secret, so no tenant token can carry it. None disables the view.
     platform_hs256_secret: SecretStr | None = None
     platform_audience: str = "quarry-platform"
+    # How long a Gateway replica trusts a verified token without re-verifying it (never past
+    # its exp). Bounds how long a key removed from the configuration keeps admitting tokens.
+    token_cache_s: float = Field(default=30.0, ge=0, le=3600)
 
     @model_validator(mode="after")
     def _distinct_platform_key(self) -> "AuthSettings":

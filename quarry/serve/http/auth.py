@@ -191,21 +191,25 @@ def mint_platform_token(secret: str, subject: str = "platform", *, ttl_s: int = 
 
 
 class CachedVerifier:
-    """Bearer-token verification that remembers a verified token until its ``exp``
-    (signature checks are the largest fixed cost of a request; a cached entry is only ever
-    a token that passed every check, and it leaves the cache when it expires). One per
-    Gateway replica, shared by REST and MCP."""
+    """Bearer-token verification that remembers a verified token for at most
+    ``settings.token_cache_s`` and never past its ``exp`` (signature checks are the largest
+    fixed cost of a request; a cached entry is only ever a token that passed every check).
+    Keyed by the whole token, which carries its tenant and groups. One per Gateway replica,
+    shared by REST and MCP. ``clock`` is injectable for tests."""
 
-    def __init__(self, settings: AuthSettings, capacity: int = 4096):
+    def __init__(self, settings: AuthSettings, capacity: int = 4096, clock=time.time):
         self.settings = settings
+        self._clock = clock
         self._verified: LRU[str, tuple[Identity, float]] = LRU(capacity)
 
     def verify(self, token: str) -> Identity:
-        now = time.time()
+        now = self._clock()
         hit = self._verified.get(token)
         if hit is not None and now < hit[1]:
             return hit[0]
         ident = verify_token(token, self.settings)
         exp = float(jwt.decode(token, options={"verify_signature": False})["exp"])
-        self._verified.put(token, (ident, exp + self.settings.leeway_s))
+        until = min(exp + self.settings.leeway_s, now + self.settings.token_cache_s)
+        if until > now:
+            self._verified.put(token, (ident, until))
         return ident

@@ -14,6 +14,24 @@ from quarry.core.records import TOP_K_CEILING, TOP_K_MAX
 from quarry.core.search.settings import SearchSettings
 
 
+class VerificationKey(BaseModel):
+    """One key of a rotating set, chosen by the token header's ``kid``. HS256 holds a
+    secret, RS256/ES256 a public PEM. After ``not_after`` (epoch seconds) it verifies nothing."""
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kid: str = Field(min_length=1, max_length=200)
+    alg: Literal["HS256", "RS256", "ES256"]
+    secret: SecretStr | None = None
+    public_key_pem: str | None = None
+    not_after: float | None = None
+
+    @model_validator(mode="after")
+    def _material(self) -> "VerificationKey":
+        if (self.alg == "HS256") != (self.secret is not None) or (self.alg != "HS256") != bool(self.public_key_pem):
+            raise ValueError(f"key {self.kid!r}: HS256 takes secret, RS256/ES256 take public_key_pem (exactly one)")
+        return self
+
+
 class AuthSettings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -23,6 +41,9 @@ class AuthSettings(BaseModel):
     # RS256 when an identity provider signs tokens and we hold only its public key.
     hs256_secret: SecretStr | None = None
     rs256_public_key_pem: str | None = None
+    # A rotating key set: a token whose header names a ``kid`` is verified by that key only
+    # (its alg fixed here, never by the token). Rotate by deploying {old}, {old, new}, {new}.
+    keys: tuple[VerificationKey, ...] = ()
     leeway_s: int = Field(default=0, ge=0, le=300)
     # The platform credential (cross-tenant /healthz): a JWT with its own audience, signed
     # with its own secret, so no tenant token can carry it. None disables the view.
@@ -44,8 +65,10 @@ class AuthSettings(BaseModel):
 
     @model_validator(mode="after")
     def _one_key(self) -> "AuthSettings":
-        if self.hs256_secret is None and not self.rs256_public_key_pem:
-            raise ValueError("configure hs256_secret or rs256_public_key_pem")
+        if self.hs256_secret is None and not self.rs256_public_key_pem and not self.keys:
+            raise ValueError("configure hs256_secret, rs256_public_key_pem or keys")
+        if len({k.kid for k in self.keys}) != len(self.keys):
+            raise ValueError("key ids (kid) must be unique")
         return self
 
     @property
@@ -55,6 +78,7 @@ class AuthSettings(BaseModel):
             algs.append("HS256")
         if self.rs256_public_key_pem:
             algs.append("RS256")
+        algs += [k.alg for k in self.keys if k.alg not in algs]
         return tuple(algs)
 
 

@@ -43,6 +43,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="space-separated scopes; 'operator' may read search traces of its tenant")
     p.add_argument("--audience", default="quarry", help="'aud' claim; must match the server's (default quarry)")
     p.add_argument("--issuer", default="quarry-dev", help="'iss' claim; must match the server's (default quarry-dev)")
+    p.add_argument("--kid", default=None,
+                   help="key id to put in the token header (the server's key set picks the key by it)")
     p.add_argument("--private-key-file", default=None,
                    help="sign RS256 with this PEM private key (default: $QUARRY_JWT_PRIVATE_KEY_FILE, else "
                         "HS256 with the local dev secret)")
@@ -54,7 +56,8 @@ def parse_groups(groups: str | list[str]) -> list[str]:
 
 
 def mint(tenant: str, subject: str, groups: str | list[str], ttl: int = 3600, scope: str | None = None,
-         audience: str = "quarry", issuer: str = "quarry-dev", private_key_file: str | None = None) -> str:
+         audience: str = "quarry", issuer: str = "quarry-dev", private_key_file: str | None = None,
+         kid: str | None = None) -> str:
     """Validate the claims the server will check and return a signed token."""
     from quarry.serve.http.auth import is_opaque_claim, is_tenant_slug, mint_token
     from quarry.serve.settings import load_dev_secret
@@ -71,7 +74,7 @@ def mint(tenant: str, subject: str, groups: str | list[str], ttl: int = 3600, sc
     if ttl <= 0:
         raise ValueError("--ttl must be positive")
     key_file = private_key_file or os.environ.get("QUARRY_JWT_PRIVATE_KEY_FILE")
-    kw = dict(ttl_s=ttl, audience=audience, issuer=issuer, scope=scope)
+    kw = dict(ttl_s=ttl, audience=audience, issuer=issuer, scope=scope, kid=kid)
     if key_file:
         return mint_token(tenant, subject, gs, private_key_pem=Path(key_file).read_text(), **kw)
     return mint_token(tenant, subject, gs, secret=load_dev_secret(), **kw)
@@ -96,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
         if args.tenant is None or args.subject is None or args.groups is None:
             raise ValueError("--tenant, --subject and --groups are required (or give --platform)")
         tok = mint(args.tenant, args.subject, args.groups, args.ttl, args.scope, args.audience, args.issuer,
-                   args.private_key_file)
+                   args.private_key_file, args.kid)
     except (OSError, ValueError) as e:
         print(f"quarry token: error: {e}", file=sys.stderr)
         return 2

@@ -50,7 +50,19 @@ class Identity(BaseModel):
 
 
 
-def _key_for(alg: str, settings: AuthSettings):
+def _key_for(alg: str, settings: AuthSettings, kid: object = None, now: float | None = None):
+    """The one key a token may be verified with: by ``kid`` from the key set (its configured
+    alg must equal the header's), else the single legacy key for ``alg`` (also when no key
+    set is configured, so an IdP that sends a ``kid`` keeps working with one static key)."""
+    if kid is not None and settings.keys:
+        key = next((k for k in settings.keys if k.kid == kid), None) if type(kid) is str else None
+        if key is None:
+            raise AuthError("unknown key id")
+        if key.alg != alg:
+            raise AuthError(f"algorithm {alg!r} not configured for this key id")
+        if key.not_after is not None and (time.time() if now is None else now) > key.not_after:
+            raise AuthError("key retired")
+        return key.secret.get_secret_value() if key.secret is not None else key.public_key_pem
     if alg == "HS256" and settings.hs256_secret is not None:
         return settings.hs256_secret.get_secret_value()
     if alg == "RS256" and settings.rs256_public_key_pem:
@@ -69,7 +81,7 @@ def verify_token(token: str, settings: AuthSettings) -> Identity:
     try:
         claims = jwt.decode(
             token,
-            _key_for(alg, settings),
+            _key_for(alg, settings, header.get("kid")),
             algorithms=[alg],
             audience=settings.audience,
             issuer=settings.issuer,
@@ -159,6 +171,7 @@ def mint_token(
     private_key_pem: str | None = None,
     scope: str | None = None,
     now: int | None = None,
+    kid: str | None = None,
 ) -> str:
     """A development token: HS256 with ``secret`` or RS256 with ``private_key_pem``."""
     if (secret is None) == (private_key_pem is None):
@@ -176,9 +189,10 @@ def mint_token(
     }
     if scope:
         claims["scope"] = scope
+    headers = {"kid": kid} if kid else None
     if secret is not None:
-        return jwt.encode(claims, secret, algorithm="HS256")
-    return jwt.encode(claims, private_key_pem, algorithm="RS256")
+        return jwt.encode(claims, secret, algorithm="HS256", headers=headers)
+    return jwt.encode(claims, private_key_pem, algorithm="RS256", headers=headers)
 
 
 def mint_platform_token(secret: str, subject: str = "platform", *, ttl_s: int = 600,

@@ -281,7 +281,7 @@ def settings_from_args(args: dict[str, Any] | ServeSettings | None = None) -> Se
     for k in ("audience", "issuer"):
         if k in data:
             auth[k] = data.pop(k)
-    if "hs256_secret" not in auth and "rs256_public_key_pem" not in auth:
+    if not ({"hs256_secret", "rs256_public_key_pem", "keys"} & auth.keys()):
         auth["hs256_secret"] = load_dev_secret()
     data.setdefault("index_root", os.environ.get("QUARRY_INDEX_ROOT", "indexes"))
     return ServeSettings(auth=AuthSettings(**auth), **data)

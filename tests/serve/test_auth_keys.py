@@ -101,3 +101,14 @@ def test_rotation_old_new_then_new_through_one_cached_verifier():
     v.verify(new_t)
     with pytest.raises(AuthError):
         v.verify(old_t)
+
+
+def test_a_configured_key_set_adds_no_dev_secret(monkeypatch):
+    from quarry.serve.settings import settings_from_args
+
+    monkeypatch.delenv("QUARRY_JWT_SECRET", raising=False)
+    s = settings_from_args({"index_root": "/tmp/x", "auth": {"keys": [{"kid": "k", "alg": "HS256", "secret": NEW}]}})
+    assert s.auth.hs256_secret is None and s.auth.algorithms == ("HS256",)
+    with pytest.raises(AuthError):  # no kid: no legacy key to fall back on
+        verify_token(_tok(NEW, None), s.auth)
+    assert verify_token(_tok(NEW, "k"), s.auth).principal.tenant == "acme"

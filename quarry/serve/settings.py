@@ -52,6 +52,10 @@ class AuthSettings(BaseModel):
     # How long a Gateway replica trusts a verified token without re-verifying it (never past
     # its exp). Bounds how long a key removed from the configuration keeps admitting tokens.
     token_cache_s: float = Field(default=30.0, ge=0, le=3600)
+    # A revocation list (fsspec URI, e.g. <index_root>/_auth/revocations.json) re-read at most
+    # every revocation_check_s: a revoked token stops within revocation_check_s.
+    revocation_uri: str | None = None
+    revocation_check_s: float = Field(default=10.0, ge=0, le=3600)
 
     @model_validator(mode="after")
     def _distinct_platform_key(self) -> "AuthSettings":

@@ -21,6 +21,7 @@ from quarry.core.lru import LRU
 from quarry.core.records import SLUG as TENANT_PATTERN
 from quarry.core.records import Principal
 
+from quarry.serve.http.revocation import RevocationList
 from quarry.serve.settings import AuthSettings
 
 REQUIRED_CLAIMS = ("exp", "iat", "aud", "iss", "sub")
@@ -214,16 +215,22 @@ class CachedVerifier:
     def __init__(self, settings: AuthSettings, capacity: int = 4096, clock=time.time):
         self.settings = settings
         self._clock = clock
-        self._verified: LRU[str, tuple[Identity, float]] = LRU(capacity)
+        self._verified: LRU[str, tuple[Identity, float, object, float]] = LRU(capacity)
+        self.revocations = (RevocationList(settings.revocation_uri, settings.revocation_check_s, clock)
+                            if settings.revocation_uri else None)
 
     def verify(self, token: str) -> Identity:
         now = self._clock()
         hit = self._verified.get(token)
-        if hit is not None and now < hit[1]:
-            return hit[0]
-        ident = verify_token(token, self.settings)
-        exp = float(jwt.decode(token, options={"verify_signature": False})["exp"])
-        until = min(exp + self.settings.leeway_s, now + self.settings.token_cache_s)
-        if until > now:
-            self._verified.put(token, (ident, until))
+        if hit is None or now >= hit[1]:
+            ident = verify_token(token, self.settings)
+            claims = jwt.decode(token, options={"verify_signature": False})
+            until = min(float(claims["exp"]) + self.settings.leeway_s, now + self.settings.token_cache_s)
+            hit = (ident, until, claims.get("jti"), float(claims["iat"]))
+            if until > now:
+                self._verified.put(token, hit)
+        ident = hit[0]
+        if self.revocations is not None and self.revocations.revoked(
+                hit[2], ident.principal.tenant, ident.principal.subject, hit[3]):
+            raise AuthError("token revoked")
         return ident

@@ -43,6 +43,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="space-separated scopes; 'operator' may read search traces of its tenant")
     p.add_argument("--audience", default="quarry", help="'aud' claim; must match the server's (default quarry)")
     p.add_argument("--issuer", default="quarry-dev", help="'iss' claim; must match the server's (default quarry-dev)")
+    p.add_argument("--revoke-jti", default=None, metavar="JTI",
+                   help="instead of minting, add this token id to the revocation list at --revocation-uri")
+    p.add_argument("--revoke-subject", action="store_true",
+                   help="instead of minting, revoke every token of --tenant/--subject issued before now")
+    p.add_argument("--revocation-uri", default=None,
+                   help="the server's auth.revocation_uri (fsspec URI, e.g. s3://bucket/index/_auth/revocations.json)")
     p.add_argument("--kid", default=None,
                    help="key id to put in the token header (the server's key set picks the key by it)")
     p.add_argument("--private-key-file", default=None,
@@ -93,6 +99,19 @@ def mint_platform(subject: str | None, ttl: int, issuer: str = "quarry-dev") -> 
 
 def run(args: argparse.Namespace) -> int:
     try:
+        if args.revoke_jti or args.revoke_subject:
+            from quarry.serve.http.revocation import add_revocation
+
+            if not args.revocation_uri:
+                raise ValueError("--revoke-jti/--revoke-subject need --revocation-uri")
+            if args.revoke_subject and (args.tenant is None or args.subject is None):
+                raise ValueError("--revoke-subject needs --tenant and --subject")
+            if args.revoke_jti:
+                add_revocation(args.revocation_uri, jti=args.revoke_jti)
+            else:
+                add_revocation(args.revocation_uri, tenant=args.tenant, subject=args.subject)
+            print("revoked; replicas stop it within auth.revocation_check_s", file=sys.stderr)
+            return 0
         if args.platform:
             print(mint_platform(args.subject, args.ttl, args.issuer))
             return 0

@@ -57,3 +57,17 @@ def test_add_revocation_validates():
         add_revocation("memory://x.json")
     with pytest.raises(ValueError):
         add_revocation("memory://x.json", subject="bob")
+
+
+def test_quarry_token_revoke_cli(tmp_path, capsys):
+    import json
+
+    from quarry.cli import main
+
+    uri = str(tmp_path / "rev.json")
+    assert main(["token", "--revoke-jti", "abc", "--revocation-uri", uri]) == 0
+    assert main(["token", "--revoke-subject", "--tenant", "acme", "--subject", "bob", "--revocation-uri", uri]) == 0
+    data = json.loads((tmp_path / "rev.json").read_text())
+    assert data["jti"] == ["abc"] and "acme/bob" in data["subjects"]
+    assert main(["token", "--revoke-jti", "abc"]) == 2  # no --revocation-uri: one-line error, exit 2
+    assert "revocation-uri" in capsys.readouterr().err

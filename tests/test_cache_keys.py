@@ -27,6 +27,8 @@ WORD = "pure function of one word or a setting: no tenant content"
 SINGLETON = "process singleton (a loaded library/actor handle), no key content"
 TEXT = "OPEN: keyed by passage text only (a hit reveals an identical text was processed); not yet tenant-keyed"
 
+# Not found by the scan (plain dicts), checked by hand: serve/http/auth.py _JWKS (one
+# PyJWKClient per configured JWKS source: public keys, no tenant content).
 REGISTRY: dict[str, str] = {
     "core/search/query_cache.py:_items": TENANT,  # (tenant, groups, model, text); tested below
     "serve/http/auth.py:_verified": TENANT,  # the whole signed token, which carries tenant+groups

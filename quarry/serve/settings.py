@@ -44,6 +44,13 @@ class AuthSettings(BaseModel):
     # A rotating key set: a token whose header names a ``kid`` is verified by that key only
     # (its alg fixed here, never by the token). Rotate by deploying {old}, {old, new}, {new}.
     keys: tuple[VerificationKey, ...] = ()
+    # A JWKS source (https:// or file:// URL) for tokens whose kid is not in ``keys``: the key
+    # set is re-fetched every jwks_refresh_s, and an unknown kid triggers at most one
+    # re-fetch per jwks_cooldown_s. Only jwks_algorithms are accepted from it.
+    jwks_uri: str | None = None
+    jwks_algorithms: tuple[Literal["RS256", "ES256"], ...] = ("RS256",)
+    jwks_refresh_s: float = Field(default=300.0, gt=0)
+    jwks_cooldown_s: float = Field(default=30.0, ge=0)
     leeway_s: int = Field(default=0, ge=0, le=300)
     # The platform credential (cross-tenant /healthz): a JWT with its own audience, signed
     # with its own secret, so no tenant token can carry it. None disables the view.
@@ -69,8 +76,8 @@ class AuthSettings(BaseModel):
 
     @model_validator(mode="after")
     def _one_key(self) -> "AuthSettings":
-        if self.hs256_secret is None and not self.rs256_public_key_pem and not self.keys:
-            raise ValueError("configure hs256_secret, rs256_public_key_pem or keys")
+        if self.hs256_secret is None and not self.rs256_public_key_pem and not self.keys and not self.jwks_uri:
+            raise ValueError("configure hs256_secret, rs256_public_key_pem, keys or jwks_uri")
         if len({k.kid for k in self.keys}) != len(self.keys):
             raise ValueError("key ids (kid) must be unique")
         return self
@@ -83,6 +90,8 @@ class AuthSettings(BaseModel):
         if self.rs256_public_key_pem:
             algs.append("RS256")
         algs += [k.alg for k in self.keys if k.alg not in algs]
+        if self.jwks_uri:
+            algs += [a for a in self.jwks_algorithms if a not in algs]
         return tuple(algs)
 
 
@@ -285,7 +294,7 @@ def settings_from_args(args: dict[str, Any] | ServeSettings | None = None) -> Se
     for k in ("audience", "issuer"):
         if k in data:
             auth[k] = data.pop(k)
-    if not ({"hs256_secret", "rs256_public_key_pem", "keys"} & auth.keys()):
+    if not ({"hs256_secret", "rs256_public_key_pem", "keys", "jwks_uri"} & auth.keys()):
         auth["hs256_secret"] = load_dev_secret()
     data.setdefault("index_root", os.environ.get("QUARRY_INDEX_ROOT", "indexes"))
     return ServeSettings(auth=AuthSettings(**auth), **data)

@@ -10,6 +10,7 @@ so a caller cannot tell an expired token from a forged one.
 from __future__ import annotations
 
 import re
+import threading
 import time
 import uuid
 from collections.abc import Iterable
@@ -55,8 +56,10 @@ def _key_for(alg: str, settings: AuthSettings, kid: object = None, now: float | 
     """The one key a token may be verified with: by ``kid`` from the key set (its configured
     alg must equal the header's), else the single legacy key for ``alg`` (also when no key
     set is configured, so an IdP that sends a ``kid`` keeps working with one static key)."""
-    if kid is not None and settings.keys:
+    if kid is not None and (settings.keys or settings.jwks_uri):
         key = next((k for k in settings.keys if k.kid == kid), None) if type(kid) is str else None
+        if key is None and settings.jwks_uri and type(kid) is str:
+            return _jwks_key(alg, kid, settings)
         if key is None:
             raise AuthError("unknown key id")
         if key.alg != alg:
@@ -69,6 +72,34 @@ def _key_for(alg: str, settings: AuthSettings, kid: object = None, now: float | 
     if alg == "RS256" and settings.rs256_public_key_pem:
         return settings.rs256_public_key_pem
     raise AuthError(f"algorithm not accepted: {alg!r}")
+
+
+_JWKS: dict[tuple[str, float, float], jwt.PyJWKClient] = {}  # one client per configured source
+_JWKS_LOCK = threading.Lock()
+
+
+def jwks_client(settings: AuthSettings) -> jwt.PyJWKClient:
+    """PyJWKClient caches the set for ``jwks_refresh_s`` and re-fetches on an unknown kid at
+    most once per ``jwks_cooldown_s`` (its cooldown)."""
+    src = (settings.jwks_uri, settings.jwks_refresh_s, settings.jwks_cooldown_s)
+    with _JWKS_LOCK:
+        client = _JWKS.get(src)
+        if client is None:
+            client = _JWKS[src] = jwt.PyJWKClient(settings.jwks_uri, cache_jwk_set=True, lifespan=settings.jwks_refresh_s,
+                                                  cooldown_duration=settings.jwks_cooldown_s, timeout=5)
+        return client
+
+
+def _jwks_key(alg: str, kid: str, settings: AuthSettings):
+    if alg not in settings.jwks_algorithms:
+        raise AuthError(f"algorithm not accepted from the JWKS: {alg!r}")
+    try:
+        jwk = jwks_client(settings).get_signing_key(kid)
+    except jwt.PyJWKClientError as e:
+        raise AuthError(f"JWKS: {e}") from None
+    if jwk.algorithm_name != alg:  # the JWK's own alg/kty must agree with the header
+        raise AuthError(f"JWKS key {kid!r} is not an {alg} key")
+    return jwk.key
 
 
 def verify_token(token: str, settings: AuthSettings) -> Identity:

@@ -14,6 +14,24 @@ from quarry.core.records import TOP_K_CEILING, TOP_K_MAX
 from quarry.core.search.settings import SearchSettings
 
 
+class VerificationKey(BaseModel):
+    """One key of a rotating set, chosen by the token header's ``kid``. HS256 holds a
+    secret, RS256/ES256 a public PEM. After ``not_after`` (epoch seconds) it verifies nothing."""
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kid: str = Field(min_length=1, max_length=200)
+    alg: Literal["HS256", "RS256", "ES256"]
+    secret: SecretStr | None = None
+    public_key_pem: str | None = None
+    not_after: float | None = None
+
+    @model_validator(mode="after")
+    def _material(self) -> "VerificationKey":
+        if (self.alg == "HS256") != (self.secret is not None) or (self.alg != "HS256") != bool(self.public_key_pem):
+            raise ValueError(f"key {self.kid!r}: HS256 takes secret, RS256/ES256 take public_key_pem (exactly one)")
+        return self
+
+
 class AuthSettings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -23,11 +41,28 @@ class AuthSettings(BaseModel):
     # RS256 when an identity provider signs tokens and we hold only its public key.
     hs256_secret: SecretStr | None = None
     rs256_public_key_pem: str | None = None
+    # A rotating key set: a token whose header names a ``kid`` is verified by that key only
+    # (its alg fixed here, never by the token). Rotate by deploying {old}, {old, new}, {new}.
+    keys: tuple[VerificationKey, ...] = ()
+    # A JWKS source (https:// or file:// URL) for tokens whose kid is not in ``keys``: the key
+    # set is re-fetched every jwks_refresh_s, and an unknown kid triggers at most one
+    # re-fetch per jwks_cooldown_s. Only jwks_algorithms are accepted from it.
+    jwks_uri: str | None = None
+    jwks_algorithms: tuple[Literal["RS256", "ES256"], ...] = ("RS256",)
+    jwks_refresh_s: float = Field(default=300.0, gt=0)
+    jwks_cooldown_s: float = Field(default=30.0, ge=0)
     leeway_s: int = Field(default=0, ge=0, le=300)
     # The platform credential (cross-tenant /healthz): a JWT with its own audience, signed
     # with its own secret, so no tenant token can carry it. None disables the view.
     platform_hs256_secret: SecretStr | None = None
     platform_audience: str = "quarry-platform"
+    # How long a Gateway replica trusts a verified token without re-verifying it (never past
+    # its exp). Bounds how long a key removed from the configuration keeps admitting tokens.
+    token_cache_s: float = Field(default=30.0, ge=0, le=3600)
+    # A revocation list (fsspec URI, e.g. <index_root>/_auth/revocations.json) re-read at most
+    # every revocation_check_s: a revoked token stops within revocation_check_s.
+    revocation_uri: str | None = None
+    revocation_check_s: float = Field(default=10.0, ge=0, le=3600)
 
     @model_validator(mode="after")
     def _distinct_platform_key(self) -> "AuthSettings":
@@ -41,8 +76,10 @@ class AuthSettings(BaseModel):
 
     @model_validator(mode="after")
     def _one_key(self) -> "AuthSettings":
-        if self.hs256_secret is None and not self.rs256_public_key_pem:
-            raise ValueError("configure hs256_secret or rs256_public_key_pem")
+        if self.hs256_secret is None and not self.rs256_public_key_pem and not self.keys and not self.jwks_uri:
+            raise ValueError("configure hs256_secret, rs256_public_key_pem, keys or jwks_uri")
+        if len({k.kid for k in self.keys}) != len(self.keys):
+            raise ValueError("key ids (kid) must be unique")
         return self
 
     @property
@@ -52,6 +89,9 @@ class AuthSettings(BaseModel):
             algs.append("HS256")
         if self.rs256_public_key_pem:
             algs.append("RS256")
+        algs += [k.alg for k in self.keys if k.alg not in algs]
+        if self.jwks_uri:
+            algs += [a for a in self.jwks_algorithms if a not in algs]
         return tuple(algs)
 
 
@@ -327,7 +367,7 @@ def settings_from_args(args: dict[str, Any] | ServeSettings | None = None) -> Se
     for k in ("audience", "issuer"):
         if k in data:
             auth[k] = data.pop(k)
-    if "hs256_secret" not in auth and "rs256_public_key_pem" not in auth:
+    if not ({"hs256_secret", "rs256_public_key_pem", "keys", "jwks_uri"} & auth.keys()):
         auth["hs256_secret"] = load_dev_secret()
     data.setdefault("index_root", os.environ.get("QUARRY_INDEX_ROOT", "indexes"))
     if os.environ.get("QUARRY_REDIS_URL") and not data.get("redis_url"):

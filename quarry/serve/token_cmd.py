@@ -43,6 +43,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="space-separated scopes; 'operator' may read search traces of its tenant")
     p.add_argument("--audience", default="quarry", help="'aud' claim; must match the server's (default quarry)")
     p.add_argument("--issuer", default="quarry-dev", help="'iss' claim; must match the server's (default quarry-dev)")
+    p.add_argument("--revoke-jti", default=None, metavar="JTI",
+                   help="instead of minting, add this token id to the revocation list at --revocation-uri")
+    p.add_argument("--revoke-subject", action="store_true",
+                   help="instead of minting, revoke every token of --tenant/--subject issued before now")
+    p.add_argument("--revocation-uri", default=None,
+                   help="the server's auth.revocation_uri (fsspec URI, e.g. s3://bucket/index/_auth/revocations.json)")
+    p.add_argument("--kid", default=None,
+                   help="key id to put in the token header (the server's key set picks the key by it)")
     p.add_argument("--private-key-file", default=None,
                    help="sign RS256 with this PEM private key (default: $QUARRY_JWT_PRIVATE_KEY_FILE, else "
                         "HS256 with the local dev secret)")
@@ -54,7 +62,8 @@ def parse_groups(groups: str | list[str]) -> list[str]:
 
 
 def mint(tenant: str, subject: str, groups: str | list[str], ttl: int = 3600, scope: str | None = None,
-         audience: str = "quarry", issuer: str = "quarry-dev", private_key_file: str | None = None) -> str:
+         audience: str = "quarry", issuer: str = "quarry-dev", private_key_file: str | None = None,
+         kid: str | None = None) -> str:
     """Validate the claims the server will check and return a signed token."""
     from quarry.serve.http.auth import is_opaque_claim, is_tenant_slug, mint_token
     from quarry.serve.settings import load_dev_secret
@@ -71,7 +80,7 @@ def mint(tenant: str, subject: str, groups: str | list[str], ttl: int = 3600, sc
     if ttl <= 0:
         raise ValueError("--ttl must be positive")
     key_file = private_key_file or os.environ.get("QUARRY_JWT_PRIVATE_KEY_FILE")
-    kw = dict(ttl_s=ttl, audience=audience, issuer=issuer, scope=scope)
+    kw = dict(ttl_s=ttl, audience=audience, issuer=issuer, scope=scope, kid=kid)
     if key_file:
         return mint_token(tenant, subject, gs, private_key_pem=Path(key_file).read_text(), **kw)
     return mint_token(tenant, subject, gs, secret=load_dev_secret(), **kw)
@@ -90,13 +99,26 @@ def mint_platform(subject: str | None, ttl: int, issuer: str = "quarry-dev") -> 
 
 def run(args: argparse.Namespace) -> int:
     try:
+        if args.revoke_jti or args.revoke_subject:
+            from quarry.serve.http.revocation import add_revocation
+
+            if not args.revocation_uri:
+                raise ValueError("--revoke-jti/--revoke-subject need --revocation-uri")
+            if args.revoke_subject and (args.tenant is None or args.subject is None):
+                raise ValueError("--revoke-subject needs --tenant and --subject")
+            if args.revoke_jti:
+                add_revocation(args.revocation_uri, jti=args.revoke_jti)
+            else:
+                add_revocation(args.revocation_uri, tenant=args.tenant, subject=args.subject)
+            print("revoked; replicas stop it within auth.revocation_check_s", file=sys.stderr)
+            return 0
         if args.platform:
             print(mint_platform(args.subject, args.ttl, args.issuer))
             return 0
         if args.tenant is None or args.subject is None or args.groups is None:
             raise ValueError("--tenant, --subject and --groups are required (or give --platform)")
         tok = mint(args.tenant, args.subject, args.groups, args.ttl, args.scope, args.audience, args.issuer,
-                   args.private_key_file)
+                   args.private_key_file, args.kid)
     except (OSError, ValueError) as e:
         print(f"quarry token: error: {e}", file=sys.stderr)
         return 2

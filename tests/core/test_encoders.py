@@ -12,6 +12,7 @@ from quarry.core.embed.factory import (EmbedderMismatch, EmbedderSpec, build_emb
 from quarry.core.embed.embedders import HashingEmbedder, SentenceTransformerEmbedder, embedder_id, encode_many
 from quarry.core.index.manifest import Counts, EmbedderRecord, IndexManifest, read_manifest
 from quarry.core.embed.onnx_encoders import PROBES, EncoderDisagreement, OnnxEmbedder, check_agreement
+from quarry.core.records import Principal
 from quarry.core.search.query_cache import QueryVectorCache
 
 pytestmark = pytest.mark.unit
@@ -145,18 +146,21 @@ def test_encode_many_equals_one_encode_per_text():
         assert np.array_equal(vec, emb.encode([text])[0])
 
 
+_P = Principal(tenant="acme", subject="a", groups=frozenset({"all-staff"}))
+
+
 def test_query_cache_never_returns_across_models():
     cache = QueryVectorCache(capacity=8)
     small, big = HashingEmbedder(32), HashingEmbedder(64)
     v = small.encode(["refund window"])[0]
-    cache.put(embedder_id(small), "refund window", v)
-    assert cache.get(embedder_id(big), "refund window") is None
+    cache.put(_P, embedder_id(small), "refund window", v)
+    assert cache.get(_P, embedder_id(big), "refund window") is None
     # the same model under another encoder backend is another key as well
     assert embedder_id(build_embedder("default")) != embedder_id(build_embedder("default", encoder="onnx"))
-    assert cache.get(embedder_id(build_embedder("default", encoder="onnx")), "refund window") is None
-    hit = cache.get(embedder_id(small), "  refund\twindow ")  # normalised text: same key
+    assert cache.get(_P, embedder_id(build_embedder("default", encoder="onnx")), "refund window") is None
+    hit = cache.get(_P, embedder_id(small), "  refund\twindow ")  # normalised text: same key
     assert hit is not None and np.array_equal(hit, v) and not hit.flags.writeable
-    assert cache.get(embedder_id(small), "Refund window") is None  # case is kept
+    assert cache.get(_P, embedder_id(small), "Refund window") is None  # case is kept
     st = cache.stats()
     assert (st.hits, st.misses, st.size) == (1, 3, 1) and st.hit_rate == pytest.approx(0.25)
 
@@ -164,12 +168,12 @@ def test_query_cache_never_returns_across_models():
 def test_query_cache_is_a_bounded_lru():
     cache = QueryVectorCache(capacity=2)
     for q in ("a", "b"):
-        cache.put("m", q, np.ones(4, np.float32))
-    assert cache.get("m", "a") is not None  # "a" is now the most recent
-    cache.put("m", "c", np.ones(4, np.float32))
-    assert cache.get("m", "b") is None and cache.get("m", "a") is not None and cache.stats().size == 2
+        cache.put(_P, "m", q, np.ones(4, np.float32))
+    assert cache.get(_P, "m", "a") is not None  # "a" is now the most recent
+    cache.put(_P, "m", "c", np.ones(4, np.float32))
+    assert cache.get(_P, "m", "b") is None and cache.get(_P, "m", "a") is not None and cache.stats().size == 2
     off = QueryVectorCache(capacity=0)
-    off.put("m", "a", np.ones(4, np.float32))
-    assert off.get("m", "a") is None and off.stats().size == 0
+    off.put(_P, "m", "a", np.ones(4, np.float32))
+    assert off.get(_P, "m", "a") is None and off.stats().size == 0
     with pytest.raises(ValueError, match="capacity"):
         QueryVectorCache(capacity=-1)

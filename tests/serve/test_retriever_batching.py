@@ -88,16 +88,17 @@ def test_cached_vectors_answer_like_fresh_ones(quarry_app):
         stats = handle.encoder_stats.remote().result()
     finally:
         serve.delete("cache-probe")
-    assert (stats["hits"], stats["misses"]) == (2, 1) and stats["hit_rate"] == pytest.approx(2 / 3)
+    # the vector cache is keyed by tenant and groups: staff's repeat hits, hr's same text misses
+    assert (stats["hits"], stats["misses"]) == (1, 2) and stats["hit_rate"] == pytest.approx(1 / 3)
     assert _answer(again) == _answer(first)
-    # a cache hit for another principal still runs that principal's mask: hr sees pay bands
+    # each principal's legs run under its own mask: hr sees pay bands
     assert "pay-bands" in _docs(other)
     assert "pay-bands" not in _docs(first)
 
 
 def test_query_vectors_outside_a_replica_use_the_cache_and_each_principals_mask(tmp_path, sample_docs):
     """The same method without Serve's event loop (no Ray cluster needed): one encode per
-    distinct normalised query, shared across principals, whose answers still differ."""
+    distinct (tenant, groups, normalised query), never shared across groups; answers differ."""
     from quarry.core.embed.embedders import HashingEmbedder
     from quarry.core.index.shards import TenantIndex
     from quarry.core.ingest.pipeline import build_corpus
@@ -117,7 +118,10 @@ def test_query_vectors_outside_a_replica_use_the_cache_and_each_principals_mask(
     got = {p.subject: r._first_stage(p, SearchRequest(query=q, top_k=4), None)
            for p, q in ((staff, "treasury account details IBAN"), (fin, " treasury account  details IBAN"))}
     st = r.query_cache.stats()
-    assert (st.hits, st.misses, st.size) == (1, 1, 1)
+    assert (st.hits, st.misses, st.size) == (0, 2, 2)  # other groups: another key
+    staff2 = Principal(tenant="acme", subject="c", groups=frozenset({"all-staff"}))
+    r._first_stage(staff2, SearchRequest(query="treasury account details IBAN", top_k=4), None)
+    assert r.query_cache.stats().hits == 1  # same tenant and groups: shared
     for p in (staff, fin):
         want = first_stage(index, p, SearchRequest(query="treasury account details IBAN", top_k=4), HashingEmbedder(64),
                            SearchSettings(top_k_ceiling=settings.top_k_ceiling))

@@ -1,8 +1,10 @@
-"""A bounded LRU of query vectors keyed by (model id, normalised query text).
+"""A bounded LRU of query vectors keyed by (tenant, groups, model id, normalised query text).
 
-It holds vectors only, never results: a vector depends on the text and the model alone, so
-one principal's hit cannot reveal another's documents, and a revocation or new generation
-needs no invalidation. The model id (``quarry.core.embed.embedders.embedder_id``) includes the
+It holds vectors only, never results, so a revocation or new generation needs no
+invalidation. The key still includes the principal's tenant and groups (DESIGN: every cache
+key includes the tenant): queries are also built from restricted passages (contradiction
+probes), and a shared entry would let one tenant or group learn by timing that another
+already asked, or that such a passage exists. The model id (``quarry.core.embed.embedders.embedder_id``) includes the
 encoder backend, so a vector is never returned for another model or encoder.
 """
 
@@ -15,6 +17,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from quarry.core.lru import LRU
+from quarry.core.records import Principal
 
 
 def normalize_query(text: str) -> str:
@@ -44,13 +47,17 @@ class QueryVectorCache:
         if capacity < 0:
             raise ValueError(f"capacity must be >= 0, got {capacity}")
         self.capacity = capacity
-        self._items: LRU[tuple[str, str], np.ndarray] = LRU(capacity)
+        self._items: LRU[tuple[str, tuple[str, ...], str, str], np.ndarray] = LRU(capacity)
         self._lock = threading.Lock()  # the hit/miss counters
         self._hits = 0
         self._misses = 0
 
-    def get(self, model_id: str, query: str) -> np.ndarray | None:
-        vec = self._items.get((model_id, normalize_query(query)))
+    @staticmethod
+    def key(principal: Principal, model_id: str, query: str) -> tuple[str, tuple[str, ...], str, str]:
+        return (principal.tenant, tuple(sorted(principal.groups)), model_id, normalize_query(query))
+
+    def get(self, principal: Principal, model_id: str, query: str) -> np.ndarray | None:
+        vec = self._items.get(self.key(principal, model_id, query))
         with self._lock:
             if vec is None:
                 self._misses += 1
@@ -58,12 +65,12 @@ class QueryVectorCache:
                 self._hits += 1
         return vec
 
-    def put(self, model_id: str, query: str, vector: np.ndarray) -> None:
+    def put(self, principal: Principal, model_id: str, query: str, vector: np.ndarray) -> None:
         if self.capacity == 0:
             return
         vec = np.array(vector, dtype=np.float32, copy=True)
         vec.setflags(write=False)
-        self._items.put((model_id, normalize_query(query)), vec)
+        self._items.put(self.key(principal, model_id, query), vec)
 
     def stats(self) -> CacheStats:
         with self._lock:

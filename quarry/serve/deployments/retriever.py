@@ -203,14 +203,14 @@ class Retriever:
                 self._embedders[key] = emb
         return emb
 
-    def _query_vectors(self, index: TenantIndex, queries: list[str]) -> list[Any]:
+    def _query_vectors(self, index: TenantIndex, principal: Principal, queries: list[str]) -> list[Any]:
         """(index, queries) -> one vector per query: from the cache (vectors only, keyed by
-        model and normalised text), else encoded in one batch with concurrent requests'
+        tenant, groups, model and normalised text), else encoded in one batch with concurrent requests'
         queries. Runs in a worker thread; each request's legs then run under its own
         principal's mask."""
         emb = self._embedder(index)
         mid = embedder_id(emb)
-        vecs = [self.query_cache.get(mid, q) for q in queries]
+        vecs = [self.query_cache.get(principal, mid, q) for q in queries]
         for v in vecs:
             self._cache_lookups.inc(tags={"result": "miss" if v is None else "hit"})
         miss = [i for i, v in enumerate(vecs) if v is None]
@@ -224,7 +224,7 @@ class Retriever:
                 fresh = list(emb.encode(texts))
             for i, v in zip(miss, fresh):
                 vecs[i] = v
-                self.query_cache.put(mid, queries[i], v)
+                self.query_cache.put(principal, mid, queries[i], v)
         return vecs
 
     @serve.batch(max_batch_size=16, batch_wait_timeout_s=0.002)
@@ -254,7 +254,7 @@ class Retriever:
         index = self.index_for(principal.tenant)
         if index is None:  # no index for this tenant: same shape as finding nothing
             return None, tuple(no_first_stage(principal.tenant) for _ in requests)
-        vecs = self._query_vectors(index, [r.query for r in requests]) if dense else [None] * len(requests)
+        vecs = self._query_vectors(index, principal, [r.query for r in requests]) if dense else [None] * len(requests)
         return index, tuple(first_stage(index, principal, r, None, with_candidate_width(self.search_settings, width, r.top_k), v, dense=dense)
                             for r, v in zip(requests, vecs))
 
@@ -280,7 +280,7 @@ class Retriever:
                   passages: list[Passage], expanded: Expansion) -> EvidenceSet:
         shown = {e.passage_id for e in expanded.excerpts}
         return gather_evidence(index, principal, request, [p for p in passages if p.passage_id in shown],
-                               self.search_settings, lambda qs: self._query_vectors(index, qs))
+                               self.search_settings, lambda qs: self._query_vectors(index, principal, qs))
 
     def _retrieve(self, principal: Principal, request: SearchRequest, width: int | None) -> Retrieval:
         index, (first,) = self._first_stages(principal, (request,), width)

@@ -10,6 +10,7 @@ so a caller cannot tell an expired token from a forged one.
 from __future__ import annotations
 
 import re
+import threading
 import time
 import uuid
 from collections.abc import Iterable
@@ -21,6 +22,7 @@ from quarry.core.lru import LRU
 from quarry.core.records import SLUG as TENANT_PATTERN
 from quarry.core.records import Principal
 
+from quarry.serve.http.revocation import RevocationList
 from quarry.serve.settings import AuthSettings
 
 REQUIRED_CLAIMS = ("exp", "iat", "aud", "iss", "sub")
@@ -50,12 +52,54 @@ class Identity(BaseModel):
 
 
 
-def _key_for(alg: str, settings: AuthSettings):
+def _key_for(alg: str, settings: AuthSettings, kid: object = None, now: float | None = None):
+    """The one key a token may be verified with: by ``kid`` from the key set (its configured
+    alg must equal the header's), else the single legacy key for ``alg`` (also when no key
+    set is configured, so an IdP that sends a ``kid`` keeps working with one static key)."""
+    if kid is not None and (settings.keys or settings.jwks_uri):
+        key = next((k for k in settings.keys if k.kid == kid), None) if type(kid) is str else None
+        if key is None and settings.jwks_uri and type(kid) is str:
+            return _jwks_key(alg, kid, settings)
+        if key is None:
+            raise AuthError("unknown key id")
+        if key.alg != alg:
+            raise AuthError(f"algorithm {alg!r} not configured for this key id")
+        if key.not_after is not None and (time.time() if now is None else now) > key.not_after:
+            raise AuthError("key retired")
+        return key.secret.get_secret_value() if key.secret is not None else key.public_key_pem
     if alg == "HS256" and settings.hs256_secret is not None:
         return settings.hs256_secret.get_secret_value()
     if alg == "RS256" and settings.rs256_public_key_pem:
         return settings.rs256_public_key_pem
     raise AuthError(f"algorithm not accepted: {alg!r}")
+
+
+_JWKS: dict[tuple[str, float, float], jwt.PyJWKClient] = {}  # one client per configured source
+_JWKS_LOCK = threading.Lock()
+
+
+def jwks_client(settings: AuthSettings) -> jwt.PyJWKClient:
+    """PyJWKClient caches the set for ``jwks_refresh_s`` and re-fetches on an unknown kid at
+    most once per ``jwks_cooldown_s`` (its cooldown)."""
+    src = (settings.jwks_uri, settings.jwks_refresh_s, settings.jwks_cooldown_s)
+    with _JWKS_LOCK:
+        client = _JWKS.get(src)
+        if client is None:
+            client = _JWKS[src] = jwt.PyJWKClient(settings.jwks_uri, cache_jwk_set=True, lifespan=settings.jwks_refresh_s,
+                                                  cooldown_duration=settings.jwks_cooldown_s, timeout=5)
+        return client
+
+
+def _jwks_key(alg: str, kid: str, settings: AuthSettings):
+    if alg not in settings.jwks_algorithms:
+        raise AuthError(f"algorithm not accepted from the JWKS: {alg!r}")
+    try:
+        jwk = jwks_client(settings).get_signing_key(kid)
+    except jwt.PyJWKClientError as e:
+        raise AuthError(f"JWKS: {e}") from None
+    if jwk.algorithm_name != alg:  # the JWK's own alg/kty must agree with the header
+        raise AuthError(f"JWKS key {kid!r} is not an {alg} key")
+    return jwk.key
 
 
 def verify_token(token: str, settings: AuthSettings) -> Identity:
@@ -69,7 +113,7 @@ def verify_token(token: str, settings: AuthSettings) -> Identity:
     try:
         claims = jwt.decode(
             token,
-            _key_for(alg, settings),
+            _key_for(alg, settings, header.get("kid")),
             algorithms=[alg],
             audience=settings.audience,
             issuer=settings.issuer,
@@ -159,6 +203,7 @@ def mint_token(
     private_key_pem: str | None = None,
     scope: str | None = None,
     now: int | None = None,
+    kid: str | None = None,
 ) -> str:
     """A development token: HS256 with ``secret`` or RS256 with ``private_key_pem``."""
     if (secret is None) == (private_key_pem is None):
@@ -176,9 +221,10 @@ def mint_token(
     }
     if scope:
         claims["scope"] = scope
+    headers = {"kid": kid} if kid else None
     if secret is not None:
-        return jwt.encode(claims, secret, algorithm="HS256")
-    return jwt.encode(claims, private_key_pem, algorithm="RS256")
+        return jwt.encode(claims, secret, algorithm="HS256", headers=headers)
+    return jwt.encode(claims, private_key_pem, algorithm="RS256", headers=headers)
 
 
 def mint_platform_token(secret: str, subject: str = "platform", *, ttl_s: int = 600,
@@ -191,21 +237,31 @@ def mint_platform_token(secret: str, subject: str = "platform", *, ttl_s: int = 
 
 
 class CachedVerifier:
-    """Bearer-token verification that remembers a verified token until its ``exp``
-    (signature checks are the largest fixed cost of a request; a cached entry is only ever
-    a token that passed every check, and it leaves the cache when it expires). One per
-    Gateway replica, shared by REST and MCP."""
+    """Bearer-token verification that remembers a verified token for at most
+    ``settings.token_cache_s`` and never past its ``exp`` (signature checks are the largest
+    fixed cost of a request; a cached entry is only ever a token that passed every check).
+    Keyed by the whole token, which carries its tenant and groups. One per Gateway replica,
+    shared by REST and MCP. ``clock`` is injectable for tests."""
 
-    def __init__(self, settings: AuthSettings, capacity: int = 4096):
+    def __init__(self, settings: AuthSettings, capacity: int = 4096, clock=time.time):
         self.settings = settings
-        self._verified: LRU[str, tuple[Identity, float]] = LRU(capacity)
+        self._clock = clock
+        self._verified: LRU[str, tuple[Identity, float, object, float]] = LRU(capacity)
+        self.revocations = (RevocationList(settings.revocation_uri, settings.revocation_check_s, clock)
+                            if settings.revocation_uri else None)
 
     def verify(self, token: str) -> Identity:
-        now = time.time()
+        now = self._clock()
         hit = self._verified.get(token)
-        if hit is not None and now < hit[1]:
-            return hit[0]
-        ident = verify_token(token, self.settings)
-        exp = float(jwt.decode(token, options={"verify_signature": False})["exp"])
-        self._verified.put(token, (ident, exp + self.settings.leeway_s))
+        if hit is None or now >= hit[1]:
+            ident = verify_token(token, self.settings)
+            claims = jwt.decode(token, options={"verify_signature": False})
+            until = min(float(claims["exp"]) + self.settings.leeway_s, now + self.settings.token_cache_s)
+            hit = (ident, until, claims.get("jti"), float(claims["iat"]))
+            if until > now:
+                self._verified.put(token, hit)
+        ident = hit[0]
+        if self.revocations is not None and self.revocations.revoked(
+                hit[2], ident.principal.tenant, ident.principal.subject, hit[3]):
+            raise AuthError("token revoked")
         return ident

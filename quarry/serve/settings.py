@@ -84,7 +84,7 @@ class ServeSettings(BaseModel):
     # least recently used tenants go first. CURRENT is re-read at most every
     # generation_check_ms so a publish is picked up without a restart.
     lru_tenants: int = Field(default=256, ge=1)
-    tenant_cache_bytes: int = Field(default=1 << 30, ge=1 << 20)
+    tenant_cache_bytes: int = Field(default=1 << 30, ge=1)
     generation_check_ms: int = Field(default=1000, ge=0)
     embedder: str = Field(default="auto", description="auto (from the manifest), hashing, or sentence-transformers")
     embedder_path: str | None = None

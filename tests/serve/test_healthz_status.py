@@ -22,9 +22,34 @@ def test_status_names_published_tenants_whichever_replica_answers(tmp_path, samp
     assert r.loaded() == {}
     own = r._status(["acme"])  # an operator's view loads its own tenant
     assert set(own) == {"acme"} and own["acme"].loaded and own["acme"].generation == 1
-    assert set(own["acme"].model_dump(mode="json")) == {"generation", "loaded", "dense", "freshness"}
+    assert set(own["acme"].model_dump(mode="json")) == {"generation", "loaded", "tier", "resident_bytes",
+                                                        "mapped_bytes", "dense", "freshness"}
+    acme = own["acme"]
+    assert acme.tier == "hot" and 0 < acme.mapped_bytes < acme.resident_bytes
+    assert r.tenant_cache()["bytes"] == acme.resident_bytes and r.tenant_cache()["tenants"] == 1
     assert r._status(["initech"]) == {}  # not published here: nothing, and nothing loaded
     platform = r._status(None)
     assert set(platform) == {"acme", "globex"}
-    assert platform["globex"].model_dump(mode="json") == {"generation": 1, "loaded": False}  # listed, not loaded
+    assert platform["globex"].model_dump(mode="json") == {"generation": 1, "loaded": False, "tier": "cold"}  # listed, not loaded
     assert set(r.loaded()) == {"acme"}
+
+
+def test_byte_budget_evicts_least_recently_used_tenants(tmp_path, sample_docs):
+    """A budget that holds about one tenant: loading a second evicts the first, and the
+    evicted tenant is served again (cold) on its next request."""
+    from quarry.core.embed.embedders import HashingEmbedder
+    from quarry.core.index.shards import TenantIndex
+    from quarry.core.ingest.pipeline import build_corpus
+    from quarry.serve.deployments.retriever import Retriever
+    from quarry.serve.settings import AuthSettings, ServeSettings
+
+    root = str(tmp_path)
+    build_corpus([d for d in sample_docs if d.tenant in ("acme", "globex")], root, HashingEmbedder(64))
+    sizes = [TenantIndex.load(root, t).resident_bytes for t in ("acme", "globex")]
+    settings = ServeSettings(index_root=root, auth=AuthSettings(hs256_secret="x" * 40), reranker_enabled=False,
+                             tenant_cache_bytes=max(sizes) + min(sizes) // 2)  # either fits, not both
+    r = Retriever.func_or_class(settings)
+    assert r.index_for("acme") is not None
+    assert r.index_for("globex") is not None
+    assert set(r.loaded()) == {"globex"} and r.tenant_cache()["bytes"] <= settings.tenant_cache_bytes
+    assert r.index_for("acme").tenant == "acme" and set(r.loaded()) == {"acme"}

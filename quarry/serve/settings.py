@@ -85,6 +85,10 @@ class ServeSettings(BaseModel):
     # generation_check_ms so a publish is picked up without a restart.
     lru_tenants: int = Field(default=256, ge=1)
     tenant_cache_bytes: int = Field(default=1 << 30, ge=1)
+    # Remote shards (an index_root URI) are copied to disk_cache_dir (default: the temp dir);
+    # disk_cache_bytes bounds it, least recently used copies not in use evicted (None: unbounded).
+    disk_cache_dir: str | None = None
+    disk_cache_bytes: int | None = Field(default=None, ge=1)
     generation_check_ms: int = Field(default=1000, ge=0)
     embedder: str = Field(default="auto", description="auto (from the manifest), hashing, or sentence-transformers")
     embedder_path: str | None = None

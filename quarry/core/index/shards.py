@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +20,7 @@ import numpy as np
 
 from quarry.core.changes.log import TenantState, parse_state
 from quarry.core.evidence.graph import PassageFacts, passage_facts
-from quarry.core.index import layout
+from quarry.core.index import disk_cache, layout
 from quarry.core.index.dense_gpu import GpuDense
 from quarry.core.index.filters import FilterColumns, RowOverlay
 from quarry.core.index.manifest import IndexManifest, read_manifest
@@ -52,6 +53,8 @@ class Shard:
 
         d = Path(local_dir)
         self.dir = d
+        disk_cache.pin(d)  # a bounded disk cache never deletes a copy a loaded shard reads
+        weakref.finalize(self, disk_cache.unpin, str(d))
         meta = json.loads((d / "shard.json").read_text())
         self.shard: int = meta["shard"]
         self.tenant: str = meta["tenant"]
@@ -215,7 +218,7 @@ class Delta:
 
 
 def load_delta(root: str, tenant: str, generation: int, watermark: str | None,
-               cache_dir: str | None = None) -> Delta | None:
+               cache_dir: str | None = None, cache_bytes: int | None = None) -> Delta | None:
     """The delta a watermark names, if it applies to ``generation`` (else None)."""
     parsed = layout.parse_watermark(watermark)
     if parsed is None or parsed[1] != generation:
@@ -229,7 +232,7 @@ def load_delta(root: str, tenant: str, generation: int, watermark: str | None,
     shard = None
     if manifest.get("shard"):
         shard_uri = layout.join(layout.changes_dir(root, tenant), manifest["shard"])
-        shard = Shard(layout.fetch_dir(shard_uri, cache_dir or tempfile.gettempdir()))
+        shard = Shard(layout.fetch_dir(shard_uri, cache_dir or tempfile.gettempdir(), cache_bytes))
     return Delta(seq=seq, watermark=str(watermark), state=state, shard=shard)
 
 
@@ -295,14 +298,18 @@ class TenantIndex:
 
     @classmethod
     def load(cls, root: str, tenant: str, generation: int | None = None, cache_dir: str | None = None,
-             with_changes: bool = True) -> "TenantIndex":
+             with_changes: bool = True, cache_bytes: int | None = None) -> "TenantIndex":
+        """``cache_dir``/``cache_bytes``: where remote shards are copied, and the byte bound
+        of that copy cache (``quarry.core.index.disk_cache``; None: unbounded)."""
         gen = generation if generation is not None else layout.current_generation(root, tenant)
         if gen is None:
             raise FileNotFoundError(f"no published index for tenant {tenant!r} under {root}")
         manifest = read_manifest(root, tenant, gen)
         cache = cache_dir or tempfile.gettempdir()
-        shards = [Shard(layout.fetch_dir(layout.shard_dir(root, tenant, gen, s.shard), cache)) for s in manifest.shards]
-        delta = load_delta(root, tenant, gen, layout.read_watermark(root, tenant), cache) if with_changes else None
+        shards = [Shard(layout.fetch_dir(layout.shard_dir(root, tenant, gen, s.shard), cache, cache_bytes))
+                  for s in manifest.shards]
+        delta = load_delta(root, tenant, gen, layout.read_watermark(root, tenant), cache, cache_bytes) \
+            if with_changes else None
         return cls(root, tenant, gen, manifest, shards, delta)
 
     @property

@@ -120,7 +120,8 @@ class Retriever:
             raise RuntimeError("index root not reachable")
 
     def _load(self, tenant: str, generation: int) -> TenantIndex:
-        index = TenantIndex.load(self.settings.index_root, tenant, generation)
+        index = TenantIndex.load(self.settings.index_root, tenant, generation, cache_dir=self.settings.disk_cache_dir,
+                                 cache_bytes=self.settings.disk_cache_bytes)
         if self.dense_choice.device == "gpu":
             for sh in index.shards:
                 sh.attach_gpu()

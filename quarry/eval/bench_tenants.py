@@ -3,10 +3,12 @@ the in-process pipeline and the hashing embedder), the cold-load time of a tenan
 disk (``TenantIndex.load``, p50/p95) and the resident memory per loaded small tenant (RSS
 delta over all loaded tenants / N, next to the index's own byte estimate).
 
-The HTTP part the issue asks for (one hot tenant vs uniform spread vs working sets of 8, 64,
-512 through the Serve app) is not written yet (docs/known-gaps.md).
+With ``--http``: the real Serve app (``quarry.serve.launch.start``) over loopback HTTP, a
+closed-loop load at ``--concurrency`` for one hot tenant, working sets of 8, 64 and 512
+tenants, and a uniform spread over all, in the same run (p50/p95 and ratios to the hot p50);
+errors, and cross-tenant leaks (a delivered passage whose id is not the caller's tenant's).
 
-    python -m quarry.eval.bench_tenants --tenants 1000 --root var/bench-tenants --out eval/results/tenants
+    python -m quarry.eval.bench_tenants --tenants 1000 --root var/bench-tenants --http --out eval/results/tenants
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import threading
 import time
 from pathlib import Path
 
@@ -75,15 +78,87 @@ def measure(root: str, tenants: int) -> dict:
             "estimate_per_tenant_bytes": sum(est) / tenants, "heap_estimate_per_tenant_bytes": sum(heap) / tenants}
 
 
+def _http_phase(base: str, secret: str, tenants: list[str], n: int, concurrency: int, seed: int) -> dict:
+    import random
+    from concurrent.futures import ThreadPoolExecutor
+
+    import httpx
+
+    from quarry.serve.http.auth import mint_token
+
+    rng = random.Random(seed)
+    reqs = [(t, f"{t} {WORDS[rng.randrange(len(WORDS))]} schedule") for t in (rng.choice(tenants) for _ in range(n))]
+    tokens = {t: mint_token(t, "bench", ("eng",), secret=secret, ttl_s=3600) for t in {t for t, _ in reqs}}
+    with httpx.Client(base_url=base, timeout=60) as c:
+        runs = [c.post("/v1/runs", headers={"Authorization": f"Bearer {tokens[t]}"}).json()["run_id"] for t, _ in reqs]
+    local = threading.local()
+    leaks = [0]
+
+    def one(i: int) -> tuple[float, int]:
+        t, q = reqs[i]
+        c = getattr(local, "c", None) or setattr(local, "c", httpx.Client(base_url=base, timeout=60)) or local.c
+        t0 = time.perf_counter()
+        try:
+            r = c.post("/v1/search", headers={"Authorization": f"Bearer {tokens[t]}", "X-Quarry-Run": runs[i]},
+                       json={"query": q, "top_k": 4})
+        except httpx.HTTPError:
+            return (time.perf_counter() - t0) * 1000, 599
+        ms = (time.perf_counter() - t0) * 1000
+        if r.status_code == 200:
+            body = r.json()
+            ids = [e["passage_id"] for e in body["excerpts"]] + list(body.get("new_passage_ids", ()))
+            leaks[0] += sum(1 for pid in ids if not pid.startswith(f"{t}-d"))
+        return ms, r.status_code
+
+    with ThreadPoolExecutor(concurrency) as ex:
+        res = list(ex.map(one, range(len(reqs))))
+    ok = [ms for ms, code in res if code == 200]
+    return {"tenants": len(tenants), "requests": len(res), "errors": sum(1 for _, c in res if c != 200),
+            "leaks": leaks[0], "p50_ms": percentile(ok, 0.5), "p95_ms": percentile(ok, 0.95)}
+
+
+def http_bench(root: str, tenants: int, n: int, concurrency: int, lru_tenants: int) -> dict:
+    import os
+
+    from quarry.serve import launch
+    from quarry.serve.settings import AuthSettings, ServeSettings
+
+    secret = "bench-tenants-secret-" + "0" * 40
+    settings = ServeSettings(index_root=os.path.abspath(root), auth=AuthSettings(hs256_secret=secret),
+                             reranker_enabled=False, lru_tenants=lru_tenants)
+    base = launch.start(settings, "127.0.0.1", launch.free_port(), ray_init={
+        "num_cpus": 2, "include_dashboard": False, "log_to_driver": False, "configure_logging": False})
+    names = [f"t{i:05d}" for i in range(tenants)]
+    phases = {}
+    try:
+        _http_phase(base, secret, names[:1], 20, concurrency, 0)  # warm-up: imports, first encodes
+        for name, ws in [("hot", names[:1]), ("ws8", names[:8]), ("ws64", names[:64]),
+                         ("ws512", names[:512]), ("uniform", names)]:
+            _http_phase(base, secret, ws, min(len(ws), 64), concurrency, 1)  # load the working set once
+            phases[name] = _http_phase(base, secret, ws, n, concurrency, 2)
+    finally:
+        launch.stop()
+    hot = phases["hot"]["p50_ms"]
+    for v in phases.values():
+        v["ratio_to_hot_p50"] = v["p50_ms"] / hot
+    return {"concurrency": concurrency, "lru_tenants": lru_tenants, "reranker": False, "phases": phases}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m quarry.eval.bench_tenants", description=__doc__.split("\n\n")[0])
     ap.add_argument("--tenants", type=int, default=1000)
     ap.add_argument("--docs", type=int, default=10, help="documents per tenant")
     ap.add_argument("--root", default="var/bench-tenants")
-    ap.add_argument("--out", default=None, help="write OUT.json and OUT.md")
+    ap.add_argument("--out", default=None, help="write OUT.json")
+    ap.add_argument("--http", action="store_true", help="also the routed HTTP load through the Serve app")
+    ap.add_argument("--requests", type=int, default=200, help="searches per HTTP phase")
+    ap.add_argument("--concurrency", type=int, default=4)
+    ap.add_argument("--lru-tenants", type=int, default=256, help="ServeSettings.lru_tenants for the HTTP run")
     a = ap.parse_args(argv)
     build_s = build(a.root, a.tenants, a.docs)
     res = {"build_s": round(build_s, 1), "docs_per_tenant": a.docs, **measure(a.root, a.tenants)}
+    if a.http:
+        res["http"] = http_bench(a.root, a.tenants, a.requests, a.concurrency, a.lru_tenants)
     print(json.dumps(res, indent=2))
     if a.out:
         Path(a.out).parent.mkdir(parents=True, exist_ok=True)

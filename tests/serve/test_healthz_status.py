@@ -53,3 +53,36 @@ def test_byte_budget_evicts_least_recently_used_tenants(tmp_path, sample_docs):
     assert r.index_for("globex") is not None
     assert set(r.loaded()) == {"globex"} and r.tenant_cache()["bytes"] <= settings.tenant_cache_bytes
     assert r.index_for("acme").tenant == "acme" and set(r.loaded()) == {"acme"}
+
+
+def test_routing_model_id_only_marks_the_principals_own_tenant(tmp_path, sample_docs, monkeypatch):
+    """The multiplexed model id steers routing only: a request whose id names another
+    tenant loads nothing of that tenant; one naming its own tenant goes through the
+    multiplexed loader (inside a replica: Serve's wrapper, which reports it to the routers;
+    the session app's HTTP tests run that path)."""
+    import asyncio
+
+    from ray import serve
+
+    from quarry.core.embed.embedders import HashingEmbedder
+    from quarry.core.ingest.pipeline import build_corpus
+    from quarry.serve.deployments.retriever import Retriever
+    from quarry.serve.settings import AuthSettings, ServeSettings
+
+    root = str(tmp_path)
+    build_corpus([d for d in sample_docs if d.tenant in ("acme", "globex")], root, HashingEmbedder(64))
+    r = Retriever.func_or_class(ServeSettings(index_root=root, auth=AuthSettings(hs256_secret="x" * 40),
+                                              reranker_enabled=False))
+    held = []
+
+    async def record(tenant):  # Serve's wrapper needs a replica context; here, record the call
+        held.append(tenant)
+        return await r._hold_tenant(tenant)
+
+    r._tenant_model = record
+    monkeypatch.setattr(serve, "get_multiplexed_model_id", lambda: "globex")
+    asyncio.run(r._routed("acme"))  # a model id that is not the principal's tenant
+    assert r.loaded() == {} and held == []
+    monkeypatch.setattr(serve, "get_multiplexed_model_id", lambda: "acme")
+    asyncio.run(r._routed("acme"))
+    assert held == ["acme"] and set(r.loaded()) == {"acme"}

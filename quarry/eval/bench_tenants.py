@@ -148,6 +148,29 @@ def http_bench(root: str, tenants: int, n: int, concurrency: int, lru_tenants: i
     return {"concurrency": concurrency, "lru_tenants": lru_tenants, "reranker": False, "phases": phases}
 
 
+def plot(res: dict, path: str) -> None:
+    """p50 and p95 per HTTP phase, with the 1.3x-of-hot target line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ph = res["http"]["phases"]
+    names = list(ph)
+    x = range(len(names))
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    ax.bar([i - 0.2 for i in x], [ph[n]["p50_ms"] for n in names], 0.4, label="p50")
+    ax.bar([i + 0.2 for i in x], [ph[n]["p95_ms"] for n in names], 0.4, label="p95")
+    ax.axhline(1.3 * ph["hot"]["p50_ms"], color="k", ls="--", lw=1, label="1.3 x hot p50")
+    ax.set_xticks(list(x), [f"{n}\n({ph[n]['tenants']} tenants)" for n in names])
+    ax.set_ylabel("ms per search (HTTP)")
+    ax.set_title(f"{res['tenants']} small tenants, concurrency {res['http']['concurrency']}, "
+                 f"lru_tenants {res['http']['lru_tenants']}")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m quarry.eval.bench_tenants", description=__doc__.split("\n\n")[0])
     ap.add_argument("--tenants", type=int, default=1000)
@@ -167,6 +190,8 @@ def main(argv: list[str] | None = None) -> int:
     if a.out:
         Path(a.out).parent.mkdir(parents=True, exist_ok=True)
         Path(a.out + ".json").write_text(json.dumps(res, indent=2) + "\n")
+        if "http" in res:
+            plot(res, a.out + ".png")
     return 0
 
 

@@ -167,9 +167,19 @@ class ServeSettings(BaseModel):
     gateway_replicas: int = Field(default=1, ge=1)
     retriever_replicas: int = Field(default=1, ge=1)
     max_ongoing_requests: int = Field(default=16, ge=1)
-    # Index cache: at most this many tenants per Retriever replica; CURRENT is re-read at
-    # most every generation_check_ms so a publish is picked up without a restart.
-    lru_tenants: int = Field(default=8, ge=1)
+    # -- tenant caches (per replica) --------------------------------------------------
+    # At most lru_tenants tenants per Retriever replica (also Serve's
+    # max_num_models_per_replica: requests carry the tenant as multiplexed_model_id, so Serve
+    # routes a tenant to replicas that have it loaded) and at most tenant_cache_bytes of
+    # them, charged by each index's resident estimate (heap + memory-mapped file bytes);
+    # least recently used tenants go first. CURRENT is re-read at most every
+    # generation_check_ms so a publish is picked up without a restart.
+    lru_tenants: int = Field(default=256, ge=1)
+    tenant_cache_bytes: int = Field(default=1 << 30, ge=1)
+    # Remote shards (an index_root URI) are copied to disk_cache_dir (default: the temp dir);
+    # disk_cache_bytes bounds it, least recently used copies not in use evicted (None: unbounded).
+    disk_cache_dir: str | None = None
+    disk_cache_bytes: int | None = Field(default=None, ge=1)
     generation_check_ms: int = Field(default=1000, ge=0)
     embedder: str = Field(default="auto", description="auto (from the manifest), hashing, or sentence-transformers")
     embedder_path: str | None = None

@@ -64,3 +64,22 @@ def test_concurrent_puts_never_exceed_capacity():
         t.join()
     assert len(c) == 50
     assert len(evicted) + len(c) == 2000 and not set(evicted) & {k for k, _ in c.items()}
+
+
+def test_byte_budget_evicts_least_recently_used_by_size():
+    c: LRU[str, bytes] = LRU(100, max_bytes=10, size_of=len)
+    c.put("a", b"xxxx")
+    c.put("b", b"yyyy")
+    assert c.total_bytes == 8
+    c.get("a")  # "b" is now the oldest
+    assert c.put("c", b"zzzz") == [("b", b"yyyy")]
+    assert c.total_bytes == 8 and c.size("c") == 4
+    assert c.put("big", b"q" * 50) == [("a", b"xxxx"), ("c", b"zzzz")]  # the newest stays, alone
+    assert [k for k, _ in c.items()] == ["big"] and c.total_bytes == 50
+    c.pop("big")
+    assert c.total_bytes == 0
+
+
+def test_byte_budget_needs_a_size_function():
+    with pytest.raises(ValueError):
+        LRU(3, max_bytes=10)

@@ -22,9 +22,67 @@ def test_status_names_published_tenants_whichever_replica_answers(tmp_path, samp
     assert r.loaded() == {}
     own = r._status(["acme"])  # an operator's view loads its own tenant
     assert set(own) == {"acme"} and own["acme"].loaded and own["acme"].generation == 1
-    assert set(own["acme"].model_dump(mode="json")) == {"generation", "loaded", "dense", "freshness"}
+    assert set(own["acme"].model_dump(mode="json")) == {"generation", "loaded", "tier", "resident_bytes",
+                                                        "mapped_bytes", "dense", "freshness"}
+    acme = own["acme"]
+    assert acme.tier == "hot" and 0 < acme.mapped_bytes < acme.resident_bytes
+    assert r.tenant_cache()["bytes"] == acme.resident_bytes and r.tenant_cache()["tenants"] == 1
     assert r._status(["initech"]) == {}  # not published here: nothing, and nothing loaded
     platform = r._status(None)
     assert set(platform) == {"acme", "globex"}
-    assert platform["globex"].model_dump(mode="json") == {"generation": 1, "loaded": False}  # listed, not loaded
+    assert platform["globex"].model_dump(mode="json") == {"generation": 1, "loaded": False, "tier": "cold"}  # listed, not loaded
     assert set(r.loaded()) == {"acme"}
+
+
+def test_byte_budget_evicts_least_recently_used_tenants(tmp_path, sample_docs):
+    """A budget that holds about one tenant: loading a second evicts the first, and the
+    evicted tenant is served again (cold) on its next request."""
+    from quarry.core.embed.embedders import HashingEmbedder
+    from quarry.core.index.shards import TenantIndex
+    from quarry.core.ingest.pipeline import build_corpus
+    from quarry.serve.deployments.retriever import Retriever
+    from quarry.serve.settings import AuthSettings, ServeSettings
+
+    root = str(tmp_path)
+    build_corpus([d for d in sample_docs if d.tenant in ("acme", "globex")], root, HashingEmbedder(64))
+    sizes = [TenantIndex.load(root, t).resident_bytes for t in ("acme", "globex")]
+    settings = ServeSettings(index_root=root, auth=AuthSettings(hs256_secret="x" * 40), reranker_enabled=False,
+                             tenant_cache_bytes=max(sizes) + min(sizes) // 2)  # either fits, not both
+    r = Retriever.func_or_class(settings)
+    assert r.index_for("acme") is not None
+    assert r.index_for("globex") is not None
+    assert set(r.loaded()) == {"globex"} and r.tenant_cache()["bytes"] <= settings.tenant_cache_bytes
+    assert r.index_for("acme").tenant == "acme" and set(r.loaded()) == {"acme"}
+
+
+def test_routing_model_id_only_marks_the_principals_own_tenant(tmp_path, sample_docs, monkeypatch):
+    """The multiplexed model id steers routing only: a request whose id names another
+    tenant loads nothing of that tenant; one naming its own tenant goes through the
+    multiplexed loader (inside a replica: Serve's wrapper, which reports it to the routers;
+    the session app's HTTP tests run that path)."""
+    import asyncio
+
+    from ray import serve
+
+    from quarry.core.embed.embedders import HashingEmbedder
+    from quarry.core.ingest.pipeline import build_corpus
+    from quarry.serve.deployments.retriever import Retriever
+    from quarry.serve.settings import AuthSettings, ServeSettings
+
+    root = str(tmp_path)
+    build_corpus([d for d in sample_docs if d.tenant in ("acme", "globex")], root, HashingEmbedder(64))
+    r = Retriever.func_or_class(ServeSettings(index_root=root, auth=AuthSettings(hs256_secret="x" * 40),
+                                              reranker_enabled=False))
+    held = []
+
+    async def record(tenant):  # Serve's wrapper needs a replica context; here, record the call
+        held.append(tenant)
+        return await r._hold_tenant(tenant)
+
+    r._tenant_model = record
+    monkeypatch.setattr(serve, "get_multiplexed_model_id", lambda: "globex")
+    asyncio.run(r._routed("acme"))  # a model id that is not the principal's tenant
+    assert r.loaded() == {} and held == []
+    monkeypatch.setattr(serve, "get_multiplexed_model_id", lambda: "acme")
+    asyncio.run(r._routed("acme"))
+    assert held == ["acme"] and set(r.loaded()) == {"acme"}

@@ -1,8 +1,10 @@
 """Filter columns and the principal's row mask (DESIGN §3-4).
 
-Every shard stores, per row: ACL groups as a boolean matrix over the shard's group
-vocabulary (plus a 'whole tenant' flag), a doc_type code, and validity as int64 epoch-day
-bounds with 'known' flags. A mask is computed once per (generation, groups, doc_type,
+Every shard stores, per row: ACL groups as one packed bitset per group of the shard's
+group vocabulary (``acl_bits``: groups x ceil(rows/8) bytes, little bit order; shards
+written before stored a dense rows x groups bool matrix ``acl``, still read and packed at
+load), a 'whole tenant' flag, a doc_type code, and validity as int64 epoch-day bounds with
+'known' flags. A mask is computed once per (generation, groups, doc_type,
 valid_at) and applied *inside* each leg before anything is scored or ranked.
 """
 
@@ -24,11 +26,18 @@ def epoch_day(d: dt.date | None) -> int:
     return NO_DAY if d is None else (d - EPOCH).days
 
 
+def pack_acl(acl: np.ndarray) -> np.ndarray:
+    """A dense (rows, groups) bool matrix as one packed bitset per group."""
+    acl = np.asarray(acl, dtype=bool)
+    return np.packbits(acl.T, axis=1, bitorder="little") if acl.size else \
+        np.zeros((acl.shape[1] if acl.ndim == 2 else 0, (acl.shape[0] + 7) // 8), dtype=np.uint8)
+
+
 @dataclass(frozen=True)
 class FilterColumns:
     tenant: str
-    groups: tuple[str, ...]  # column order of ``acl``
-    acl: np.ndarray  # (n, len(groups)) bool
+    groups: tuple[str, ...]  # row order of ``acl_bits``
+    acl_bits: np.ndarray  # (len(groups), ceil(n/8)) uint8: row g = packed bits of the rows group g may read
     public: np.ndarray  # (n,) bool: '*' in acl
     doc_types: tuple[str, ...]
     doc_type: np.ndarray  # (n,) int16 codes into doc_types
@@ -39,6 +48,18 @@ class FilterColumns:
     @property
     def n(self) -> int:
         return int(self.public.shape[0])
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes these columns hold in memory."""
+        return sum(int(a.nbytes) for a in (self.acl_bits, self.public, self.doc_type, self.valid_from,
+                                              self.valid_to, self.deleted))
+
+    def group_rows(self, group: str) -> np.ndarray:
+        """(n,) bool: the rows ``group`` is granted (not counting public rows)."""
+        if group not in self.groups:
+            return np.zeros(self.n, dtype=bool)
+        return np.unpackbits(self.acl_bits[self.groups.index(group)], count=self.n, bitorder="little").astype(bool)
 
     @classmethod
     def from_envelopes(cls, tenant: str, envelopes: Sequence[Envelope]) -> "FilterColumns":
@@ -57,7 +78,7 @@ class FilterColumns:
         return cls(
             tenant=tenant,
             groups=groups,
-            acl=acl,
+            acl_bits=pack_acl(acl),
             public=np.array([PUBLIC_GROUP in e.acl for e in envelopes], dtype=bool),
             doc_types=doc_types,
             doc_type=np.array([di[e.doc_type] for e in envelopes], dtype=np.int16),
@@ -68,15 +89,20 @@ class FilterColumns:
 
     def to_arrays(self) -> dict[str, np.ndarray]:
         return {
-            "acl": self.acl, "public": self.public, "doc_type": self.doc_type,
+            "acl_bits": self.acl_bits, "public": self.public, "doc_type": self.doc_type,
             "valid_from": self.valid_from, "valid_to": self.valid_to, "deleted": self.deleted,
         }
 
     @classmethod
     def from_arrays(cls, tenant: str, groups: Iterable[str], doc_types: Iterable[str], arrays) -> "FilterColumns":
+        """From ``filters.npz``'s arrays: ``acl_bits`` as stored, or an older shard's dense
+        ``acl`` matrix packed here."""
+        names = set(getattr(arrays, "files", None) or arrays.keys())
+        bits = np.asarray(arrays["acl_bits"], dtype=np.uint8) if "acl_bits" in names \
+            else pack_acl(np.asarray(arrays["acl"], dtype=bool))
         return cls(
             tenant=tenant, groups=tuple(groups), doc_types=tuple(doc_types),
-            acl=np.asarray(arrays["acl"], dtype=bool), public=np.asarray(arrays["public"], dtype=bool),
+            acl_bits=bits, public=np.asarray(arrays["public"], dtype=bool),
             doc_type=np.asarray(arrays["doc_type"]), valid_from=np.asarray(arrays["valid_from"]),
             valid_to=np.asarray(arrays["valid_to"]), deleted=np.asarray(arrays["deleted"], dtype=bool),
         )
@@ -94,7 +120,8 @@ class FilterColumns:
         m = self.public.copy()
         cols = [i for i, g in enumerate(self.groups) if g in principal.groups]
         if cols:
-            m |= self.acl[:, cols].any(axis=1)
+            granted = np.bitwise_or.reduce(self.acl_bits[cols], axis=0)
+            m |= np.unpackbits(granted, count=self.n, bitorder="little").astype(bool)
         return m & self.request_mask(doc_type, valid_at)
 
     def request_mask(self, doc_type: Sequence[str] | None = None, valid_at: dt.date | None = None) -> np.ndarray:

@@ -34,6 +34,8 @@ from typing import Any
 import fsspec
 from fsspec.core import url_to_fs
 
+from quarry.core.index import disk_cache
+
 _GEN = re.compile(r"^gen-(\d+)$")
 _DELTA = re.compile(r"^delta-(\d+)$")
 _WATERMARK = re.compile(r"^delta-(\d+) gen-(\d+)$")
@@ -170,18 +172,28 @@ def upload_dir(local_dir: str | Path, uri: str) -> None:
     fs.put(str(local_dir), path, recursive=True)
 
 
-def fetch_dir(uri: str, cache_root: str | Path) -> Path:
+def fetch_dir(uri: str, cache_root: str | Path, max_bytes: int | None = None) -> Path:
     """A local path for a directory (a shard, a model): itself when local, else a copy
     under ``cache_root`` keyed by the URI (what a URI names is immutable). The copy is made
     under a temporary name and renamed once complete, so a crashed download is never used.
-    Raises ``FileNotFoundError`` when a remote ``uri`` is not a directory."""
+    ``max_bytes``: after a new copy, evict least recently used copies not in use down to
+    it (``quarry.core.index.disk_cache``). Raises ``FileNotFoundError`` when a remote
+    ``uri`` is not a directory."""
     fs, path = fs_and_path(uri)
     if is_local(uri):
         return Path(path)
     cache = Path(cache_root)
     local = cache / hashlib.sha256(str(uri).rstrip("/").encode()).hexdigest()[:24]
     if (local / ".complete").exists():
+        disk_cache.touch(local)
         return local
+    copied = _copy_dir(fs, uri, path, cache, local)
+    if max_bytes is not None:
+        disk_cache.evict(cache, max_bytes, keep=copied)
+    return copied
+
+
+def _copy_dir(fs, uri: str, path: str, cache: Path, local: Path) -> Path:
     if not fs.isdir(path):
         raise FileNotFoundError(f"{uri}: no such directory")
     cache.mkdir(parents=True, exist_ok=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +20,7 @@ import numpy as np
 
 from quarry.core.changes.log import TenantState, parse_state
 from quarry.core.evidence.graph import PassageFacts, passage_facts
-from quarry.core.index import layout
+from quarry.core.index import disk_cache, layout
 from quarry.core.index.dense_gpu import GpuDense
 from quarry.core.index.filters import FilterColumns, RowOverlay
 from quarry.core.index.manifest import IndexManifest, read_manifest
@@ -27,6 +28,19 @@ from quarry.core.index.rows import pack_row, unpack_row
 from quarry.core.lru import LRU
 from quarry.core.records import ParentSection, Passage, Principal
 from quarry.core.text.tokenizer import tokenize
+
+# Rough CPython sizes for the per-row objects the byte estimate counts (a dict entry with
+# its key string, a list slot with its string, one row's parsed evidence facts).
+_DICT_ENTRY_BYTES = 160
+_LIST_ITEM_BYTES = 90
+_FACTS_ROW_BYTES = 600
+
+
+def _mapped_bytes(d: Path) -> int:
+    """Bytes of the shard's memory-mapped files (the BM25 arrays and the FAISS index)."""
+    files = [*(d / "bm25").glob("*.npy"), d / "dense.faiss"]
+    return sum(f.stat().st_size for f in files if f.exists())
+
 
 class Shard:
     """A loaded shard: memory-mapped where the formats allow it."""
@@ -39,6 +53,8 @@ class Shard:
 
         d = Path(local_dir)
         self.dir = d
+        disk_cache.pin(d)  # a bounded disk cache never deletes a copy a loaded shard reads
+        weakref.finalize(self, disk_cache.unpin, str(d))
         meta = json.loads((d / "shard.json").read_text())
         self.shard: int = meta["shard"]
         self.tenant: str = meta["tenant"]
@@ -54,17 +70,54 @@ class Shard:
         with np.load(d / "filters.npz") as z:
             arrays = {k: z[k] for k in z.files}
         self.filters = FilterColumns.from_arrays(self.tenant, meta["groups"], meta["doc_types"], arrays)
-        self.passage_ids: list[str] = self.passages.column("passage_id").to_pylist()
-        self.doc_ids: list[str] = self.passages.column("doc_id").to_pylist()
-        self.versions: list[str] = self.passages.column("version").to_pylist()
         self._records = self.passages.column("record")
         self.gpu = None  # a quarry.core.index.dense_gpu.GpuDense once attach_gpu() ran
         self._facts: list | None = None
         self._words: dict[int, frozenset[str]] = {}
-        self._parent_row = {pid: i for i, pid in enumerate(self.parents.column("parent_id").to_pylist())}
+        # Per-row Python objects (id lists, the parent-id dict) are built on first use, not
+        # at load: a search reads rows by number; the arrow columns stay the store.
+        self._lists: dict[str, list[str]] = {}
+        self._parent_rows: dict[str, int] | None = None
+        self.mapped_bytes = _mapped_bytes(d)
+
+    def _column(self, name: str) -> list[str]:
+        col = self._lists.get(name)
+        if col is None:
+            col = self._lists[name] = self.passages.column(name).to_pylist()
+        return col
+
+    @property
+    def passage_ids(self) -> list[str]:
+        return self._column("passage_id")
+
+    @property
+    def doc_ids(self) -> list[str]:
+        return self._column("doc_id")
+
+    @property
+    def versions(self) -> list[str]:
+        return self._column("version")
+
+    @property
+    def _parent_row(self) -> dict[str, int]:
+        if self._parent_rows is None:
+            self._parent_rows = {pid: i for i, pid in enumerate(self.parents.column("parent_id").to_pylist())}
+        return self._parent_rows
+
+    @property
+    def heap_bytes(self) -> int:
+        """An estimate of the bytes this shard holds on the heap: the decoded arrow tables,
+        the filter columns, the BM25 vocabulary dict and whatever per-row lists were built
+        (memory-mapped files are :attr:`mapped_bytes`, apart)."""
+        vocab = len(self.bm25.vocab_dict) * _DICT_ENTRY_BYTES
+        lists = sum(len(v) for v in self._lists.values()) * _LIST_ITEM_BYTES
+        parents = len(self._parent_rows) * _DICT_ENTRY_BYTES if self._parent_rows is not None else 0
+        facts = len(self._facts) * _FACTS_ROW_BYTES if self._facts is not None else 0
+        return (int(self.passages.nbytes) + int(self.parents.nbytes) + self.filters.nbytes + vocab + lists
+                + parents + facts + len(self._words) * _DICT_ENTRY_BYTES * 4)
 
     def __len__(self) -> int:
-        return len(self.passage_ids)
+        return int(self.passages.num_rows)
 
     def facts(self) -> list:
         """Per row: the passage's stored evidence facts (``core.evidence_graph``); a shard
@@ -165,7 +218,7 @@ class Delta:
 
 
 def load_delta(root: str, tenant: str, generation: int, watermark: str | None,
-               cache_dir: str | None = None) -> Delta | None:
+               cache_dir: str | None = None, cache_bytes: int | None = None) -> Delta | None:
     """The delta a watermark names, if it applies to ``generation`` (else None)."""
     parsed = layout.parse_watermark(watermark)
     if parsed is None or parsed[1] != generation:
@@ -179,7 +232,7 @@ def load_delta(root: str, tenant: str, generation: int, watermark: str | None,
     shard = None
     if manifest.get("shard"):
         shard_uri = layout.join(layout.changes_dir(root, tenant), manifest["shard"])
-        shard = Shard(layout.fetch_dir(shard_uri, cache_dir or tempfile.gettempdir()))
+        shard = Shard(layout.fetch_dir(shard_uri, cache_dir or tempfile.gettempdir(), cache_bytes))
     return Delta(seq=seq, watermark=str(watermark), state=state, shard=shard)
 
 
@@ -198,26 +251,65 @@ class TenantIndex:
         self.base_shards = list(shards)
         self.delta = delta
         self.shards = self.base_shards + ([delta.shard] if delta is not None and delta.shard is not None else [])
-        self._pid: dict[str, tuple[int, int]] = {}
-        self._doc_rows: dict[str, list[tuple[int, int]]] = {}
-        for si, sh in enumerate(self.shards):  # delta rows come last: a replaced passage id maps to its new copy
-            for r, (pid, did) in enumerate(zip(sh.passage_ids, sh.doc_ids)):
-                self._pid[pid] = (si, r)
-                self._doc_rows.setdefault(did, []).append((si, r))
+        self._ids: tuple[dict[str, tuple[int, int]], dict[str, list[tuple[int, int]]]] | None = None
         self._docs_state = dict(delta.state.docs) if delta is not None else {}
         self.overlays = self._overlays()
         self._masks: LRU[tuple, list[np.ndarray]] = LRU(256)
 
+    def _id_maps(self):
+        """passage id -> (shard, row) and doc id -> its rows, built on the first lookup by id
+        (a search reads by row; only fetch, expansion by id and the overlay need these)."""
+        if self._ids is None:
+            pid: dict[str, tuple[int, int]] = {}
+            doc_rows: dict[str, list[tuple[int, int]]] = {}
+            for si, sh in enumerate(self.shards):  # delta rows come last: a replaced passage id maps to its new copy
+                for r, (p, did) in enumerate(zip(sh.passage_ids, sh.doc_ids)):
+                    pid[p] = (si, r)
+                    doc_rows.setdefault(did, []).append((si, r))
+            self._ids = (pid, doc_rows)
+        return self._ids
+
+    @property
+    def _pid(self) -> dict[str, tuple[int, int]]:
+        return self._id_maps()[0]
+
+    @property
+    def _doc_rows(self) -> dict[str, list[tuple[int, int]]]:
+        return self._id_maps()[1]
+
+    @property
+    def heap_bytes(self) -> int:
+        """Estimated heap bytes of this index: its shards' (base and delta), the id maps once
+        built, and the cached row masks."""
+        rows = len(self)
+        ids = 0 if self._ids is None else rows * 2 * _DICT_ENTRY_BYTES
+        return sum(sh.heap_bytes for sh in self.shards) + ids + len(self._masks) * rows
+
+    @property
+    def mapped_bytes(self) -> int:
+        """Bytes of memory-mapped index files under this index (BM25 arrays, FAISS)."""
+        return sum(sh.mapped_bytes for sh in self.shards)
+
+    @property
+    def resident_bytes(self) -> int:
+        """What a replica's tenant budget charges for this index: heap estimate plus the
+        mapped files' bytes (an upper bound: mapped pages count as if all were touched)."""
+        return self.heap_bytes + self.mapped_bytes
+
     @classmethod
     def load(cls, root: str, tenant: str, generation: int | None = None, cache_dir: str | None = None,
-             with_changes: bool = True) -> "TenantIndex":
+             with_changes: bool = True, cache_bytes: int | None = None) -> "TenantIndex":
+        """``cache_dir``/``cache_bytes``: where remote shards are copied, and the byte bound
+        of that copy cache (``quarry.core.index.disk_cache``; None: unbounded)."""
         gen = generation if generation is not None else layout.current_generation(root, tenant)
         if gen is None:
             raise FileNotFoundError(f"no published index for tenant {tenant!r} under {root}")
         manifest = read_manifest(root, tenant, gen)
         cache = cache_dir or tempfile.gettempdir()
-        shards = [Shard(layout.fetch_dir(layout.shard_dir(root, tenant, gen, s.shard), cache)) for s in manifest.shards]
-        delta = load_delta(root, tenant, gen, layout.read_watermark(root, tenant), cache) if with_changes else None
+        shards = [Shard(layout.fetch_dir(layout.shard_dir(root, tenant, gen, s.shard), cache, cache_bytes))
+                  for s in manifest.shards]
+        delta = load_delta(root, tenant, gen, layout.read_watermark(root, tenant), cache, cache_bytes) \
+            if with_changes else None
         return cls(root, tenant, gen, manifest, shards, delta)
 
     @property

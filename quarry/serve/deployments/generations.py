@@ -12,9 +12,10 @@ class GenerationIndexes:
     """Memory-mapped indexes by (tenant, generation), LRU-bounded: what the Reranker and
     the Resolver read passages from (pages are shared with the Retriever's copy)."""
 
-    def __init__(self, root: str, capacity: int):
+    def __init__(self, root: str, capacity: int, max_bytes: int | None = None):
         self.root = root
-        self._lru: LRU[tuple[str, int], TenantIndex] = LRU(capacity)
+        self._lru: LRU[tuple[str, int], TenantIndex] = LRU(
+            capacity, max_bytes, (lambda i: i.resident_bytes) if max_bytes is not None else None)
 
     def put(self, index: TenantIndex) -> None:
         self._lru.put((index.tenant, index.generation), index)

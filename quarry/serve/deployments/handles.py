@@ -32,10 +32,13 @@ from quarry.serve.settings import ServeSettings
 log = logging.getLogger("quarry.serve")
 
 
-async def call_retrying(handle, method: str, *args: Any) -> Any:
+async def call_retrying(handle, method: str, *args: Any, tenant: str | None = None) -> Any:
     """A deployment call retried once when the replica died under it, so a killed replica
     does not turn into a 5xx. Only for read-only calls; Serve routes the retry to a live
-    replica."""
+    replica. ``tenant``: route by it (Serve model multiplexing: replicas already holding the
+    tenant are preferred)."""
+    if tenant:
+        handle = handle.options(multiplexed_model_id=tenant)
     try:
         return await getattr(handle, method).remote(*args)
     except (ActorDiedError, ActorUnavailableError, RayActorError):
@@ -58,8 +61,11 @@ class DeploymentStages:
     def __init__(self, settings: ServeSettings, retriever, reranker=None, resolver=None):
         self.settings = settings
         self.retriever, self.reranker, self.resolver = retriever, reranker, resolver
-        self._stage_infos: LRU[tuple[str, int], tuple[float, StageInfo]] = LRU(2 * settings.lru_tenants)
-        self._last_generation: LRU[str, int] = LRU(2 * settings.lru_tenants)  # tenant -> its last search's
+        # Small records per tenant; sized by the tenants all Retriever replicas may hold, so a
+        # tenant served warm also keeps its one-call fast path.
+        held = settings.lru_tenants * settings.retriever_replicas
+        self._stage_infos: LRU[tuple[str, int], tuple[float, StageInfo]] = LRU(held)
+        self._last_generation: LRU[str, int] = LRU(held)  # tenant -> its last search's
 
     def retrieves_in_one_call(self, tenant: str) -> bool:
         """True when this deployment has no Reranker, or the cached stage info for the
@@ -71,13 +77,14 @@ class DeploymentStages:
         return hit is not None and time.monotonic() - hit[0] < self.settings.stage_check_s and not hit[1].enabled
 
     async def first_stage(self, principal: Principal, request: SearchRequest, width: int | None) -> FirstStage:
-        first = await call_retrying(self.retriever, "first_stage", principal, request, width)
+        first = await call_retrying(self.retriever, "first_stage", principal, request, width, tenant=principal.tenant)
         self._last_generation.put(principal.tenant, first.generation)
         return first
 
     async def retrieve(self, principal: Principal, request: SearchRequest, width: int | None,
                        with_evidence: bool) -> Retrieval:
-        retrieval = await call_retrying(self.retriever, "retrieve", principal, request, width)
+        retrieval = await call_retrying(self.retriever, "retrieve", principal, request, width,
+                                        tenant=principal.tenant)
         self._last_generation.put(principal.tenant, retrieval.first.generation)
         return retrieval
 
@@ -117,7 +124,8 @@ class DeploymentStages:
     async def deliver(self, principal: Principal, request: SearchRequest, first: FirstStage,
                       survivors: tuple[str, ...], with_evidence: bool) -> Delivery:
         return await call_retrying(self.retriever, "expand", ExpandRequest(
-            principal=principal, request=request, generation=first.generation, passage_ids=survivors))
+            principal=principal, request=request, generation=first.generation, passage_ids=survivors),
+            tenant=principal.tenant)
 
     async def resolve(self, principal: Principal, request: SearchRequest, evidence: EvidenceSet) -> Resolution:
         return await call_retrying(self.resolver, "resolve", ResolveRequest(

@@ -60,8 +60,8 @@ class Reranker:
         self.cross = load_factory(settings.reranker_factory)(**settings.reranker_options) \
             if settings.reranker_factory else None
         self.cross_name = getattr(self.cross, "name", settings.reranker_factory) if self.cross else None
-        self._stages: LRU[tuple[str, int], ServedStage] = LRU(2 * settings.lru_tenants)
-        self._indexes = GenerationIndexes(settings.index_root, 2 * settings.lru_tenants)
+        self._stages: LRU[tuple[str, int], ServedStage] = LRU(settings.lru_tenants)
+        self._indexes = GenerationIndexes(settings.index_root, settings.lru_tenants, settings.tenant_cache_bytes)
         self._lock = threading.Lock()
         self._key_locks: dict[tuple[str, int], threading.Lock] = {}
         self.score_batch.set_max_batch_size(settings.reranker_batch_size)

@@ -59,8 +59,19 @@ class Retriever:
     def __init__(self, settings: ServeSettings):
         self.settings = settings
         self.search_settings = settings.search
-        self._cache: LRU[str, CachedIndex] = LRU(settings.lru_tenants)
-        self._retired = GenerationIndexes(settings.index_root, settings.lru_tenants)  # swapped-out generations
+        # Tenants by bytes and count (ServeSettings tenant caches); the size is measured at each
+        # put (a load, a hot swap, a new delta), so it follows the index actually held.
+        self._cache: LRU[str, CachedIndex] = LRU(settings.lru_tenants, settings.tenant_cache_bytes,
+                                                 size_of=lambda e: e.index.resident_bytes)
+        # Tenant-aware routing: the tenant is the request's multiplexed model id. Serve's
+        # wrapper only records which tenants this replica holds (it reports them to the
+        # routers, which prefer such replicas); the index itself lives in self._cache.
+        async def hold_tenant(tenant: str) -> str:  # a plain function: Serve keeps its wrapper on it
+            return await self._hold_tenant(tenant)
+
+        self._tenant_model = serve.multiplexed(max_num_models_per_replica=settings.lru_tenants)(hold_tenant)
+        # swapped-out generations, kept for requests that started on them
+        self._retired = GenerationIndexes(settings.index_root, min(settings.lru_tenants, 8), settings.tenant_cache_bytes)
         self._lock = threading.Lock()
         self._loading: dict[str, threading.Lock] = {}
         self._embedders: dict[tuple[str, int], Any] = {}
@@ -85,10 +96,27 @@ class Retriever:
 
             self._staleness_gauge = Gauge("quarry_change_lag_seconds", "source change to visible, per tenant",
                                           tag_keys=("tenant", "stat"))
+            self._cache_gauge = Gauge("quarry_tenant_cache_bytes", "bytes of tenant indexes held by this replica")
         except Exception:  # noqa: BLE001 - metrics are optional outside a Ray worker
-            self._staleness_gauge = None
+            self._staleness_gauge = self._cache_gauge = None
 
     # -- index cache -------------------------------------------------------------------
+    async def _hold_tenant(self, tenant: str) -> str:
+        """Serve's multiplexed loader: load the tenant's live index into this replica."""
+        await asyncio.to_thread(self.index_for, tenant)
+        return tenant
+
+    async def _routed(self, tenant: str) -> None:
+        """Mark ``tenant`` held by this replica when the request was routed by it. The
+        principal's tenant decides which index is read; the model id only steers routing,
+        so a request with another (or no) model id is served the same way."""
+        try:
+            model_id = serve.get_multiplexed_model_id()
+        except Exception:  # noqa: BLE001 - called outside a Serve request (tools, tests)
+            model_id = ""
+        if model_id and model_id == tenant:
+            await self._tenant_model(tenant)
+
     def check_health(self) -> None:
         """Serve's health check: a replica that cannot see a local index root is restarted
         (a URI root is checked when a tenant loads)."""
@@ -96,7 +124,8 @@ class Retriever:
             raise RuntimeError("index root not reachable")
 
     def _load(self, tenant: str, generation: int) -> TenantIndex:
-        index = TenantIndex.load(self.settings.index_root, tenant, generation)
+        index = TenantIndex.load(self.settings.index_root, tenant, generation, cache_dir=self.settings.disk_cache_dir,
+                                 cache_bytes=self.settings.disk_cache_bytes)
         if self.dense_choice.device == "gpu":
             for sh in index.shards:
                 sh.attach_gpu()
@@ -143,6 +172,7 @@ class Retriever:
             if entry is not None and entry.index is not index:
                 self._retired.put(entry.index)  # requests that started on it finish on it
             self._cache.put(tenant, CachedIndex(index, time.monotonic()))
+            self._record_cache_bytes()
             return index
         finally:
             tenant_lock.release()
@@ -268,6 +298,7 @@ class Retriever:
     async def first_stage(self, principal: Principal, request: SearchRequest,
                           candidate_width: int | None = None) -> FirstStage:
         """Filter -> legs -> fuse under the verified principal (``quarry.core.search.retrieval.first_stage``)."""
+        await self._routed(principal.tenant)
         return await self._in_pool(self._first_stage, principal, request, candidate_width)
 
     async def first_stages(self, principal: Principal, requests: tuple[SearchRequest, ...],
@@ -296,6 +327,7 @@ class Retriever:
                        candidate_width: int | None = None) -> Retrieval:
         """The first stage and the expansion of its fused top-k on the same index, in one
         call: the search path when no second stage is served for the tenant."""
+        await self._routed(principal.tenant)
         return await self._in_pool(self._retrieve, principal, request, candidate_width)
 
     def _expand(self, req: ExpandRequest) -> Delivery:
@@ -310,6 +342,7 @@ class Retriever:
     async def expand(self, req: ExpandRequest) -> Delivery:
         """Survivors (ids, delivered order) expanded to parent sections under the token
         ceiling, with the evidence for resolving them."""
+        await self._routed(req.principal.tenant)
         return await asyncio.to_thread(self._expand, req)
 
     def _fetch(self, principal: Principal, id_: str) -> FetchResult | None:
@@ -337,15 +370,28 @@ class Retriever:
         tenant, with full detail where this replica has it loaded."""
         for t in tenants or ():
             self.index_for(t)  # None (nothing loaded) when the tenant has no published index
-        out = {t: TenantStatus(generation=g, loaded=True, dense=self.dense_choice.to_json(),
-                               freshness=Freshness.of(self._loaded_index(t)))
-               for t, g in self.loaded().items() if tenants is None or t in tenants}
+        out = {}
+        for t, e in self._cache.items():
+            if tenants is None or t in tenants:
+                out[t] = TenantStatus(generation=e.index.generation, loaded=True, tier="hot",
+                                      resident_bytes=e.index.resident_bytes, mapped_bytes=e.index.mapped_bytes,
+                                      dense=self.dense_choice.to_json(), freshness=Freshness.of(e.index))
+        self._record_cache_bytes()
         if tenants is None:
             for t in layout.list_tenants(self.settings.index_root):
                 gen = layout.current_generation(self.settings.index_root, t)
                 if t not in out and gen is not None:
                     out[t] = TenantStatus(generation=gen, loaded=False)
         return out
+
+    def tenant_cache(self) -> dict[str, int]:
+        """This replica's tenant budget and what it holds (bytes as charged at each put)."""
+        return {"tenants": len(self._cache), "bytes": self._cache.total_bytes,
+                "budget_bytes": self.settings.tenant_cache_bytes, "max_tenants": self.settings.lru_tenants}
+
+    def _record_cache_bytes(self) -> None:
+        if self._cache_gauge is not None:
+            self._cache_gauge.set(float(self._cache.total_bytes))
 
     def _loaded_index(self, tenant: str) -> TenantIndex | None:
         cached = self._cache.peek(tenant)

@@ -47,9 +47,12 @@ class TenantStatus(OmittingNone):
     """One tenant as a Retriever replica sees it: the live generation and, where this
     replica has it loaded, the dense leg's device and the tenant's freshness."""
 
-    omit_when_none: ClassVar[tuple[str, ...]] = ("dense", "freshness")
+    omit_when_none: ClassVar[tuple[str, ...]] = ("dense", "freshness", "resident_bytes", "mapped_bytes")
 
     generation: int
     loaded: bool
+    tier: str = "cold"  # "hot": loaded in this replica's memory; "cold": read from the index root on next use
+    resident_bytes: int | None = None  # what the tenant budget charges (heap estimate + mapped bytes)
+    mapped_bytes: int | None = None  # of which memory-mapped index files
     dense: dict[str, Any] | None = None
     freshness: Freshness | None = None

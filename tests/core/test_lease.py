@@ -4,9 +4,6 @@ second writer, and takeover only after expiry."""
 
 from __future__ import annotations
 
-import socket
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -102,44 +99,13 @@ def test_cli_refuses_a_busy_tenant_with_exit_2(tmp_path, capsys):
     assert len(err.splitlines()) == 1
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture()
 def s3_root(monkeypatch):
-    """A bucket on a moto S3 server started for the test; fsspec's s3 pointed at it."""
     pytest.importorskip("s3fs")
-    import fsspec
-    import s3fs
+    from helpers.moto_s3 import moto_s3_root
 
-    port = _free_port()
-    moto = Path(sys.executable).with_name("moto_server")
-    proc = subprocess.Popen([str(moto), "-p", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.setitem(fsspec.config.conf, "s3", {"endpoint_url": url, "key": "testing", "secret": "testing"})
-    s3fs.S3FileSystem.clear_instance_cache()
-    try:
-        deadline = time.time() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                break
-            except OSError:
-                if time.time() > deadline:
-                    raise
-                time.sleep(0.2)
-        fs = fsspec.filesystem("s3")
-        fs.mkdir("quarry-test")
-        yield "s3://quarry-test/idx"
-    finally:
-        s3fs.S3FileSystem.clear_instance_cache()
-        proc.terminate()
-        proc.wait(timeout=10)
+    with moto_s3_root(monkeypatch) as root:
+        yield root
 
 
 def test_exclusive_create_on_an_s3_api(s3_root):

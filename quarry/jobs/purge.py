@@ -10,8 +10,9 @@ memory. A purge leaves it in none of them:
      passages) and publishes that as a new generation;
   2. deletes every other generation folder, every delta folder and the ``DELTA`` watermark;
   3. scrubs the JSON-lines files elsewhere under the root (``_quarantine/``, ``_reconcile/``,
-     ``_traces/``, streaming checkpoints, ``_serve/``): a line is dropped when its record
-     belongs to the tenant and names the document (its id, or an id built from it);
+     ``_traces/``, streaming checkpoints): a line is dropped when its record belongs to the
+     tenant and names the document (its id, or an id built from it). The run store
+     (``_serve/``) holds ids only and is left to its actor;
   4. deletes this machine's local copies of the tenant's remote shards;
   5. bumps the tenant's purge epoch (``<root>/<tenant>/PURGED``): every Retriever and
      Reranker replica re-reads it every ``generation_check_ms`` and drops the tenant from
@@ -119,10 +120,15 @@ def _find(uri: str) -> list[str]:
     return [f if layout.is_local(uri) else fs.unstrip_protocol(f) for f in fs.find(path)]
 
 
+# The run store's folder: owned by its actor (an append-only log it keeps open), and it holds
+# ids only (runs' seen and fetched passage ids), never text; a purge does not rewrite it.
+_NOT_SCRUBBED = {"_serve"}
+
+
 def _side_files(root: str, skip_tenants: Iterable[str]) -> list[str]:
-    """Every file under the root outside the named tenants' own folders."""
+    """Every file under the root outside the named tenants' own folders and the run store."""
     fs, path = layout.fs_and_path(root)
-    tenants = set(skip_tenants)
+    tenants = set(skip_tenants) | _NOT_SCRUBBED
     out = []
     for entry in fs.ls(path, detail=False):
         name = entry.rstrip("/").rsplit("/", 1)[-1]

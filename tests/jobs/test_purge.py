@@ -193,18 +193,27 @@ def test_document_purge_on_an_s3_root(monkeypatch, tmp_path):
     from quarry.core.ingest.pipeline import build_corpus
     from quarry.jobs.purge import purge_document
 
+    from quarry.core.index.shards import TenantIndex
+    from quarry.serve.deployments.purges import drop_unpublished_copies
+
+    replica_cache = tmp_path / "replica-cache"  # what a serving replica copied from the bucket
+
+    def cached_marker() -> bool:
+        return any(MARKER.encode() in p.read_bytes() for p in replica_cache.rglob("*") if p.is_file())
+
     with moto_s3_root(monkeypatch) as root:
         build_corpus(BASE + [marked("1", 1)], root, EMB)
         apply_local(root, "t", [ch("upsert", "dm", 1, document=marked("2", 2).model_dump())], EMB)
-        assert files_containing(root, MARKER.encode())
+        TenantIndex.load(root, "t", cache_dir=str(replica_cache))
+        assert files_containing(root, MARKER.encode()) and cached_marker()
         rep = purge_document(root, "t", "dm")
         assert files_containing(root, MARKER.encode()) == []
         assert layout.generations(root, "t") == [rep.generation]
-        # this machine's local copies of the tenant's remote shards: only the published generation's
-        import tempfile
-
-        for d in layout.fetched_copies(tempfile.gettempdir(), layout.tenant_dir(root, "t")):
-            assert MARKER.encode() not in b"".join(p.read_bytes() for p in d.rglob("*") if p.is_file())
+        # the replica's side (purges.py): copies no longer published go, the live one stays
+        assert drop_unpublished_copies(root, "t", str(replica_cache)) >= 2 and not cached_marker()
+        TenantIndex.load(root, "t", cache_dir=str(replica_cache))
+        assert drop_unpublished_copies(root, "t", str(replica_cache)) == 0
+        assert len(layout.fetched_copies(replica_cache, layout.tenant_dir(root, "t"))) == 1
 
 
 @pytest.mark.spark

@@ -16,7 +16,7 @@ import pytest
 
 from quarry.core.records import SourceDocument
 
-pytestmark = [pytest.mark.serve, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.timeout(600)]
 
 MARKER = "vexquarrymarker"
 PROBES = 8  # requests per check; the router spreads them over both replicas
@@ -81,6 +81,7 @@ def _served(app, tok):
     raise AssertionError("the marked document was never served")
 
 
+@pytest.mark.serve
 def test_document_purge_reaches_every_copy(quarry_app):
     from quarry.core.index import layout
     from quarry.jobs.purge import purge_document, purge_tenant
@@ -133,3 +134,35 @@ def test_document_purge_reaches_every_copy(quarry_app):
             assert rec["at"] >= purged_at and not rec.get("delivered") and not rec.get("candidates"), rec
     assert _scan(app.root, b"crampons") == [] and _scan(app.root, b"dredging schedule") == []
     assert tenant not in layout.list_tenants(app.root)
+
+
+@pytest.mark.unit
+def test_purge_watch_drops_what_was_loaded_before_the_purge(tmp_path):
+    """Without Serve: a deployment's generation cache and the process text caches, as the
+    Reranker's and Retriever's watch threads drop them."""
+    from helpers.freshness import BASE, EMB
+    from quarry.core.evidence.sentences import passage_sentences
+    from quarry.core.index import layout
+    from quarry.core.ingest.pipeline import build_corpus
+    from quarry.jobs.purge import purge_document
+    from quarry.serve.deployments.generations import GenerationIndexes
+    from quarry.serve.deployments.purges import PurgeWatch, clear_text_caches
+
+    root = str(tmp_path / "idx")
+    build_corpus(BASE, root, EMB)
+    held = GenerationIndexes(root, 4)
+    held.get("t", layout.current_generation(root, "t"))
+    dropped = []
+    watch = PurgeWatch(root, 3600, held.epochs, lambda t, e: dropped.append((t, held.drop_tenant(t))))
+    try:
+        assert watch.check() == [] and held.epochs() == {"t": {None}}
+        purge_document(root, "t", "d0")
+        assert watch.check() == ["t"] and dropped == [("t", 1)] and held.epochs() == {}
+        held.get("t", layout.current_generation(root, "t"))  # loaded after the purge: kept
+        assert watch.check() == []
+    finally:
+        watch.stop()
+    passage_sentences(f"A sentence with {MARKER}. Another one.")
+    assert passage_sentences.cache_info().currsize > 0
+    clear_text_caches()
+    assert passage_sentences.cache_info().currsize == 0

@@ -46,6 +46,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "apply-changes": ("quarry.jobs.apply_changes", "PySpark job: apply a change log (upserts, deletes, ACL changes) as delta generations"),
     "compact": ("quarry.jobs.compact", "fold a tenant's delta, tombstones and ACL overrides into a new base generation"),
     "reconcile": ("quarry.jobs.reconcile", "compare the source of truth with the index and repair drift through the change path"),
+    "gc": ("quarry.gc_cmd", "delete a tenant's old generations and retired deltas past the retention setting"),
+    "purge": ("quarry.purge_cmd", "remove a document or a whole tenant from every copy (storage and serving replicas)"),
     "status": ("quarry.status_cmd", "per-tenant freshness: change-to-visible lag and the oldest unapplied change"),
 }
 

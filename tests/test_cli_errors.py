@@ -52,6 +52,12 @@ def bad_inputs(idx: str, tmp: str, scifact: str = "") -> list[tuple[list[str], s
         (["compact", "--tenant", "acme", "--index-root", f"{tmp}/missing"], "no published index"),
         (["apply-changes", "--changes", f"{tmp}/missing", "--index-root", idx], "no such file"),
         (["reconcile", "--source", f"{tmp}/missing", "--index-root", idx], "no such file"),
+        (["purge", "--index-root", idx, "--tenant", "nobody", "--doc-id", "d"], "no published index"),
+        (["purge", "--index-root", idx, "--tenant", "nobody", "--all"], "no data for tenant"),
+        (["purge", "--index-root", idx, "--tenant", "acme", "--all", "--version", "2"], "--version needs --doc-id"),
+        (["purge", "--index-root", idx, "--tenant", "acme"], "one of the arguments --doc-id --all is required"),
+        (["gc", "--index-root", idx, "--tenant", "nobody"], "no published index"),
+        (["gc", "--index-root", idx, "--all", "--retain-generations", "0"], "at least 1"),
         (["demo", "--embedder", f"{tmp}/no-model", "--build", "in-process", "--index-root", f"{tmp}/d"],
          "not a local model directory"),
     ]

@@ -30,6 +30,7 @@ on a cluster the source is Kafka (``--kafka-bootstrap``/``--kafka-topic``, docum
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import pickle
@@ -48,6 +49,7 @@ from quarry.core.index import layout
 from quarry.core.changes.log import Change, change_reason, change_record_id, lag_summary, validate_change
 from quarry.core.changes.delta import DeltaRows, fold_for, publish_delta, upsert_contextualizer
 from quarry.core.embed.factory import build_embedder, check_embedder, manifest_spec
+from quarry.core.index.lease import DEFAULT_WAIT_S, tenant_lease
 from quarry.core.index.manifest import IndexManifest
 from quarry.core.index.shards import TenantIndex
 from quarry.core.records import ParentSection, Passage
@@ -75,6 +77,7 @@ class ApplySettings(BaseModel):
     partitions: int | None = Field(default=None, ge=1)
     run_id: str | None = None
     quiet: bool = False
+    lease_wait_s: float = Field(default=DEFAULT_WAIT_S, ge=0, description="wait for another writer of a tenant")
 
 
 class TenantApplyReport(BaseModel):
@@ -194,6 +197,7 @@ def apply_raw(s: ApplySettings, spark, raw, changes_uri: str) -> ApplyReport:
 
     stage("validate")
     val = raw.repartition(par).mapInPandas(validate_changes, CHANGE_SCHEMA).persist()
+    leases = contextlib.ExitStack()  # each published tenant's writer lease, from its read to its publish
     try:
         report.records = val.count()
         done("validate")
@@ -220,23 +224,24 @@ def apply_raw(s: ApplySettings, spark, raw, changes_uri: str) -> ApplyReport:
             print(f"[quarry apply-changes] no published index for tenant(s) {', '.join(unknown)}; "
                   f"their changes were not applied (build them first)", file=sys.stderr)
         plans = {}
-        for t in sorted(set(changes) & published):
+        for t in sorted(set(changes) & published):  # one order for every writer
+            held = leases.enter_context(tenant_lease(root, t, "apply-changes", wait_s=s.lease_wait_s))
             index = TenantIndex.load(root, t)
             spec = embedder_spec(index.manifest, s.embedder)
             check_embedder(index.manifest, build_embedder(spec), spec)
             result = fold_for(index, changes[t])
-            plans[t] = (index, result, spec)
+            plans[t] = (index, result, spec, held)
             tr = report.tenants.setdefault(t, TenantApplyReport(tenant=t))
             tr.changes = len(changes[t])
             tr.applied = sum(o == "applied" for o in result.outcomes.values())
             tr.stale = sum(o == "stale" for o in result.outcomes.values())
         done("fold")
 
-        wanted = {c.change_id for _, res, _ in plans.values() for c in res.upserts.values()}
+        wanted = {c.change_id for _, res, _, _ in plans.values() for c in res.upserts.values()}
         fresh: dict[str, tuple[list[Passage], list[ParentSection], list[np.ndarray]]] = {t: ([], [], []) for t in plans}
         if wanted:
-            specs = {spec for _, _, spec in plans.values()}
-            ctx_kinds = {upsert_contextualizer(ix.manifest, s.contextualizer) for ix, _, _ in plans.values()}
+            specs = {spec for _, _, spec, _ in plans.values()}
+            ctx_kinds = {upsert_contextualizer(ix.manifest, s.contextualizer) for ix, _, _, _ in plans.values()}
             if len(specs) > 1 or len(ctx_kinds) > 1:  # one embedder/contextualizer per run keeps the stages shared
                 raise UsageError("tenants in this change log were built with different embedders or "
                                  "contextualizers; apply their changes in separate runs")
@@ -266,10 +271,11 @@ def apply_raw(s: ApplySettings, spark, raw, changes_uri: str) -> ApplyReport:
             done("embed")
 
         stage("publish")
-        for t, (index, result, spec) in plans.items():
+        for t, (index, result, spec, held) in plans.items():
             tr = report.tenants[t]
             if not tr.applied:
                 continue
+            held.ensure()
             ps, pa, vecs = fresh[t]
             dim = index.manifest.embedder.dim
             emb = np.stack(vecs) if vecs else np.zeros((0, dim), np.float32)
@@ -279,6 +285,7 @@ def apply_raw(s: ApplySettings, spark, raw, changes_uri: str) -> ApplyReport:
             tr.lag = lag_summary(TenantIndex.load(root, t).delta.state)
         done("publish")
     finally:
+        leases.close()
         prog.close()
         val.unpersist()
     report.seconds = round(time.monotonic() - t0, 3)
@@ -350,6 +357,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--checkpoint", default=None, help="with --stream: checkpoint URI (default <index-root>/_stream)")
     p.add_argument("--kafka-bootstrap", default=None, help="with --stream: read changes from Kafka (servers)")
     p.add_argument("--kafka-topic", default=None, help="with --stream and --kafka-bootstrap: the change topic")
+    p.add_argument("--lease-wait-s", type=float, default=DEFAULT_WAIT_S,
+                   help=f"wait this long for another writer of a tenant (default {DEFAULT_WAIT_S:g})")
     p.add_argument("--json", action="store_true", help="print the run report as JSON")
     p.add_argument("--quiet", action="store_true")
 
@@ -357,7 +366,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     s = ApplySettings(changes=args.changes, index_root=args.index_root, master=args.master, embedder=args.embedder,
                       contextualizer=args.contextualizer, chunk_tokens=args.chunk_tokens, batch_size=args.batch_size,
-                      quiet=args.quiet)
+                      quiet=args.quiet, lease_wait_s=args.lease_wait_s)
     if args.stream:
         kafka = (args.kafka_bootstrap, args.kafka_topic) if args.kafka_bootstrap else None
         if kafka and not args.kafka_topic:

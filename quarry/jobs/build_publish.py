@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from quarry.core.index import layout
+from quarry.core.index.lease import tenant_lease
+from quarry.core.index.retention import collect
 from quarry.core.index.lexical import TermStats
 from quarry.core.index.manifest import make_manifest, write_manifest
 from quarry.core.index.manifest import publish as publish_generation
@@ -63,8 +65,11 @@ def publish(job: BuildJob, b: BuiltShards, case_gate: CaseGate | None = None) ->
                               + (f"; regressed: {', '.join(gate.regressed)}" if gate.regressed else ""))
                 if not gate.publish:
                     continue
-            publish_generation(job.root, t, b.generations[t])
-            report.tenants[t].published = True
+            with tenant_lease(job.root, t, "build", wait_s=s.lease_wait_s) as held:
+                held.ensure()
+                publish_generation(job.root, t, b.generations[t])
+                report.tenants[t].published = True
+                collect(job.root, t, s.retain_generations)  # old generations past retention
         report.published = all(report.tenants[t].published for t in b.tenants)
     job.done("publish", published=sum(report.tenants[t].published for t in b.tenants) if s.publish else 0)
 

@@ -40,6 +40,10 @@ class BuildSettings(BaseModel):
     partitions: int | None = Field(default=None, ge=1, description="partitions for chunk/embed; default 2x cores")
     approx_threshold: int | None = None
     publish: bool = True
+    # The publish step holds each tenant's writer lease (quarry.core.index.lease), waiting up
+    # to lease_wait_s for another writer, then keeps retain_generations published generations.
+    lease_wait_s: float = Field(default=60.0, ge=0)
+    retain_generations: int = Field(default=2, ge=1)
     report_path: str | None = None
     run_id: str | None = None
     quiet: bool = False

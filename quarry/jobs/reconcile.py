@@ -14,6 +14,7 @@ from pathlib import Path
 
 from quarry.core.errors import UsageError
 from quarry.core.index import layout
+from quarry.core.index.lease import tenant_lease
 from quarry.core.ingest.contextualize_factory import make_contextualizer
 from quarry.core.changes.delta import apply_local, upsert_contextualizer
 from quarry.core.embed.factory import embedder_for_index
@@ -84,10 +85,11 @@ def reconcile(source: str, root: str, tenants=None, dry_run: bool = False, apply
 def _apply_in_process(root: str, repairs) -> dict[str, int]:
     out = {}
     for t in sorted({c.tenant for c in repairs}):
-        index = TenantIndex.load(root, t)
-        emb = embedder_for_index(index.manifest)
-        ctx = make_contextualizer(upsert_contextualizer(index.manifest))
-        _, res = apply_local(root, t, [c for c in repairs if c.tenant == t], emb, ctx)
+        with tenant_lease(root, t, "reconcile"):
+            index = TenantIndex.load(root, t)
+            emb = embedder_for_index(index.manifest)
+            ctx = make_contextualizer(upsert_contextualizer(index.manifest))
+            _, res = apply_local(root, t, [c for c in repairs if c.tenant == t], emb, ctx)
         out[t] = sum(o == "applied" for o in res.outcomes.values())
     return out
 

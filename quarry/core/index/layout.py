@@ -16,6 +16,10 @@ Changes applied since the live generation was built (``quarry apply-changes``):
     <root>/<tenant>/changes/delta-<m>/manifest.json  written last, with checksums
     <root>/<tenant>/DELTA                            "delta-<m> gen-<n>": the change watermark
 
+Also per tenant: ``LEASE`` (the writer lease, ``quarry.core.index.lease``) and ``PURGED``
+(the purge epoch replicas watch, written by ``quarry purge``: a counter, a time and a
+generation floor, never a document id or text).
+
 ``DELTA`` is the small file every replica reads per request; a delta applies only over the
 generation it names, so a compaction or rebuild that switches ``CURRENT`` retires it.
 """
@@ -89,9 +93,12 @@ def generations(root: str, tenant: str) -> list[int]:
 
 
 def next_generation(root: str, tenant: str) -> int:
-    """One past every generation folder ever started, so a crashed build's folder is never reused."""
+    """One past every generation folder ever started, so a crashed build's folder is never
+    reused, and past every generation a purge removed (``PURGED``'s floor): a (tenant,
+    generation) key never names two different contents, even after a tenant purge."""
     gens = generations(root, tenant)
-    return (max(gens) + 1) if gens else 1
+    floor = int((read_purge_record(root, tenant) or {}).get("generation_floor", 0))
+    return max((max(gens) + 1) if gens else 1, floor + 1)
 
 
 def current_generation(root: str, tenant: str) -> int | None:
@@ -311,3 +318,62 @@ def publish_delta(root: str, tenant: str, seq: int) -> None:
     manifest = read_json(join(d, "manifest.json"))
     verify_files(d, manifest["checksums"])
     write_atomic(watermark_path(root, tenant), f"delta-{seq} gen-{manifest['base']}\n".encode())
+
+
+# --------------------------------------------------------------------------- purges
+
+
+def purge_path(root: str, tenant: str) -> str:
+    return join(tenant_dir(root, tenant), "PURGED")
+
+
+def read_purge_epoch(root: str, tenant: str) -> str | None:
+    """The tenant's raw purge record (a few bytes; None when it was never purged). Replicas
+    compare it with the one they loaded under and drop every copy when it moved."""
+    uri = purge_path(root, tenant)
+    local = uri[len("file://"):] if uri.startswith("file://") else (uri if "://" not in uri else None)
+    try:
+        if local is not None:
+            with open(local, "rb") as f:
+                return f.read().decode().strip() or None
+        fs, path = fs_and_path(uri)
+        with fs.open(path, "r") as f:
+            return f.read().strip() or None
+    except FileNotFoundError:
+        return None
+
+
+def read_purge_record(root: str, tenant: str) -> dict[str, Any] | None:
+    raw = read_purge_epoch(root, tenant)
+    return json.loads(raw) if raw else None
+
+
+def fetched_copies(cache_root: str | Path, uri_prefix: str) -> list[Path]:
+    """The local copies :func:`fetch_dir` made under ``cache_root`` of directories below
+    ``uri_prefix`` (each copy names its URI in ``.complete``), debris of crashed copies included."""
+    cache = Path(cache_root)
+    if not cache.is_dir():
+        return []
+    prefix = str(uri_prefix).rstrip("/") + "/"
+    out = []
+    for d in cache.iterdir():
+        marker = d / ".complete"
+        try:
+            uri = marker.read_text() if marker.is_file() else None
+        except OSError:
+            continue
+        if uri is not None and (uri.rstrip("/") + "/").startswith(prefix):
+            out.append(d)
+    return out
+
+
+def drop_fetched(cache_root: str | Path, uri_prefix: str, keep: set[Path] | None = None) -> list[Path]:
+    """Delete the local copies of directories below ``uri_prefix`` (except ``keep``); returns them."""
+    keep = {Path(k).resolve() for k in (keep or ())}
+    dropped = []
+    for d in fetched_copies(cache_root, uri_prefix):
+        if d.resolve() in keep:
+            continue
+        shutil.rmtree(d, ignore_errors=True)
+        dropped.append(d)
+    return dropped

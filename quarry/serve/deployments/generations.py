@@ -10,23 +10,40 @@ from quarry.core.lru import LRU
 
 class GenerationIndexes:
     """Memory-mapped indexes by (tenant, generation), LRU-bounded: what the Reranker and
-    the Resolver read passages from (pages are shared with the Retriever's copy)."""
+    the Resolver read passages from (pages are shared with the Retriever's copy). Each
+    remembers the purge epoch it was loaded under (``quarry.serve.deployments.purges``)."""
 
     def __init__(self, root: str, capacity: int, max_bytes: int | None = None):
         self.root = root
-        self._lru: LRU[tuple[str, int], TenantIndex] = LRU(
-            capacity, max_bytes, (lambda i: i.resident_bytes) if max_bytes is not None else None)
+        self._lru: LRU[tuple[str, int], tuple[TenantIndex, str | None]] = LRU(
+            capacity, max_bytes, (lambda v: v[0].resident_bytes) if max_bytes is not None else None)
 
-    def put(self, index: TenantIndex) -> None:
-        self._lru.put((index.tenant, index.generation), index)
+    def put(self, index: TenantIndex, epoch: str | None = None) -> None:
+        self._lru.put((index.tenant, index.generation), (index, epoch))
 
     def get(self, tenant: str, gen: int) -> TenantIndex:
-        idx = self._lru.get((tenant, gen))
-        if idx is not None:  # the delta's rows are candidates too: follow the change watermark
+        hit = self._lru.get((tenant, gen))
+        if hit is not None:  # the delta's rows are candidates too: follow the change watermark
+            idx, epoch = hit
             fresh = idx.with_watermark(layout.read_watermark(self.root, tenant))
             if fresh is not idx:
-                self.put(fresh)
+                self.put(fresh, epoch)
             return fresh
+        epoch = layout.read_purge_epoch(self.root, tenant)  # read before loading: a purge meanwhile is seen
         idx = TenantIndex.load(self.root, tenant, gen)
-        self.put(idx)
+        self.put(idx, epoch)
         return idx
+
+    def epochs(self) -> dict[str, set[str | None]]:
+        """Per tenant held, the purge epochs its indexes were loaded under."""
+        out: dict[str, set[str | None]] = {}
+        for (tenant, _), (_, epoch) in self._lru.items():
+            out.setdefault(tenant, set()).add(epoch)
+        return out
+
+    def drop_tenant(self, tenant: str) -> int:
+        """Forget every index of ``tenant``; returns how many."""
+        keys = [k for k, _ in self._lru.items() if k[0] == tenant]
+        for k in keys:
+            self._lru.pop(k)
+        return len(keys)

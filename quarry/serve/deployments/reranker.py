@@ -23,6 +23,7 @@ from quarry.core.records import Candidate, Passage
 from quarry.core.search.records import RankedCandidate, RerankOutcome, RerankRequest, StageInfo
 
 from quarry.serve.deployments.generations import GenerationIndexes
+from quarry.serve.deployments.purges import PurgeWatch, clear_text_caches, drop_unpublished_copies
 from quarry.serve.settings import ServeSettings
 
 
@@ -66,6 +67,17 @@ class Reranker:
         self._key_locks: dict[tuple[str, int], threading.Lock] = {}
         self.score_batch.set_max_batch_size(settings.reranker_batch_size)
         self.batch_sizes: list[int] = []  # queries per @serve.batch call (recent), for tests and operators
+        self._purges = PurgeWatch(settings.index_root, settings.generation_check_ms / 1000,
+                                  self._indexes.epochs, self._drop_tenant)
+
+    def _drop_tenant(self, tenant: str, epoch: str | None) -> None:
+        """The tenant was purged: forget its indexes, stages, local copies and text caches."""
+        self._indexes.drop_tenant(tenant)
+        for key, _ in self._stages.items():
+            if key[0] == tenant:
+                self._stages.pop(key)
+        clear_text_caches()
+        drop_unpublished_copies(self.settings.index_root, tenant)
 
     # -- choosing the stage ------------------------------------------------------------
     def _choose(self, tenant: str, gen: int) -> ServedStage:

@@ -35,6 +35,7 @@ from quarry.core.search.settings import with_candidate_width
 from quarry.core.search.survivors import apply_second_stage
 
 from quarry.serve.deployments.generations import GenerationIndexes
+from quarry.serve.deployments.purges import PurgeWatch, clear_text_caches, drop_unpublished_copies
 from quarry.serve.deployments.tenant_status import Freshness, TenantStatus
 from quarry.serve.settings import ServeSettings
 from quarry.serve.tenant_labels import OTHER, TenantLabels
@@ -43,12 +44,12 @@ log = logging.getLogger("quarry.serve")
 
 
 class CachedIndex:
-    """A tenant's live index and when its ``CURRENT`` was last read."""
+    """A tenant's live index, when its ``CURRENT`` was last read, and the purge epoch it was loaded under."""
 
-    __slots__ = ("index", "checked_at")
+    __slots__ = ("index", "checked_at", "epoch")
 
-    def __init__(self, index: TenantIndex, checked_at: float):
-        self.index, self.checked_at = index, checked_at
+    def __init__(self, index: TenantIndex, checked_at: float, epoch: str | None = None):
+        self.index, self.checked_at, self.epoch = index, checked_at, epoch
 
 
 @serve.deployment(name="Retriever")
@@ -91,6 +92,9 @@ class Retriever:
         # the lag gauge's tenant tag: the top tenants by traffic on this replica, else "other"
         self._tenant_labels = TenantLabels(settings.tenant_limits.metrics_top_tenants)
         self._other_lags: LRU[str, dict[str, float]] = LRU(1024)  # unnamed tenants' last lags
+        # A purge moves the tenant's epoch: within generation_check_ms every copy here goes.
+        self._purges = PurgeWatch(settings.index_root, settings.generation_check_ms / 1000,
+                                  self._held_epochs, self._drop_tenant)
         try:  # Prometheus (through Ray's metrics agent): change-to-visible lag per tenant label
             from ray.util.metrics import Gauge
 
@@ -153,10 +157,14 @@ class Retriever:
             if fresh is not None and fresh is not entry and (now - fresh.checked_at) * 1000 < self.settings.generation_check_ms:
                 return fresh.index
             try:
+                epoch = layout.read_purge_epoch(self.settings.index_root, tenant)  # before CURRENT: see purges.py
                 gen = layout.current_generation(self.settings.index_root, tenant)
             except Exception:  # storage hiccup: keep serving what we have
                 log.exception("reading CURRENT for %s failed", tenant)
-                gen = entry.index.generation if entry else None
+                gen, epoch = (entry.index.generation, entry.epoch) if entry else (None, None)
+            if entry is not None and entry.epoch != epoch:  # purged since it was loaded: nothing of it is kept
+                self._drop_tenant(tenant, epoch)
+                entry = None
             if gen is None:
                 return entry.index if entry else None
             if entry is not None and entry.index.generation == gen:
@@ -170,12 +178,31 @@ class Retriever:
                     log.exception("loading %s gen %s failed; still serving gen %s", tenant, gen, entry.index.generation)
                     index = entry.index
             if entry is not None and entry.index is not index:
-                self._retired.put(entry.index)  # requests that started on it finish on it
-            self._cache.put(tenant, CachedIndex(index, time.monotonic()))
+                self._retired.put(entry.index, entry.epoch)  # requests that started on it finish on it
+            self._cache.put(tenant, CachedIndex(index, time.monotonic(), epoch))
             self._record_cache_bytes()
             return index
         finally:
             tenant_lock.release()
+
+    def _held_epochs(self) -> dict[str, set[str | None]]:
+        held = self._retired.epochs()
+        for t, e in self._cache.items():
+            held.setdefault(t, set()).add(e.epoch)
+        return held
+
+    def _drop_tenant(self, tenant: str, epoch: str | None) -> None:
+        """The tenant's purge epoch moved: drop every copy of it this replica holds (cached and
+        retired indexes, unpublished local shard copies, query vectors, text caches)."""
+        with self._lock:
+            entry = self._cache.peek(tenant)
+            if entry is not None and entry.epoch != epoch:
+                self._cache.pop(tenant)
+        self._retired.drop_tenant(tenant)
+        self.query_cache = QueryVectorCache(self.settings.query_cache_size)  # whole: a purge is rare
+        clear_text_caches()
+        drop_unpublished_copies(self.settings.index_root, tenant)
+        log.info("purge epoch of %s moved: its copies were dropped", tenant)
 
     def _with_changes(self, tenant: str, entry: CachedIndex) -> TenantIndex | None:
         """The per-request freshness check: read the tenant's change watermark (a few

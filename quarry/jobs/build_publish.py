@@ -18,6 +18,7 @@ from quarry.core.index.lexical import TermStats
 from quarry.core.index.manifest import make_manifest, write_manifest
 from quarry.core.index.manifest import publish as publish_generation
 from quarry.core.ingest.chunking import CHUNKER_VERSION
+from quarry.core.rank.carry_over import carry_over
 from quarry.jobs.build_plan import BuildJob, BuiltShards
 from quarry.jobs.build_settings import CaseGate, source_watermark
 from quarry.jobs.report import BuildReport, peak_rss_mb
@@ -62,6 +63,9 @@ def publish(job: BuildJob, b: BuiltShards, case_gate: CaseGate | None = None) ->
                               + (f"; regressed: {', '.join(gate.regressed)}" if gate.regressed else ""))
                 if not gate.publish:
                     continue
+            carried = carry_over(job.root, t, layout.current_generation(job.root, t), b.generations[t])
+            if carried is not None:  # the live generation's learned ranker, re-gated on the new one
+                job.prog.line(f"{t}: second stage {carried.reason}")
             publish_generation(job.root, t, b.generations[t])
             report.tenants[t].published = True
         report.published = all(report.tenants[t].published for t in b.tenants)

@@ -18,6 +18,7 @@ from quarry.core.errors import UsageError
 from quarry.core.index import layout
 from quarry.core.changes.compact import compaction_input, publish_compacted, write_compacted
 from quarry.core.index.shards import TenantIndex
+from quarry.core.rank.carry_over import carry_over
 from quarry.jobs.report import Progress, new_run_id
 
 
@@ -42,6 +43,9 @@ def compact_tenant(root: str, tenant: str, quiet: bool = True) -> dict:
         prog.start("build")
         gen = write_compacted(ci)
         prog.done("build", {"generation": gen})
+        prog.start("second-stage")  # a promoted learned ranker is carried over and re-gated, never dropped silently
+        carried = carry_over(root, tenant, index.generation, gen)
+        prog.done("second-stage", {"carried": carried is not None})
         prog.start("publish")
         publish_compacted(index, gen)
         prog.done("publish", {})
@@ -49,7 +53,9 @@ def compact_tenant(root: str, tenant: str, quiet: bool = True) -> dict:
         prog.close()
     return {"tenant": tenant, "compacted": True, "from_generation": index.generation, "delta": index.delta_seq,
             "generation": gen, "passages": len(ci.passages), "parents": len(ci.parents),
-            "current": layout.current_generation(root, tenant), "seconds": round(time.monotonic() - t0, 3)}
+            "current": layout.current_generation(root, tenant),
+            "second_stage": carried.summary() if carried is not None else None,
+            "seconds": round(time.monotonic() - t0, 3)}
 
 
 def run(args: argparse.Namespace) -> int:

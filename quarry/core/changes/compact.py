@@ -91,5 +91,8 @@ def compact(root: str, tenant: str) -> int | None:
     if index.delta is None:
         return None
     gen = write_compacted(compaction_input(index))
+    from quarry.core.rank.carry_over import carry_over  # deferred: ranking code loads only for compaction
+
+    carry_over(root, tenant, index.generation, gen)
     publish_compacted(index, gen)
     return gen

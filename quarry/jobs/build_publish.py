@@ -46,7 +46,9 @@ def write_manifests(job: BuildJob, b: BuiltShards, stats: dict[str, TermStats], 
             t, b.generations[t], b.infos[t], n_docs=stats[t].n_docs, avgdl=stats[t].avgdl,
             embedder_name=job.embedder.name, dim=b.dims.get(t, int(job.embedder.dim)), chunker_version=CHUNKER_VERSION,
             source_watermark=watermark, encoder=job.embedder.encoder,
-            run_id=job.run_id, contextualizer=job.settings.contextualizer, report=tenant_report))
+            run_id=job.run_id, contextualizer=job.settings.contextualizer, report=tenant_report,
+            **({"contextualizer_llm": job.settings.llm.model_dump(mode="json")}
+               if job.settings.contextualizer == "llm" and job.settings.llm is not None else {})))
     job.done("manifest", tenants=len(b.tenants))
 
 

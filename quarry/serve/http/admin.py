@@ -26,9 +26,9 @@ import datetime as dt
 import importlib.util
 import uuid
 
-from fastapi import APIRouter, Body, Depends, Header, Path, Query
+from fastapi import APIRouter, Depends, Header, Path, Query, Request
 from fastapi.responses import JSONResponse
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from quarry.core.changes.log import Change, change_lines
 from quarry.core.changes.status import change_lag
@@ -199,11 +199,18 @@ def _invalid(loc: list, msg: str) -> ToolError:
     return ToolError(422, {"detail": [{"loc": loc, "type": "value_error", "msg": msg}]})
 
 
-@router.post("/tenants/{tenant}/documents")
-def upsert_documents(documents: SourceDocument | list[SourceDocument] = Body(),
-                     tenant: str = Path(pattern=TENANT), s: ServeSettings = Platform):
-    """Append an upsert per document (one SourceDocument or a list) to the change log."""
+_DOCS = TypeAdapter(SourceDocument | list[SourceDocument])
+
+
+@router.post("/tenants/{tenant}/documents")  # request schema: openapi.admin_operations
+async def upsert_documents(http: Request, tenant: str = Path(pattern=TENANT), s: ServeSettings = Platform):
+    """Append an upsert per document (one SourceDocument or a list) to the change log. An
+    unknown tenant is 404 before the body is read (the not-found style of every route)."""
     _published(s, tenant)
+    try:
+        documents = _DOCS.validate_json(await http.body())
+    except ValidationError as e:
+        raise ToolError(422, {"detail": error_details(e.errors(include_url=False, include_input=False), ("body",))}) from None
     docs = documents if isinstance(documents, list) else [documents]
     if not docs:
         raise _invalid(["body"], "give at least one document")

@@ -129,6 +129,15 @@ def operations(top_k_ceiling: int | None, candidates_ceiling: int | None) -> dic
     }
 
 
+def _documents_schema() -> dict[str, Any]:
+    """POST .../documents: one SourceDocument or a list of them (the handler validates)."""
+    from quarry.core.records import SourceDocument
+
+    raw = SourceDocument.model_json_schema()
+    doc = _inline(raw, raw.pop("$defs", {}))
+    return {"anyOf": [doc, {"type": "array", "items": doc}]}
+
+
 def admin_operations() -> dict[tuple[str, str], dict[str, Any]]:
     """The admin API (``admin.py``): platform credential only; a tenant token gets 404."""
     bearer = [{"bearer": []}]
@@ -150,7 +159,8 @@ def admin_operations() -> dict[tuple[str, str], dict[str, Any]]:
             "200": _resp(schema_of(AdminJob), "The job's status and, once finished, its outcome."),
             **_errors("401", "404", "422")}},
         (t, "delete"): {"security": bearer, "responses": {"202": job, **_errors("401", "404", "422", "501")}},
-        (f"{t}/documents", "post"): {"security": bearer, "responses": {"200": appended, **_errors("401", "404", "422")}},
+        (f"{t}/documents", "post"): {"security": bearer, "requestBody": _body(_documents_schema()),
+                                     "responses": {"200": appended, **_errors("401", "404", "422")}},
         (f"{t}/documents/{{doc_id}}", "delete"): {"security": bearer, "responses": {
             "200": appended, **_errors("401", "404", "422")}},
         (f"{t}/acl", "post"): {"security": bearer, "responses": {"200": appended, **_errors("401", "404", "422")}},

@@ -33,6 +33,7 @@ import argparse
 import contextlib
 import functools
 import json
+import os
 import pickle
 import sys
 import time
@@ -42,7 +43,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 from pyspark.sql import functions as F
 
 from quarry.core.index import layout
@@ -51,6 +52,7 @@ from quarry.core.changes.delta import DeltaRows, fold_for, publish_delta, upsert
 from quarry.core.embed.factory import build_embedder, check_embedder, manifest_spec
 from quarry.core.index.lease import DEFAULT_WAIT_S, tenant_lease
 from quarry.core.index.manifest import IndexManifest
+from quarry.core.ingest.contextualize import CostAccount, LLMSettings
 from quarry.core.index.shards import TenantIndex
 from quarry.core.records import ParentSection, Passage
 from quarry.core.errors import UsageError
@@ -71,7 +73,12 @@ class ApplySettings(BaseModel):
     index_root: str
     master: str | None = None
     embedder: str = Field(default="auto", description="'auto' = the base manifest's embedder")
-    contextualizer: str = Field(default="auto", pattern="^(auto|extractive|none)$")
+    contextualizer: str = Field(default="auto", pattern="^(auto|extractive|llm|none)$")
+    # The LLM endpoint for upserts over an llm-contextualized base: ``llm`` when given, else
+    # the endpoint the base's manifest records (unless ``use_recorded_llm`` is off).
+    llm: LLMSettings | None = None
+    llm_api_key: SecretStr | None = None
+    use_recorded_llm: bool = True
     batch_size: int = Field(default=64, ge=1)
     chunk_tokens: int = Field(default=200, ge=16)
     partitions: int | None = Field(default=None, ge=1)
@@ -89,6 +96,9 @@ class TenantApplyReport(BaseModel):
     upserted_passages: int = 0
     delta: int | None = None
     lag: dict[str, Any] = Field(default_factory=dict)
+    # how upserts were contextualized ({kind, base, fallback}) and what the contextualizer cost
+    contextualizer: dict[str, Any] | None = None
+    contextualizer_cost: dict[str, Any] = Field(default_factory=dict)
 
 
 class ApplyReport(BaseModel):
@@ -224,6 +234,7 @@ def apply_raw(s: ApplySettings, spark, raw, changes_uri: str) -> ApplyReport:
             print(f"[quarry apply-changes] no published index for tenant(s) {', '.join(unknown)}; "
                   f"their changes were not applied (build them first)", file=sys.stderr)
         plans = {}
+        choices = {}
         for t in sorted(set(changes) & published):  # one order for every writer
             held = leases.enter_context(tenant_lease(root, t, "apply-changes", wait_s=s.lease_wait_s))
             index = TenantIndex.load(root, t)
@@ -232,6 +243,11 @@ def apply_raw(s: ApplySettings, spark, raw, changes_uri: str) -> ApplyReport:
             result = fold_for(index, changes[t])
             plans[t] = (index, result, spec, held)
             tr = report.tenants.setdefault(t, TenantApplyReport(tenant=t))
+            if result.upserts:
+                choices[t] = upsert_contextualizer(index.manifest, s.contextualizer, s.llm, s.use_recorded_llm)
+                tr.contextualizer = choices[t].record()
+                if choices[t].fallback:  # visible in the report, the delta's manifest and on stderr
+                    print(f"[quarry apply-changes] {t}: {choices[t].fallback}", file=sys.stderr)
             tr.changes = len(changes[t])
             tr.applied = sum(o == "applied" for o in result.outcomes.values())
             tr.stale = sum(o == "stale" for o in result.outcomes.values())
@@ -241,11 +257,11 @@ def apply_raw(s: ApplySettings, spark, raw, changes_uri: str) -> ApplyReport:
         fresh: dict[str, tuple[list[Passage], list[ParentSection], list[np.ndarray]]] = {t: ([], [], []) for t in plans}
         if wanted:
             specs = {spec for _, _, spec, _ in plans.values()}
-            ctx_kinds = {upsert_contextualizer(ix.manifest, s.contextualizer) for ix, _, _, _ in plans.values()}
+            ctx_kinds = {(c.kind, c.llm.model_dump_json() if c.llm else None) for c in choices.values()}
             if len(specs) > 1 or len(ctx_kinds) > 1:  # one embedder/contextualizer per run keeps the stages shared
                 raise UsageError("tenants in this change log were built with different embedders or "
                                  "contextualizers; apply their changes in separate runs")
-            spec, kind = specs.pop(), ctx_kinds.pop()
+            spec, (kind, llm_json) = specs.pop(), ctx_kinds.pop()
             stage("chunk")
             ups = val.filter((F.col("kind") == "change") & F.col("change_id").isin(sorted(wanted)))
             docs = ups.select("tenant", "doc_id", "change_json").repartition(par, "doc_id").mapInPandas(
@@ -255,7 +271,14 @@ def apply_raw(s: ApplySettings, spark, raw, changes_uri: str) -> ApplyReport:
             done("chunk")
             stage("contextualize")
             ctxd = chunked.mapInPandas(functools.partial(
-                stages.contextualize_docs, kind=kind, llm_json=None, api_key=None), stages.CONTEXT_SCHEMA).persist()
+                stages.contextualize_docs, kind=kind, llm_json=llm_json, api_key=llm_api_key(s, llm_json)),
+                stages.CONTEXT_SCHEMA).persist()
+            llm = LLMSettings.model_validate_json(llm_json) if llm_json else None
+            cost_cols = [f"ctx_{c}" for c in stages.COST_COLUMNS]
+            for r in ctxd.groupBy("tenant").agg(*[F.sum(c).alias(c) for c in cost_cols]).collect():
+                acct = CostAccount(llm.price_in_per_1k if llm else 0.0, llm.price_out_per_1k if llm else 0.0)
+                acct.merge({c.removeprefix("ctx_"): int(r[c] or 0) for c in cost_cols})
+                report.tenants[r["tenant"]].contextualizer_cost = {"kind": kind, **acct.snapshot()}
             done("contextualize")
             stage("embed")
             exploded = ctxd.select("tenant", "shard", "doc_id", F.explode("passages").alias("passage_json"))
@@ -280,7 +303,7 @@ def apply_raw(s: ApplySettings, spark, raw, changes_uri: str) -> ApplyReport:
             dim = index.manifest.embedder.dim
             emb = np.stack(vecs) if vecs else np.zeros((0, dim), np.float32)
             tr.delta = publish_delta(index, result, DeltaRows(ps, pa, emb), changes[t],
-                                     build_embedder(spec).name)
+                                     build_embedder(spec).name, tr.contextualizer)
             tr.upserted_passages = len(ps)
             tr.lag = lag_summary(TenantIndex.load(root, t).delta.state)
         done("publish")
@@ -291,6 +314,16 @@ def apply_raw(s: ApplySettings, spark, raw, changes_uri: str) -> ApplyReport:
     report.seconds = round(time.monotonic() - t0, 3)
     layout.write_json(layout.join(root, "_runs", f"apply-{run_id}.json"), report.model_dump(mode="json"))
     return report
+
+
+def llm_api_key(s: ApplySettings, llm_json: str | None) -> SecretStr | None:
+    """The key for the upserts' LLM endpoint: the run's, else the env var the endpoint names."""
+    if llm_json is None:
+        return None
+    if s.llm_api_key is not None:
+        return s.llm_api_key
+    env = LLMSettings.model_validate_json(llm_json).api_key_env
+    return SecretStr(os.environ[env]) if env and os.environ.get(env) else None
 
 
 def run_stream(settings: ApplySettings, spark, checkpoint: str, once: bool = True,
@@ -349,7 +382,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--index-root", required=True, help="the published index root")
     p.add_argument("--master", default=None, help="Spark master (default: spark-submit's, else local[*])")
     p.add_argument("--embedder", default="auto", help="'auto' (the base manifest's), 'default', 'hashing[:dim]' or a model dir")
-    p.add_argument("--contextualizer", choices=("auto", "extractive", "none"), default="auto")
+    p.add_argument("--contextualizer", choices=("auto", "extractive", "llm", "none"), default="auto",
+                   help="'auto' = the base's, the LLM included (its recorded endpoint, or --llm-url/--llm-model)")
+    p.add_argument("--llm-url", default=None, help="OpenAI-compatible endpoint for upserts (overrides the recorded one)")
+    p.add_argument("--llm-model", default=None, help="model name at --llm-url")
+    p.add_argument("--llm-api-key-env", default=None, help="env var holding the endpoint's key")
+    p.add_argument("--no-llm", action="store_true",
+                   help="do not call the base's recorded LLM endpoint; upserts fall back to 'none' (recorded in the "
+                        "delta manifest and the report)")
     p.add_argument("--chunk-tokens", type=int, default=200, help="must match the build's (default 200)")
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--stream", action="store_true", help="Structured Streaming over the change folder (file source)")
@@ -364,9 +404,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if bool(args.llm_url) != bool(args.llm_model):
+        raise UsageError("--llm-url and --llm-model go together")
+    llm = LLMSettings(base_url=args.llm_url, model=args.llm_model, api_key_env=args.llm_api_key_env) \
+        if args.llm_url else None
+    key = os.environ.get(args.llm_api_key_env) if args.llm_api_key_env else None
     s = ApplySettings(changes=args.changes, index_root=args.index_root, master=args.master, embedder=args.embedder,
                       contextualizer=args.contextualizer, chunk_tokens=args.chunk_tokens, batch_size=args.batch_size,
-                      quiet=args.quiet, lease_wait_s=args.lease_wait_s)
+                      quiet=args.quiet, lease_wait_s=args.lease_wait_s, llm=llm, llm_api_key=key,
+                      use_recorded_llm=not args.no_llm)
     if args.stream:
         kafka = (args.kafka_bootstrap, args.kafka_topic) if args.kafka_bootstrap else None
         if kafka and not args.kafka_topic:

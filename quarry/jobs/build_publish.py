@@ -20,6 +20,7 @@ from quarry.core.index.lexical import TermStats
 from quarry.core.index.manifest import make_manifest, write_manifest
 from quarry.core.index.manifest import publish as publish_generation
 from quarry.core.ingest.chunking import CHUNKER_VERSION
+from quarry.core.rank.carry_over import carry_over
 from quarry.jobs.build_plan import BuildJob, BuiltShards
 from quarry.jobs.build_settings import CaseGate, source_watermark
 from quarry.jobs.report import BuildReport, peak_rss_mb
@@ -47,7 +48,9 @@ def write_manifests(job: BuildJob, b: BuiltShards, stats: dict[str, TermStats], 
             t, b.generations[t], b.infos[t], n_docs=stats[t].n_docs, avgdl=stats[t].avgdl,
             embedder_name=job.embedder.name, dim=b.dims.get(t, int(job.embedder.dim)), chunker_version=CHUNKER_VERSION,
             source_watermark=watermark, encoder=job.embedder.encoder,
-            run_id=job.run_id, contextualizer=job.settings.contextualizer, report=tenant_report))
+            run_id=job.run_id, contextualizer=job.settings.contextualizer, report=tenant_report,
+            **({"contextualizer_llm": job.settings.llm.model_dump(mode="json")}
+               if job.settings.contextualizer == "llm" and job.settings.llm is not None else {})))
     job.done("manifest", tenants=len(b.tenants))
 
 
@@ -66,6 +69,9 @@ def publish(job: BuildJob, b: BuiltShards, case_gate: CaseGate | None = None) ->
                 if not gate.publish:
                     continue
             with tenant_lease(job.root, t, "build", wait_s=s.lease_wait_s) as held:
+                carried = carry_over(job.root, t, layout.current_generation(job.root, t), b.generations[t])
+                if carried is not None:  # the live generation's learned ranker, re-gated on the new one
+                    job.prog.line(f"{t}: second stage {carried.reason}")
                 held.ensure()
                 publish_generation(job.root, t, b.generations[t])
                 report.tenants[t].published = True

@@ -20,6 +20,7 @@ from quarry.core.index.lease import DEFAULT_WAIT_S, tenant_lease
 from quarry.core.index.retention import DEFAULT_RETAIN, collect
 from quarry.core.changes.compact import compaction_input, publish_compacted, write_compacted
 from quarry.core.index.shards import TenantIndex
+from quarry.core.rank.carry_over import carry_over
 from quarry.jobs.report import Progress, new_run_id
 
 
@@ -51,6 +52,9 @@ def compact_tenant(root: str, tenant: str, quiet: bool = True, lease_wait_s: flo
             prog.start("build")
             gen = write_compacted(ci)
             prog.done("build", {"generation": gen})
+            prog.start("second-stage")  # a promoted learned ranker is carried over and re-gated, never dropped silently
+            carried = carry_over(root, tenant, index.generation, gen)
+            prog.done("second-stage", {"carried": carried is not None})
             prog.start("publish")
             held.ensure()
             publish_compacted(index, gen)
@@ -61,7 +65,9 @@ def compact_tenant(root: str, tenant: str, quiet: bool = True, lease_wait_s: flo
     return {"tenant": tenant, "compacted": True, "from_generation": index.generation, "delta": index.delta_seq,
             "generation": gen, "passages": len(ci.passages), "parents": len(ci.parents),
             "current": layout.current_generation(root, tenant), "deleted_generations": gc.deleted_generations,
-            "deleted_deltas": gc.deleted_deltas, "seconds": round(time.monotonic() - t0, 3)}
+            "deleted_deltas": gc.deleted_deltas,
+            "second_stage": carried.summary() if carried is not None else None,
+            "seconds": round(time.monotonic() - t0, 3)}
 
 
 def run(args: argparse.Namespace) -> int:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import os
 from pathlib import Path
 
 from quarry.core.errors import UsageError
@@ -88,8 +89,11 @@ def _apply_in_process(root: str, repairs) -> dict[str, int]:
         with tenant_lease(root, t, "reconcile"):
             index = TenantIndex.load(root, t)
             emb = embedder_for_index(index.manifest)
-            ctx = make_contextualizer(upsert_contextualizer(index.manifest))
-            _, res = apply_local(root, t, [c for c in repairs if c.tenant == t], emb, ctx)
+            choice = upsert_contextualizer(index.manifest)
+            key = os.environ.get(choice.llm.api_key_env) if choice.llm is not None and choice.llm.api_key_env else None
+            ctx = make_contextualizer(choice.kind, llm=choice.llm, api_key=key)
+            _, res = apply_local(root, t, [c for c in repairs if c.tenant == t], emb, ctx,
+                                 contextualizer_record=choice.record())
         out[t] = sum(o == "applied" for o in res.outcomes.values())
     return out
 

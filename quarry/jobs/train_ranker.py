@@ -159,11 +159,18 @@ def train(args) -> dict[str, Any]:
     if not args.no_store:
         rec = record_decision(args.index_root, args.tenant, index.generation, decision, ranker,
                               sentence_cache=sentence,
-                              report={k: report[k] for k in ("queries", "split", "heldout") if k in report})
+                              report={k: report[k] for k in ("queries", "split", "heldout") if k in report},
+                              labels=gate_labels(queries, qrels, train_settings, w, args.groups))
         report["stored"] = {"manifest": f"gen-{index.generation}/manifest.json",
                             "ranker": f"gen-{index.generation}/{rec.path}/" if rec.path else None}
     report["seconds"] = round(time.perf_counter() - t0, 2)
     return report
+
+
+def gate_labels(queries, qrels, ts: TrainSettings, width: int, groups: str | None) -> dict[str, Any]:
+    """What the promotion gate needs to re-run on a later generation (stored with the model)."""
+    return {"queries": {q: queries[q] for q in qrels if q in queries}, "qrels": {q: dict(g) for q, g in qrels.items()},
+            "holdout": ts.holdout, "seed": ts.seed, "margin": ts.margin, "width": width, "groups": groups}
 
 
 def format_report(r: dict[str, Any]) -> str:

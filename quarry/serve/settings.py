@@ -268,6 +268,14 @@ class ServeSettings(BaseModel):
     resolver_num_cpus: float = Field(default=0.1, ge=0, description="resolution is light CPU work over a few passages")
     health_check_period_s: float = Field(default=10.0, gt=0, description="Serve calls check_health this often")
     health_check_timeout_s: float = Field(default=30.0, gt=0)
+    # -- admin API (quarry/serve/http/admin.py; platform credential only) -------------------
+    # Change records the admin API accepts are appended under <index_root>/<changes_dir>/<tenant>/,
+    # one JSON-lines file per request, for `quarry apply-changes --changes <index_root>/<changes_dir>`.
+    changes_dir: str = Field(default="_changes", pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$",
+                             description="change-log folder under index_root (one sub-folder per tenant)")
+    reconcile_source: str | None = Field(default=None, description="source of truth POST .../reconciliation "
+                                                                   "compares with (unset: refused with 409)")
+    admin_job_timeout_s: float = Field(default=3600.0, gt=0, description="an admin job running longer is killed")
     mcp_enabled: bool = True
     mcp_resource_url: str | None = Field(default=None, description="public URL of /mcp (protected-resource metadata)")
     mcp_authorization_servers: list[str] = Field(default_factory=list,
@@ -299,6 +307,10 @@ class ServeSettings(BaseModel):
     @property
     def run_state_dir(self) -> str:
         return self.state_dir or str(Path(self.index_root) / "_serve" / "runs")
+
+    @property
+    def changes_root(self) -> str:
+        return f"{self.index_root.rstrip('/')}/{self.changes_dir}"
 
     @property
     def trace_root(self) -> str:

@@ -66,7 +66,7 @@ def write_compacted(ci: CompactionInput) -> int:
     ix, m = ci.index, ci.index.manifest
     if not ci.passages:
         raise UsageError(f"{ix.tenant}: every document was deleted; a tenant index cannot be empty")
-    extra = {k: getattr(m, k) for k in ("contextualizer", "run_id") if k in m.model_fields_set}
+    extra = {k: getattr(m, k) for k in ("contextualizer", "contextualizer_llm", "run_id") if k in m.model_fields_set}
     extra["compacted_from"] = {"generation": ix.generation, "delta": ix.delta_seq, "watermark": ix.watermark}
     return build_tenant_index(
         ix.root, ix.tenant, ci.passages, ci.parents, ci.embeddings, n_shards=len(ix.base_shards),
@@ -91,5 +91,8 @@ def compact(root: str, tenant: str) -> int | None:
     if index.delta is None:
         return None
     gen = write_compacted(compaction_input(index))
+    from quarry.core.rank.carry_over import carry_over  # deferred: ranking code loads only for compaction
+
+    carry_over(root, tenant, index.generation, gen)
     publish_compacted(index, gen)
     return gen

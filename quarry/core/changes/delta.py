@@ -23,7 +23,9 @@ import numpy as np
 
 from quarry.core.index import layout
 from quarry.core.changes.log import Change, FoldResult, TenantState, dump_state, fold, parse_state, with_lags
+from quarry.core.errors import UsageError
 from quarry.core.ingest.chunking import ChunkSettings
+from quarry.core.ingest.contextualize import LLMSettings
 from quarry.core.embed.factory import check_embedder
 from quarry.core.embed.embedders import passage_text_for_embedding
 from quarry.core.index.build import build_and_upload_shard
@@ -60,13 +62,51 @@ def base_versions(index: TenantIndex):
     return lookup
 
 
-def upsert_contextualizer(manifest: IndexManifest, requested: str = "auto") -> str:
+@dataclass(frozen=True)
+class UpsertContextualizer:
+    """How upserts over a base are contextualized: ``kind`` (with ``llm``, the endpoint
+    configuration, for 'llm'), the base's own kind, and ``fallback``: why ``kind`` differs
+    from what the base was built with, when it does (recorded in the delta's manifest and
+    the job report, never silent)."""
+
+    kind: str
+    base: str | None
+    llm: LLMSettings | None = None
+    fallback: str | None = None
+
+    def record(self) -> dict:
+        out = {"kind": self.kind, "base": self.base, "fallback": self.fallback}
+        if self.llm is not None:
+            out["llm"] = {"base_url": self.llm.base_url, "model": self.llm.model}
+        return out
+
+
+def upsert_contextualizer(manifest: IndexManifest, requested: str = "auto", llm: LLMSettings | None = None,
+                          use_recorded_llm: bool = True) -> UpsertContextualizer:
     """The contextualizer for upserts: ``requested``, or for 'auto' what the base was built
-    with (the Spark build records it) when that needs no endpoint, else none."""
+    with (the Spark build records it), the LLM included: with ``llm`` when the run is given
+    an endpoint, else the base's recorded endpoint configuration (unless
+    ``use_recorded_llm`` is off). An LLM base without an endpoint for this run falls back
+    to 'none', and says so in ``fallback``. Raises ``UsageError`` for 'llm' requested
+    without any endpoint."""
+    base = manifest.contextualizer
+    endpoint = llm
+    if endpoint is None and use_recorded_llm and manifest.contextualizer_llm:
+        endpoint = LLMSettings.model_validate(manifest.contextualizer_llm)
+    if requested == "llm" or (requested == "auto" and base == "llm"):
+        if endpoint is not None:
+            return UpsertContextualizer("llm", base, endpoint)
+        if requested == "llm":
+            raise UsageError("--contextualizer llm needs an endpoint: --llm-url and --llm-model, or a base "
+                             "built with the llm contextualizer (its endpoint is recorded in the manifest)")
+        why = ("the LLM endpoint was switched off for this run (--no-llm)" if manifest.contextualizer_llm else
+               "the base's manifest records no LLM endpoint and none was given (--llm-url/--llm-model)")
+        return UpsertContextualizer("none", base, fallback=f"base contextualized with llm; upserts with none: {why}")
     if requested != "auto":
-        return requested
-    kind = manifest.contextualizer
-    return kind if kind in ("extractive", "none") else "none"
+        return UpsertContextualizer(requested, base,
+                                    fallback=None if requested == base else f"requested {requested} over a {base} base")
+    return UpsertContextualizer(base if base in ("extractive", "none") else "none", base,
+                                fallback=None if base in ("extractive", "none", None) else f"unknown base contextualizer {base!r}")
 
 
 def fold_for(index: TenantIndex, changes: Sequence[Change]) -> FoldResult:
@@ -94,7 +134,7 @@ class DeltaRows:
 
 
 def publish_delta(index: TenantIndex, result: FoldResult, fresh: DeltaRows, changes: Sequence[Change],
-                  embedder_name: str) -> int:
+                  embedder_name: str, contextualizer: dict | None = None) -> int:
     """Write the next delta for ``result.state`` over ``index``'s base and switch the
     watermark. ``fresh`` holds the passages of ``result.upserts`` (and only those).
     Returns the delta's sequence number."""
@@ -128,6 +168,7 @@ def publish_delta(index: TenantIndex, result: FoldResult, fresh: DeltaRows, chan
     layout.write_json(layout.join(d, "manifest.json"), {
         "tenant": tenant, "seq": seq, "base": index.generation, "shard": shard_ref, "checksums": sums,
         "embedder": embedder_name, "applied": state.applied, "published_at": visible_at,
+        **({"contextualizer": contextualizer} if contextualizer is not None else {}),
     })
     if layout.current_generation(root, tenant) != index.generation:  # the delta would name a retired base
         raise RuntimeError(f"{tenant}: CURRENT moved while changes were applied (a build or compaction "
@@ -179,7 +220,7 @@ def _state_only(state: TenantState):
 
 
 def apply_local(root: str, tenant: str, changes: Sequence[Change], embedder, contextualizer=None,
-                chunk_settings=None) -> tuple[int | None, FoldResult]:
+                chunk_settings=None, contextualizer_record: dict | None = None) -> tuple[int | None, FoldResult]:
     """Apply one tenant's changes in-process (tests, small tenants): the same fold and
     publish as the Spark job, upserts prepared by ``core.ingest.pipeline.prepare``.
     Returns (delta seq or None when nothing was applied, fold result)."""
@@ -194,5 +235,5 @@ def apply_local(root: str, tenant: str, changes: Sequence[Change], embedder, con
     emb = embedder.encode([passage_text_for_embedding(p) for p in passages]) if passages \
         else np.zeros((0, dim), np.float32)
     seq = publish_delta(index, result, DeltaRows(passages, parents, np.asarray(emb, np.float32)), changes,
-                        embedder.name)
+                        embedder.name, contextualizer_record)
     return seq, result

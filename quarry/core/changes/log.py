@@ -272,3 +272,21 @@ def read_changes(path: str) -> tuple[list[Change], list[tuple[str | None, str, s
         except ValidationError as e:
             bad.append((change_record_id(raw), str(raw.get(SOURCE_KEY, "<unknown>")), change_reason(e)))
     return good, bad
+
+
+def change_lines(changes: Iterable[Change]) -> bytes:
+    """Changes as the JSON lines ``quarry apply-changes`` reads (one record per line)."""
+    return "".join(c.model_dump_json(exclude_none=True) + "\n" for c in changes).encode()
+
+
+def pending_changes(state: TenantState, changes: Iterable[Change]) -> list[Change]:
+    """The changes of ``state``'s tenant that applying would still apply: exactly those the
+    fold would not skip as stale (after the last change applied to their document)."""
+    out = []
+    for c in changes:
+        if c.tenant != state.tenant:
+            continue
+        doc = state.docs.get(c.doc_id)
+        if doc is None or c.order > doc.last:
+            out.append(c)
+    return out

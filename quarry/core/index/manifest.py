@@ -151,6 +151,9 @@ class IndexManifest(_Record):
     source_watermark: str | None = None
     run_id: str | None = None
     contextualizer: str | None = None  # what the Spark build contextualized with
+    # the LLM endpoint configuration it contextualized with (LLMSettings as JSON: url, model,
+    # limits, prices, the *name* of the key's env var; never a key), so upserts can use it too
+    contextualizer_llm: dict[str, Any] | None = None
     report: dict[str, Any] | None = None  # the build's per-tenant report
     compacted_from: dict[str, Any] | None = None
     second_stage: SecondStageDecision | None = None

@@ -8,6 +8,9 @@ identity (sha256 of the model file) are recorded in the tenant's manifests:
     <root>/<tenant>/gen-<n>/ranker/model.txt       the LightGBM text model
     <root>/<tenant>/gen-<n>/ranker/ranker.json     metadata: features, version, training report
     <root>/<tenant>/gen-<n>/ranker/sentences.npz   optional sentence-vector cache (this generation)
+    <root>/<tenant>/gen-<n>/ranker/labels.json     the labelled queries and split it was gated on
+                                                   (the gate re-runs on them when a new generation
+                                                   is published: quarry.core.rank.carry_over)
     <root>/<tenant>/gen-<n>/manifest.json          "second_stage": the decision
     <root>/<tenant>/manifest.json                  the same, when gen-<n> is the live generation
 
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import json
 import math
 import tempfile
 from dataclasses import dataclass, field
@@ -41,6 +45,7 @@ __all__ = ["DEFAULT_MARGIN", "GateDecision", "check_margin", "evaluate_gate", "r
 DEFAULT_MARGIN = 0.005  # nDCG@10 points a stage must gain on the held-out split
 RANKER_DIR = "ranker"
 SENTENCE_CACHE = "sentences.npz"
+LABELS = "labels.json"  # the labelled queries and split settings the ranker was gated with
 SERVE_MAX_PASSAGES = 200_000  # sentence-vector cache bound in a serving replica (~3 GB at 10 x 384-d)
 
 
@@ -118,6 +123,7 @@ def record_decision(
     sentence_cache: SentenceVectors | None = None,
     kind: str = "learned",
     report: dict[str, Any] | None = None,
+    labels: dict[str, Any] | None = None,
 ) -> SecondStageDecision:
     """Store ``ranker`` (if any) under ``gen-<n>/ranker/`` and write the decision into the
     generation's manifest and, when that generation is live, the tenant's manifest
@@ -142,6 +148,8 @@ def record_decision(
             local = ranker.save(Path(tmp) / RANKER_DIR)
             if sentence_cache is not None and len(sentence_cache):
                 sentence_cache.save(local / SENTENCE_CACHE)
+            if labels is not None:  # what the gate can be re-run with on a later generation
+                (local / LABELS).write_text(json.dumps(labels, sort_keys=True))
             dest = ranker_dir(root, tenant, generation)
             files = {}
             # model.txt last: its presence with a matching sha is what load_second_stage trusts.

@@ -29,7 +29,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from quarry.core.records import Principal
 
 __all__ = ["TrainSettings", "Mined", "mine_candidates", "label_candidates", "doc_ndcg", "split_queries", "train_and_evaluate",
-           "train_and_gate"]
+           "evaluate_heldout", "regate", "train_and_gate"]
 
 
 def label_candidates(candidates: Sequence[Candidate], relevant: Mapping[str, int]) -> list[int]:
@@ -156,6 +156,23 @@ def train_and_evaluate(
     ranker = LearnedRanker(sentence=sentence, reference_date=ts.reference_date, seed=ts.seed, params=ts.params)
     ranker.fit(groups(train))
     report["training"] = ranker.report
+    decision, report["heldout"] = evaluate_heldout(ranker, mined, qrels, held, ts.margin)
+    report["feature_importances"] = ranker.feature_importances()
+    report["model_id"] = ranker.model_id
+    ranker.meta["heldout"] = report["heldout"]
+    ranker.meta["split"] = report["split"]
+    return ranker, decision, report
+
+
+def evaluate_heldout(
+    ranker: LearnedRanker,
+    mined: Mapping[str, Mined],
+    qrels: Mapping[str, Mapping[str, int]],
+    held: Sequence[str],
+    margin: float,
+) -> tuple[GateDecision, dict[str, Any]]:
+    """Fused vs learned nDCG@10 over the held-out queries ``held`` of ``mined``, and the
+    promotion gate's decision on them (:func:`quarry.core.rank.gate.evaluate_gate`)."""
     fused, learned, wins, losses = [], [], 0, 0
     t0 = time.perf_counter()
     for q in held:
@@ -171,17 +188,40 @@ def train_and_evaluate(
         learned.append(l_)
         wins += l_ > f + 1e-12
         losses += l_ < f - 1e-12
-    fn, ln = float(np.mean(fused)), float(np.mean(learned))
-    decision = evaluate_gate(fn, ln, ts.margin, model_id=ranker.model_id, n_queries=len(held),
+    fn = float(np.mean(fused)) if fused else float("nan")
+    ln = float(np.mean(learned)) if learned else float("nan")
+    decision = evaluate_gate(fn, ln, margin, model_id=ranker.model_id, n_queries=len(held),
                              extra={"wins": int(wins), "losses": int(losses), "ties": len(held) - int(wins) - int(losses)})
-    report["heldout"] = {"fused_ndcg@10": round(fn, 4), "learned_ndcg@10": round(ln, 4),
-                         "delta": round(ln - fn, 4), "wins": int(wins), "losses": int(losses),
-                         "eval_seconds": round(time.perf_counter() - t0, 2)}
-    report["feature_importances"] = ranker.feature_importances()
-    report["model_id"] = ranker.model_id
-    ranker.meta["heldout"] = report["heldout"]
-    ranker.meta["split"] = report["split"]
-    return ranker, decision, report
+    report = {"fused_ndcg@10": round(fn, 4), "learned_ndcg@10": round(ln, 4), "delta": round(ln - fn, 4),
+              "wins": int(wins), "losses": int(losses), "eval_seconds": round(time.perf_counter() - t0, 2)}
+    return decision, report
+
+
+def regate(
+    index: "TenantIndex",
+    ranker: LearnedRanker,
+    principal: "Principal",
+    embedder: "Embedder",
+    queries: Mapping[str, str],
+    qrels: Mapping[str, Mapping[str, int]],
+    settings: SearchSettings | None = None,
+    train_settings: TrainSettings = TrainSettings(),
+) -> tuple[GateDecision, dict[str, Any]]:
+    """The promotion gate for an already trained ``ranker`` on another generation's data:
+    candidates mined from ``index``, the same seeded split of the labelled queries as at
+    training, fused vs learned on the held-out part (:func:`evaluate_heldout`). Used when
+    a new generation is published and the previous one served a learned ranker."""
+    ts = train_settings
+    mined = mine_candidates(index, principal, embedder, {q: t for q, t in queries.items() if q in qrels},
+                            settings or SearchSettings())
+    labelled = [q for q in mined if any(g > 0 for g in qrels.get(q, {}).values())]
+    _, held = split_queries(labelled, ts.holdout, ts.seed)
+    if not held:
+        return evaluate_gate(float("nan"), float("nan"), ts.margin, reason="no held-out queries to re-gate on",
+                             n_queries=0), {"queries": {"labelled": len(labelled), "heldout": 0}}
+    decision, heldout = evaluate_heldout(ranker, mined, qrels, held, ts.margin)
+    return decision, {"queries": {"labelled": len(labelled), "heldout": len(held)}, "heldout": heldout,
+                      "split": {"seed": ts.seed, "holdout": ts.holdout}}
 
 
 def train_and_gate(

@@ -19,7 +19,7 @@ from ray import serve
 from quarry.core.rank.second_stage import stage_trace
 
 from quarry.serve.deployments.handles import DeploymentStages, call_retrying
-from quarry.serve.http import edge
+from quarry.serve.http import admin, edge
 from quarry.serve.http.agent_tools import AgentTools, ToolError, not_found
 from quarry.serve.http.auth import AuthError, CachedVerifier, Identity, bearer_token, verify_platform_token, verify_token
 from quarry.serve.http.metrics import GatewayMetrics
@@ -41,6 +41,7 @@ api = FastAPI(
     ),
 )
 edge.install(api)  # size limits, the validation handler, the corrected spec: before serve.ingress freezes api
+api.include_router(admin.router)  # /v1/admin/...: platform credential only (quarry/serve/http/admin.py)
 
 
 @api.exception_handler(ToolError)

@@ -27,11 +27,15 @@ from pydantic import BaseModel
 
 from quarry.serve.http.responses import (
     Abstained,
+    AdminJob,
+    AdminTenants,
     Answered,
+    ChangesAppended,
     Detail,
     FetchResponse,
     Health,
     Limited,
+    RolledBack,
     RunCreated,
     SearchResponse,
     ToolDefinitions,
@@ -72,6 +76,7 @@ _WHY = {
     "429": "A tenant limit (requests per window, calls in flight) or, creating a run, the open-run quota of "
            "this tenant or subject; the body names the limit, Retry-After says when to retry.",
     "431": "Request headers above the server's limit.",
+    "501": "Not available in this installation.",
 }
 _EDGE = ("400", "405", "413", "415", "431")  # answered by limits/routing before the handler
 
@@ -104,6 +109,7 @@ def operations(top_k_ceiling: int | None, candidates_ceiling: int | None) -> dic
     tools = {t["name"]: t["input_schema"] for t in tool_definitions(top_k_ceiling, candidates_ceiling)["anthropic"]}
     bearer = [{"bearer": []}]
     return {
+        **admin_operations(),
         ("/healthz", "get"): {"security": [{}, {"bearer": []}],
                               "responses": {"200": _resp(schema_of(Health), "Liveness; details only for operators."),
                                             **_errors()}},
@@ -124,6 +130,44 @@ def operations(top_k_ceiling: int | None, candidates_ceiling: int | None) -> dic
             **_errors("401", "404", "422", "429")}},
         ("/v1/trace/{trace_id}", "get"): {"security": bearer, "responses": {
             "200": _resp(schema_of(TraceView), "The trace, filtered by the operator's groups."), **_errors("401", "404")}},
+    }
+
+
+def _documents_schema() -> dict[str, Any]:
+    """POST .../documents: one SourceDocument or a list of them (the handler validates)."""
+    from quarry.core.records import SourceDocument
+
+    raw = SourceDocument.model_json_schema()
+    doc = _inline(raw, raw.pop("$defs", {}))
+    return {"anyOf": [doc, {"type": "array", "items": doc}]}
+
+
+def admin_operations() -> dict[tuple[str, str], dict[str, Any]]:
+    """The admin API (``admin.py``): platform credential only; a tenant token gets 404."""
+    bearer = [{"bearer": []}]
+    t = "/v1/admin/tenants/{tenant}"
+    job = _resp(schema_of(AdminJob), "The job, started (it runs in the background).")
+    appended = _resp(schema_of(ChangesAppended), "The change records appended to the tenant's change folder.")
+    return {
+        ("/v1/admin/tenants", "get"): {"security": bearer, "responses": {
+            "200": _resp(schema_of(AdminTenants), "Every published tenant."), **_errors("401", "404")}},
+        (f"{t}/rollback", "post"): {"security": bearer, "responses": {
+            "200": _resp(schema_of(RolledBack), "CURRENT now names the requested generation."),
+            "409": _resp(schema_of(Detail), "The generation is the live one, missing, or was never completed."),
+            **_errors("401", "404", "422")}},
+        (f"{t}/compaction", "post"): {"security": bearer, "responses": {"202": job, **_errors("401", "404", "422")}},
+        (f"{t}/reconciliation", "post"): {"security": bearer, "responses": {
+            "202": job, "409": _resp(schema_of(Detail), "No reconcile source is configured."),
+            **_errors("401", "404", "422")}},
+        ("/v1/admin/jobs/{job_id}", "get"): {"security": bearer, "responses": {
+            "200": _resp(schema_of(AdminJob), "The job's status and, once finished, its outcome."),
+            **_errors("401", "404", "422")}},
+        (t, "delete"): {"security": bearer, "responses": {"202": job, **_errors("401", "404", "422", "501")}},
+        (f"{t}/documents", "post"): {"security": bearer, "requestBody": _body(_documents_schema()),
+                                     "responses": {"200": appended, **_errors("401", "404", "422")}},
+        (f"{t}/documents/{{doc_id}}", "delete"): {"security": bearer, "responses": {
+            "200": appended, **_errors("401", "404", "422")}},
+        (f"{t}/acl", "post"): {"security": bearer, "responses": {"200": appended, **_errors("401", "404", "422")}},
     }
 
 

@@ -148,3 +148,86 @@ class TraceView(BaseModel):
     trace_id: str
     kind: str
     tenant: str = Field(description="always the operator's own tenant")
+
+
+# --------------------------------------------------------------------------- admin API
+# Bodies of /v1/admin/... (platform credential only). Ids, numbers and states; never
+# document text.
+
+
+class AdminGeneration(BaseModel):
+    generation: int
+    complete: bool = Field(description="a manifest was written: the generation can be served or rolled back to")
+    size_bytes: int
+
+
+class AdminChangeLag(BaseModel):
+    watermark: str | None = Field(description='"delta-<m> gen-<n>": the last applied change batch, or none')
+    delta_applies: bool = Field(description="the watermark's base is the live generation (its delta is served)")
+    changes_applied: int
+    lag: dict[str, Any] = Field(description="p50/p95/max seconds from source change to visible")
+    unapplied: int | None = Field(description="records in the tenant's change folder not applied yet")
+    oldest_unapplied_age_s: float | None
+    invalid_changes: int | None = Field(description="records in the change folder that would be quarantined")
+
+
+class AdminTenant(BaseModel):
+    tenant: str
+    live_generation: int | None
+    generations: list[AdminGeneration]
+    size_bytes: int = Field(description="everything under the tenant's folder")
+    change_lag: AdminChangeLag
+    second_stage: dict[str, Any] | None = Field(description="the live manifest's second-stage decision (summary)")
+
+
+class AdminTenants(BaseModel):
+    tenants: list[AdminTenant]
+
+
+class RollbackRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    generation: int = Field(ge=1, le=2**31 - 1)
+
+
+class RolledBack(BaseModel):
+    tenant: str
+    generation: int
+    previous: int
+    retired_delta: str | None = Field(description="the change watermark that no longer applies (changes applied "
+                                                  "over the previous generation are not served)")
+
+
+class ReconcileRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    dry_run: bool = False
+
+
+class AclRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    doc_id: str = Field(min_length=1, max_length=200)
+    version: str | None = Field(default=None, min_length=1, max_length=100)
+    acl: list[str] = Field(min_length=1, max_length=256)
+
+
+JobKind = Literal["compaction", "reconciliation", "purge"]
+JobState = Literal["running", "succeeded", "failed"]
+
+
+class AdminJob(BaseModel):
+    """An admin job: started without blocking the request; its status is kept under the
+    index root, so any Gateway replica answers for it."""
+
+    job_id: str
+    kind: JobKind
+    tenant: str
+    status: JobState
+    started_at: str
+    finished_at: str | None = None
+    outcome: dict[str, Any] | None = Field(default=None, description="the job's JSON outcome when it succeeded")
+    error: str | None = Field(default=None, description="the job's last error line when it failed")
+
+
+class ChangesAppended(BaseModel):
+    tenant: str
+    change_ids: list[str]
+    changes_file: str = Field(description="the change file written, relative to the index root")

@@ -1,0 +1,81 @@
+"""Moving a tenant's ``CURRENT`` pointer by hand (the admin API's rollback), and what each
+generation on disk holds. Every operator-initiated pointer change goes through
+:func:`rollback`, one function, so a writer lease can wrap it in one place.
+
+A rollback makes another complete generation live the way a build publishes one
+(``quarry.core.index.manifest.publish``: every shard's checksums re-verified, the tenant's
+manifest copy written, then ``CURRENT`` replaced atomically). The change watermark
+(``DELTA``) names the generation its delta was applied over, so after a rollback that delta
+no longer applies: changes applied over the retired generation are not served until they
+are sent again (the report says which delta was retired).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from quarry.core.index import layout
+from quarry.core.index.manifest import manifest_path, publish
+
+
+class RollbackRefused(Exception):
+    """A rollback that cannot be done; ``status`` 404 (no such tenant) or 409 (the target is
+    not a complete generation other than the live one). The message is for the caller."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True)
+class RollbackResult:
+    tenant: str
+    generation: int
+    previous: int
+    retired_delta: str | None  # the watermark that no longer applies, if any
+
+
+@dataclass(frozen=True)
+class GenerationInfo:
+    generation: int
+    complete: bool  # a manifest was written: the build finished and it can be published
+    size_bytes: int
+
+
+def generation_complete(root: str, tenant: str, generation: int) -> bool:
+    fs, path = layout.fs_and_path(manifest_path(root, tenant, generation))
+    return fs.exists(path)
+
+
+def rollback(root: str, tenant: str, generation: int) -> RollbackResult:
+    """Make ``generation`` the live one. Refused (``RollbackRefused``) for an unknown
+    tenant, the generation already live, or a generation that is missing or was never
+    completed (no manifest); a shard whose checksums no longer match raises from
+    ``publish`` and nothing changes."""
+    current = layout.current_generation(root, tenant)
+    if current is None:
+        raise RollbackRefused(404, "not found")
+    if generation == current:
+        raise RollbackRefused(409, f"gen-{generation} is already the live generation")
+    if generation not in layout.generations(root, tenant):
+        raise RollbackRefused(409, f"gen-{generation} does not exist for this tenant")
+    if not generation_complete(root, tenant, generation):
+        raise RollbackRefused(409, f"gen-{generation} has no manifest (its build never finished); it cannot be served")
+    watermark = layout.read_watermark(root, tenant)
+    parsed = layout.parse_watermark(watermark) if watermark else None
+    publish(root, tenant, generation)
+    return RollbackResult(tenant, generation, current,
+                          watermark if parsed is not None and parsed[1] == current else None)
+
+
+def dir_size(uri: str) -> int:
+    fs, path = layout.fs_and_path(uri)
+    if not fs.exists(path):
+        return 0
+    return int(fs.du(path, total=True))
+
+
+def generation_infos(root: str, tenant: str) -> list[GenerationInfo]:
+    """Every generation folder of ``tenant``, oldest first, with its size on disk."""
+    return [GenerationInfo(g, generation_complete(root, tenant, g), dir_size(layout.generation_dir(root, tenant, g)))
+            for g in layout.generations(root, tenant)]

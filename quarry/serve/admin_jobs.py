@@ -1,0 +1,105 @@
+"""Admin jobs started from a Gateway replica: compaction, reconciliation and purge, each the
+same command an operator runs (``quarry compact``, ``quarry reconcile``), in a child process
+watched by a background thread, so the request that started it returns at once.
+
+Each job's status is a small JSON file, ``<index_root>/_admin/jobs/<job_id>.json``
+(``running``, then ``succeeded`` with the command's JSON outcome, or ``failed`` with its
+last error line), so whichever Gateway replica a status request reaches can answer it. A
+child process keeps a failing job from taking the replica with it, and keeps Spark and
+job code out of the serving process (``quarry.serve`` never imports ``quarry.jobs``).
+
+On a cluster these are meant to be Kubernetes Jobs (or ``spark-submit`` runs) of the same
+commands; this runner is the single-machine form. A replica that dies while a job runs
+leaves that job's status at ``running``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import subprocess
+import sys
+import threading
+import uuid
+from typing import Any
+
+from quarry.core.index import layout
+
+JOB_ID_PATTERN = r"^[0-9a-f]{32}$"
+_ERROR_CHARS = 300
+
+# purge has no command of its own yet: the job calls quarry.jobs.purge.purge_tenant(root, tenant)
+_PURGE = ("import json, sys\n"
+          "from quarry.jobs.purge import purge_tenant\n"
+          "out = purge_tenant(sys.argv[1], sys.argv[2])\n"
+          "print(json.dumps(out if isinstance(out, dict) else {'result': out}, default=str))\n")
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def job_path(root: str, job_id: str) -> str:
+    return layout.join(root, "_admin", "jobs", f"{job_id}.json")
+
+
+def read_job(root: str, job_id: str) -> dict[str, Any] | None:
+    try:
+        return layout.read_json(job_path(root, job_id))
+    except FileNotFoundError:
+        return None
+
+
+def command(kind: str, root: str, tenant: str, *, source: str | None = None, dry_run: bool = False) -> list[str]:
+    """The child process of a job: the CLI command an operator would run, printing JSON."""
+    py = [sys.executable, "-m", "quarry"]
+    if kind == "compaction":
+        return [*py, "compact", "--tenant", tenant, "--index-root", root, "--json", "--quiet"]
+    if kind == "reconciliation":
+        if source is None:
+            raise ValueError("reconciliation needs a source")
+        return [*py, "reconcile", "--source", source, "--index-root", root, "--tenants", tenant,
+                "--apply", "in-process", "--json", *(["--dry-run"] if dry_run else [])]
+    if kind == "purge":
+        return [sys.executable, "-c", _PURGE, root, tenant]
+    raise ValueError(f"unknown job kind {kind!r}")
+
+
+def _outcome(stdout: str) -> dict[str, Any]:
+    text = stdout.strip()
+    for candidate in (text, text.splitlines()[-1] if text else ""):
+        try:
+            out = json.loads(candidate)
+            return out if isinstance(out, dict) else {"result": out}
+        except ValueError:
+            continue
+    return {"output_lines": len(text.splitlines())}
+
+
+def _last_line(stderr: str) -> str:
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+    return (lines[-1] if lines else "the job exited without a message")[:_ERROR_CHARS]
+
+
+def start_job(root: str, kind: str, tenant: str, cmd: list[str], timeout_s: float) -> dict[str, Any]:
+    """Write the job's ``running`` status, start ``cmd`` and return the status; a daemon
+    thread records the outcome when the child exits (or is killed past ``timeout_s``)."""
+    job = {"job_id": uuid.uuid4().hex, "kind": kind, "tenant": tenant, "status": "running", "started_at": _now()}
+    layout.write_json(job_path(root, job["job_id"]), job)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+
+    def watch() -> None:
+        try:
+            out, err = proc.communicate(timeout=timeout_s)
+            done = ({"status": "succeeded", "outcome": _outcome(out)} if proc.returncode == 0 else
+                    {"status": "failed", "error": _last_line(err)})
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            done = {"status": "failed", "error": f"killed after {timeout_s:g} s"}
+        except Exception as e:  # the status must not stay 'running' because the watcher broke
+            done = {"status": "failed", "error": f"{type(e).__name__}"}
+        layout.write_json(job_path(root, job["job_id"]), {**job, **done, "finished_at": _now()})
+
+    threading.Thread(target=watch, name=f"admin-job-{job['job_id'][:8]}", daemon=True).start()
+    return job

@@ -35,6 +35,7 @@ REGISTRY: dict[str, str] = {
     "serve/http/agent_tools.py:_known": TENANT,  # run_id -> principal key, compared before use
     "serve/deployments/reranker.py:_stages": TENANT,  # (tenant, generation)
     "serve/deployments/retriever.py:_cache": TENANT,  # tenant -> index
+    "serve/deployments/retriever.py:_other_lags": TENANT,  # tenant -> its last change lags (numbers, no text)
     "serve/deployments/generations.py:_lru": TENANT,  # (tenant, generation)
     "serve/deployments/handles.py:_stage_infos": TENANT,  # (tenant, generation)
     "serve/deployments/handles.py:_last_generation": TENANT,  # tenant

@@ -28,11 +28,6 @@ from quarry.core.index import layout
 JOB_ID_PATTERN = r"^[0-9a-f]{32}$"
 _ERROR_CHARS = 300
 
-# purge has no command of its own yet: the job calls quarry.jobs.purge.purge_tenant(root, tenant)
-_PURGE = ("import json, sys\n"
-          "from quarry.jobs.purge import purge_tenant\n"
-          "out = purge_tenant(sys.argv[1], sys.argv[2])\n"
-          "print(json.dumps(out if isinstance(out, dict) else {'result': out}, default=str))\n")
 
 
 def _now() -> str:
@@ -50,7 +45,8 @@ def read_job(root: str, job_id: str) -> dict[str, Any] | None:
         return None
 
 
-def command(kind: str, root: str, tenant: str, *, source: str | None = None, dry_run: bool = False) -> list[str]:
+def command(kind: str, root: str, tenant: str, *, source: str | None = None, dry_run: bool = False,
+            doc_id: str | None = None, version: str | None = None) -> list[str]:
     """The child process of a job: the CLI command an operator would run, printing JSON."""
     py = [sys.executable, "-m", "quarry"]
     if kind == "compaction":
@@ -60,8 +56,13 @@ def command(kind: str, root: str, tenant: str, *, source: str | None = None, dry
             raise ValueError("reconciliation needs a source")
         return [*py, "reconcile", "--source", source, "--index-root", root, "--tenants", tenant,
                 "--apply", "in-process", "--json", *(["--dry-run"] if dry_run else [])]
-    if kind == "purge":
-        return [sys.executable, "-c", _PURGE, root, tenant]
+    if kind == "purge":  # the whole tenant
+        return [*py, "purge", "--index-root", root, "--tenant", tenant, "--all", "--json"]
+    if kind == "purge-document":
+        if doc_id is None:
+            raise ValueError("a document purge needs a doc_id")
+        return [*py, "purge", "--index-root", root, "--tenant", tenant, "--doc-id", doc_id,
+                *(["--version", version] if version else []), "--json"]
     raise ValueError(f"unknown job kind {kind!r}")
 
 

@@ -21,6 +21,7 @@ T = "/v1/admin/tenants"
 ROUTES = [("GET", T, None), ("POST", f"{T}/acme/rollback", {"generation": 1}),
           ("POST", f"{T}/acme/compaction", None), ("POST", f"{T}/acme/reconciliation", {}),
           ("GET", "/v1/admin/jobs/" + "0" * 32, None), ("DELETE", f"{T}/acme", None),
+          ("POST", f"{T}/acme/purge?doc_id=help-api-keys", None),
           ("POST", f"{T}/acme/documents", {"doc_id": "x", "tenant": "acme", "text": "t", "acl": ["*"]}),
           ("DELETE", f"{T}/acme/documents/help-api-keys", None),
           ("POST", f"{T}/acme/acl", {"doc_id": "help-api-keys", "acl": ["support"]})]
@@ -176,18 +177,38 @@ def test_compaction_job_runs_in_the_background_and_reports_its_outcome(quarry_ap
     assert app.http.get("/v1/admin/jobs/not-an-id", headers=_pt(app)).status_code in (404, 422)
 
 
-def test_reconciliation_needs_a_configured_source_and_purge_says_when_it_is_missing(quarry_app):
+def test_reconciliation_needs_a_configured_source(quarry_app):
     app = quarry_app
     r = app.http.post(f"{T}/acme/reconciliation", headers=_pt(app), json={"dry_run": True})
     assert r.status_code == 409 and "reconcile_source" in r.json()["detail"]
-    from quarry.serve.http.admin import purge_available
 
-    r = app.http.delete(f"{T}/acme", headers=_pt(app))
-    if purge_available():
-        assert r.status_code == 202 and r.json()["kind"] == "purge"
-    else:
-        assert r.status_code == 501 and r.json() == {"detail": "purge not available"}
-        assert layout.current_generation(app.root, "acme") == 1
+
+def test_purge_jobs_remove_a_document_then_the_whole_tenant(quarry_app):
+    """On a tenant of the test's own: a document purge leaves its text in no file under the
+    tenant's folder and the rest served; a tenant purge leaves no generation at all."""
+    app = quarry_app
+    marker = "zqx-adminpurge-7f3a"
+    base = app.docs["acme"][0]
+    doc = base.model_copy(update={"tenant": "adminpurge", "doc_id": "purge-me",
+                                  "text": f"The {marker} procedure ends at noon.\n\n{base.text}"})
+    rest = [d.model_copy(update={"tenant": "adminpurge"}) for d in app.docs["acme"][1:]]
+    for _ in range(2):
+        app.build(app.root, "adminpurge", [doc, *rest])
+    marker = marker.encode()
+    tdir = Path(app.root) / "adminpurge"
+    assert any(marker in p.read_bytes() for p in tdir.rglob("*") if p.is_file())
+    r = app.http.post(f"{T}/adminpurge/purge", params={"doc_id": doc.doc_id}, headers=_pt(app))
+    assert r.status_code == 202 and r.json()["kind"] == "purge-document", r.text
+    job = _wait_job(app, r.json()["job_id"])
+    assert job["status"] == "succeeded", job
+    assert not [p for p in tdir.rglob("*") if p.is_file() and marker in p.read_bytes()]
+    assert layout.current_generation(app.root, "adminpurge") is not None
+    r = app.http.delete(f"{T}/adminpurge", headers=_pt(app))
+    assert r.status_code == 202 and r.json()["kind"] == "purge", r.text
+    job = _wait_job(app, r.json()["job_id"])
+    assert job["status"] == "succeeded", job
+    assert layout.current_generation(app.root, "adminpurge") is None
+    assert layout.generations(app.root, "adminpurge") == []
 
 
 def test_admin_routes_are_in_the_openapi_document(quarry_app):
@@ -196,7 +217,7 @@ def test_admin_routes_are_in_the_openapi_document(quarry_app):
     assert admin == {("/v1/admin/tenants", "get"), (f"{T}/{{tenant}}/rollback", "post"),
                      (f"{T}/{{tenant}}/compaction", "post"), (f"{T}/{{tenant}}/reconciliation", "post"),
                      ("/v1/admin/jobs/{job_id}", "get"), (f"{T}/{{tenant}}", "delete"),
-                     (f"{T}/{{tenant}}/documents", "post"), (f"{T}/{{tenant}}/documents/{{doc_id}}", "delete"),
+                     (f"{T}/{{tenant}}/purge", "post"), (f"{T}/{{tenant}}/documents", "post"), (f"{T}/{{tenant}}/documents/{{doc_id}}", "delete"),
                      (f"{T}/{{tenant}}/acl", "post")}
     for p, m in admin:
         op = spec["paths"][p][m]

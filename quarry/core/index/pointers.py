@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from quarry.core.index import layout
+from quarry.core.index.lease import LeaseBusy, tenant_lease
 from quarry.core.index.manifest import manifest_path, publish
 
 
@@ -47,11 +48,22 @@ def generation_complete(root: str, tenant: str, generation: int) -> bool:
     return fs.exists(path)
 
 
-def rollback(root: str, tenant: str, generation: int) -> RollbackResult:
+def rollback(root: str, tenant: str, generation: int, wait_s: float = 10.0) -> RollbackResult:
     """Make ``generation`` the live one. Refused (``RollbackRefused``) for an unknown
     tenant, the generation already live, or a generation that is missing or was never
     completed (no manifest); a shard whose checksums no longer match raises from
-    ``publish`` and nothing changes."""
+    ``publish`` and nothing changes. Runs under the tenant's writer lease
+    (``quarry.core.index.lease``): a job writing the tenant meanwhile makes it a 409."""
+    if layout.current_generation(root, tenant) is None:
+        raise RollbackRefused(404, "not found")
+    try:
+        with tenant_lease(root, tenant, "rollback", wait_s=wait_s) as held:
+            return _rollback(root, tenant, generation, held.ensure)
+    except LeaseBusy as e:
+        raise RollbackRefused(409, str(e)) from None
+
+
+def _rollback(root: str, tenant: str, generation: int, still_held) -> RollbackResult:
     current = layout.current_generation(root, tenant)
     if current is None:
         raise RollbackRefused(404, "not found")
@@ -63,6 +75,7 @@ def rollback(root: str, tenant: str, generation: int) -> RollbackResult:
         raise RollbackRefused(409, f"gen-{generation} has no manifest (its build never finished); it cannot be served")
     watermark = layout.read_watermark(root, tenant)
     parsed = layout.parse_watermark(watermark) if watermark else None
+    still_held()
     publish(root, tenant, generation)
     return RollbackResult(tenant, generation, current,
                           watermark if parsed is not None and parsed[1] == current else None)

@@ -23,7 +23,6 @@ states, never document text.
 from __future__ import annotations
 
 import datetime as dt
-import importlib.util
 import uuid
 
 from fastapi import APIRouter, Depends, Header, Path, Query, Request
@@ -163,23 +162,21 @@ def job_status(job_id: str = Path(pattern=admin_jobs.JOB_ID_PATTERN), s: ServeSe
     return JSONResponse(AdminJob(**job).model_dump(mode="json"))
 
 
-def purge_available() -> bool:
-    """Whether ``quarry.jobs.purge`` is installed (looked up, not imported: serving never
-    imports job code; the purge runs in the job's own process)."""
-    try:
-        return importlib.util.find_spec("quarry.jobs.purge") is not None
-    except (ImportError, ValueError):
-        return False
-
-
 @router.delete("/tenants/{tenant}", status_code=202)
 def purge(tenant: str = Path(pattern=TENANT), s: ServeSettings = Platform):
-    """Start the purge of every generation, delta, change and trace of the tenant (202), or
-    501 when this installation has no purge job."""
+    """Start ``quarry purge --all`` for the tenant: every generation, delta, change and trace
+    line of it, and every replica's copies (docs/operations.md "Purge"); returns the job (202)."""
     _published(s, tenant)
-    if not purge_available():
-        raise ToolError(501, {"detail": "purge not available"})
     return _job(s, "purge", tenant)
+
+
+@router.post("/tenants/{tenant}/purge", status_code=202)
+def purge_document(tenant: str = Path(pattern=TENANT), doc_id: str = Query(pattern=DOC_ID),
+                   version: str | None = Query(default=None, pattern=VERSION), s: ServeSettings = Platform):
+    """Start ``quarry purge --doc-id`` (every version, or ``version``): the document's text is
+    left in no generation, delta or log under the root; returns the job (202)."""
+    _published(s, tenant)
+    return _job(s, "purge-document", tenant, doc_id=doc_id, version=version)
 
 
 # --------------------------------------------------------------------------- changes

@@ -162,7 +162,8 @@ def admin_operations() -> dict[tuple[str, str], dict[str, Any]]:
         ("/v1/admin/jobs/{job_id}", "get"): {"security": bearer, "responses": {
             "200": _resp(schema_of(AdminJob), "The job's status and, once finished, its outcome."),
             **_errors("401", "404", "422")}},
-        (t, "delete"): {"security": bearer, "responses": {"202": job, **_errors("401", "404", "422", "501")}},
+        (t, "delete"): {"security": bearer, "responses": {"202": job, **_errors("401", "404", "422")}},
+        (f"{t}/purge", "post"): {"security": bearer, "responses": {"202": job, **_errors("401", "404", "422")}},
         (f"{t}/documents", "post"): {"security": bearer, "requestBody": _body(_documents_schema()),
                                      "responses": {"200": appended, **_errors("401", "404", "422")}},
         (f"{t}/documents/{{doc_id}}", "delete"): {"security": bearer, "responses": {

@@ -209,7 +209,7 @@ class AclRequest(BaseModel):
     acl: list[str] = Field(min_length=1, max_length=256)
 
 
-JobKind = Literal["compaction", "reconciliation", "purge"]
+JobKind = Literal["compaction", "reconciliation", "purge", "purge-document"]
 JobState = Literal["running", "succeeded", "failed"]
 
 

@@ -147,15 +147,23 @@ class Retriever:
             fresh_index = self._with_changes(tenant, entry)  # every request: deletes and revocations now
             if fresh_index is not None:
                 return fresh_index
-        # One loader per tenant; other requests keep using the current entry meanwhile.
-        if entry is not None and not tenant_lock.acquire(blocking=False):
-            return entry.index
+        # One loader per tenant; other requests keep using the current entry meanwhile, but
+        # never without this request's own watermark read: an index another request checked
+        # before a change was applied must not answer a request that started after it.
         if entry is None:
             tenant_lock.acquire()
+        elif not tenant_lock.acquire(blocking=False):
+            current = self._with_changes(tenant, entry)
+            if current is not None:
+                return current
+            tenant_lock.acquire()  # a delta over a newer generation: wait for the loader
         try:
             fresh = self._cache.peek(tenant)
             if fresh is not None and fresh is not entry and (now - fresh.checked_at) * 1000 < self.settings.generation_check_ms:
-                return fresh.index
+                current = self._with_changes(tenant, fresh)
+                if current is not None:
+                    return current
+                entry = fresh
             try:
                 epoch = layout.read_purge_epoch(self.settings.index_root, tenant)  # before CURRENT: see purges.py
                 gen = layout.current_generation(self.settings.index_root, tenant)

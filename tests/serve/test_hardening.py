@@ -297,6 +297,7 @@ def _resolve(spec, node):
     while isinstance(node, dict) and "$ref" in node:
         ref = node["$ref"]
         assert ref.startswith("#/"), ref
+        node = spec  # a JSON pointer from the document's root
         for part in ref[2:].split("/"):
             node = node[part]
     return node

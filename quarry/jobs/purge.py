@@ -40,7 +40,7 @@ from quarry.core.changes.compact import CompactionInput, compaction_input, publi
 from quarry.core.errors import UsageError
 from quarry.core.index import layout
 from quarry.core.index.lease import DEFAULT_WAIT_S, tenant_lease
-from quarry.core.index.retention import delta_seqs, remove
+from quarry.core.index.retention import remove
 from quarry.core.index.shards import TenantIndex
 
 class PurgeReport(BaseModel):
@@ -227,7 +227,7 @@ def _delete_all_but(root: str, tenant: str, generation: int, report: PurgeReport
         if g != generation:
             remove(layout.generation_dir(root, tenant, g))
             report.deleted_generations.append(g)
-    report.deleted_deltas = delta_seqs(root, tenant)
+    report.deleted_deltas = layout.delta_seqs(root, tenant)
     fs, wm = layout.fs_and_path(layout.watermark_path(root, tenant))
     if fs.exists(wm):
         fs.rm(wm)
@@ -247,7 +247,7 @@ def purge_tenant(root: str, tenant: str, *, lease_wait_s: float = DEFAULT_WAIT_S
     with tenant_lease(root, tenant, "purge", wait_s=lease_wait_s):
         gens = layout.generations(root, tenant)
         report.deleted_generations = gens
-        report.deleted_deltas = delta_seqs(root, tenant)
+        report.deleted_deltas = layout.delta_seqs(root, tenant)
         keep = {"PURGED", "LEASE"}
         current = layout.join(layout.tenant_dir(root, tenant), "CURRENT")
         cfs, cpath = layout.fs_and_path(current)

@@ -80,16 +80,21 @@ def list_tenants(root: str) -> list[str]:
     )
 
 
-def generations(root: str, tenant: str) -> list[int]:
-    fs, path = fs_and_path(tenant_dir(root, tenant))
+def _numbered(uri: str, pattern: re.Pattern) -> list[int]:
+    """The numbers of the folders directly under ``uri`` whose names match ``pattern``, sorted."""
+    fs, path = fs_and_path(uri)
     if not fs.exists(path):
         return []
     out = []
     for p in fs.ls(path, detail=False):
-        m = _GEN.match(p.rstrip("/").rsplit("/", 1)[-1])
+        m = pattern.match(p.rstrip("/").rsplit("/", 1)[-1])
         if m:
             out.append(int(m.group(1)))
     return sorted(out)
+
+
+def generations(root: str, tenant: str) -> list[int]:
+    return _numbered(tenant_dir(root, tenant), _GEN)
 
 
 def next_generation(root: str, tenant: str) -> int:
@@ -243,7 +248,12 @@ def watermark_path(root: str, tenant: str) -> str:
 def read_watermark(root: str, tenant: str) -> str | None:
     """The raw change watermark (a few bytes), or None when no change was ever applied.
     Read on every request, so a local root skips fsspec's URI resolution (most of the cost)."""
-    uri = watermark_path(root, tenant)
+    return read_small(watermark_path(root, tenant))
+
+
+def read_small(uri: str) -> str | None:
+    """A pointer file's stripped text (None when absent or empty). Pointers are read per
+    request, so a local root skips fsspec's URI resolution (most of the cost)."""
     local = uri[len("file://"):] if uri.startswith("file://") else (uri if "://" not in uri else None)
     try:
         if local is not None:
@@ -268,14 +278,12 @@ def parse_watermark(text: str | None) -> tuple[int, int] | None:
 
 def next_delta(root: str, tenant: str) -> int:
     """One past every delta folder ever started (a crashed apply's folder is never reused)."""
-    fs, path = fs_and_path(changes_dir(root, tenant))
-    seqs = [0]
-    if fs.exists(path):
-        for p in fs.ls(path, detail=False):
-            m = _DELTA.match(p.rstrip("/").rsplit("/", 1)[-1])
-            if m:
-                seqs.append(int(m.group(1)))
-    return max(seqs) + 1
+    return max([0, *delta_seqs(root, tenant)]) + 1
+
+
+def delta_seqs(root: str, tenant: str) -> list[int]:
+    """Every delta folder of ``tenant``, live or not, sorted."""
+    return _numbered(changes_dir(root, tenant), _DELTA)
 
 
 def verify_files(uri: str, checksums: dict[str, str]) -> None:
@@ -330,17 +338,7 @@ def purge_path(root: str, tenant: str) -> str:
 def read_purge_epoch(root: str, tenant: str) -> str | None:
     """The tenant's raw purge record (a few bytes; None when it was never purged). Replicas
     compare it with the one they loaded under and drop every copy when it moved."""
-    uri = purge_path(root, tenant)
-    local = uri[len("file://"):] if uri.startswith("file://") else (uri if "://" not in uri else None)
-    try:
-        if local is not None:
-            with open(local, "rb") as f:
-                return f.read().decode().strip() or None
-        fs, path = fs_and_path(uri)
-        with fs.open(path, "r") as f:
-            return f.read().strip() or None
-    except FileNotFoundError:
-        return None
+    return read_small(purge_path(root, tenant))
 
 
 def read_purge_record(root: str, tenant: str) -> dict[str, Any] | None:

@@ -38,18 +38,6 @@ class RetentionReport(BaseModel):
     deleted_deltas: list[int] = Field(default_factory=list)
 
 
-def delta_seqs(root: str, tenant: str) -> list[int]:
-    fs, path = layout.fs_and_path(layout.changes_dir(root, tenant))
-    if not fs.exists(path):
-        return []
-    out = []
-    for p in fs.ls(path, detail=False):
-        m = _DELTA.match(p.rstrip("/").rsplit("/", 1)[-1])
-        if m:
-            out.append(int(m.group(1)))
-    return sorted(out)
-
-
 def _live_delta(root: str, tenant: str) -> tuple[int | None, set[int]]:
     """(the generation the watermark names, the delta folders it needs)."""
     parsed = layout.parse_watermark(layout.read_watermark(root, tenant))
@@ -101,7 +89,7 @@ def collect(root: str, tenant: str, retain: int = DEFAULT_RETAIN) -> RetentionRe
             continue
         remove(layout.generation_dir(root, tenant, g))
         report.deleted_generations.append(g)
-    for seq in delta_seqs(root, tenant):
+    for seq in layout.delta_seqs(root, tenant):
         if seq not in needed:
             remove(layout.delta_dir(root, tenant, seq))
             report.deleted_deltas.append(seq)

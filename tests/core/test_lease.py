@@ -100,12 +100,8 @@ def test_cli_refuses_a_busy_tenant_with_exit_2(tmp_path, capsys):
 
 
 @pytest.fixture()
-def s3_root(monkeypatch):
-    pytest.importorskip("s3fs")
-    from helpers.moto_s3 import moto_s3_root
-
-    with moto_s3_root(monkeypatch) as root:
-        yield root
+def s3_root(s3_server):
+    return s3_server.uri("lease", "idx")  # the session's moto server (tests/helpers/s3.py)
 
 
 def test_exclusive_create_on_an_s3_api(s3_root):

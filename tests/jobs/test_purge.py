@@ -185,9 +185,7 @@ def test_retention_keeps_current_previous_in_progress_and_the_live_delta(tmp_pat
 
 
 @pytest.mark.unit
-def test_document_purge_on_an_s3_root(monkeypatch, tmp_path):
-    pytest.importorskip("s3fs")
-    from helpers.moto_s3 import moto_s3_root
+def test_document_purge_on_an_s3_root(s3_server, tmp_path):
     from quarry.core.changes.delta import apply_local
     from quarry.core.index import layout
     from quarry.core.ingest.pipeline import build_corpus
@@ -201,19 +199,19 @@ def test_document_purge_on_an_s3_root(monkeypatch, tmp_path):
     def cached_marker() -> bool:
         return any(MARKER.encode() in p.read_bytes() for p in replica_cache.rglob("*") if p.is_file())
 
-    with moto_s3_root(monkeypatch) as root:
-        build_corpus(BASE + [marked("1", 1)], root, EMB)
-        apply_local(root, "t", [ch("upsert", "dm", 1, document=marked("2", 2).model_dump())], EMB)
-        TenantIndex.load(root, "t", cache_dir=str(replica_cache))
-        assert files_containing(root, MARKER.encode()) and cached_marker()
-        rep = purge_document(root, "t", "dm")
-        assert files_containing(root, MARKER.encode()) == []
-        assert layout.generations(root, "t") == [rep.generation]
-        # the replica's side (purges.py): copies no longer published go, the live one stays
-        assert drop_unpublished_copies(root, "t", str(replica_cache)) >= 2 and not cached_marker()
-        TenantIndex.load(root, "t", cache_dir=str(replica_cache))
-        assert drop_unpublished_copies(root, "t", str(replica_cache)) == 0
-        assert len(layout.fetched_copies(replica_cache, layout.tenant_dir(root, "t"))) == 1
+    root = s3_server.uri("purge-doc", "idx")  # the session's moto server (tests/helpers/s3.py)
+    build_corpus(BASE + [marked("1", 1)], root, EMB)
+    apply_local(root, "t", [ch("upsert", "dm", 1, document=marked("2", 2).model_dump())], EMB)
+    TenantIndex.load(root, "t", cache_dir=str(replica_cache))
+    assert files_containing(root, MARKER.encode()) and cached_marker()
+    rep = purge_document(root, "t", "dm")
+    assert files_containing(root, MARKER.encode()) == []
+    assert layout.generations(root, "t") == [rep.generation]
+    # the replica's side (purges.py): copies no longer published go, the live one stays
+    assert drop_unpublished_copies(root, "t", str(replica_cache)) >= 2 and not cached_marker()
+    TenantIndex.load(root, "t", cache_dir=str(replica_cache))
+    assert drop_unpublished_copies(root, "t", str(replica_cache)) == 0
+    assert len(layout.fetched_copies(replica_cache, layout.tenant_dir(root, "t"))) == 1
 
 
 @pytest.mark.spark

@@ -25,10 +25,7 @@ TENANT = "key includes the tenant"
 INSTANCE = "held by one tenant's object (per-tenant instance)"
 WORD = "pure function of one word or a setting: no tenant content"
 SINGLETON = "process singleton (a loaded library/actor handle), no key content"
-TEXT = "OPEN: keyed by passage text only (a hit reveals an identical text was processed); not yet tenant-keyed"
 
-# Not found by the scan (plain dicts), checked by hand: serve/http/auth.py _JWKS (one
-# PyJWKClient per configured JWKS source: public keys, no tenant content).
 REGISTRY: dict[str, str] = {
     "core/search/query_cache.py:_items": TENANT,  # (tenant, groups, model, text); tested below
     "serve/http/auth.py:_verified": TENANT,  # the whole signed token, which carries tenant+groups
@@ -44,17 +41,28 @@ REGISTRY: dict[str, str] = {
     "core/text/tokenizer.py:stem": WORD,
     "core/text/nlp.py:pipeline": SINGLETON,
     "core/text/nlp.py:_dateparser": SINGLETON,
-    "core/text/nlp.py:parse_date": TEXT,
+    "core/text/nlp.py:parse_date": TENANT,  # (text, ..., tenant); tested below
     "core/evidence/subjects.py:concept": WORD,
     "core/evidence/predicates.py:_subject_stem": WORD,
     "core/evidence/quantities.py:_ureg": SINGLETON,
     "core/evidence/quantities.py:_pint_base": WORD,
     "core/evidence/quantities.py:_pint_name": WORD,
-    "core/evidence/quantities.py:_clock": TEXT,
-    "core/evidence/statements.py:_statements_cached": TEXT,
-    "core/evidence/sentences.py:passage_sentences": TEXT,
-    "core/evidence/predicates.py:predicates": TEXT,
-    "core/rank/features.py:_TERMS": TEXT,  # (passage id, heading, text)
+    "core/evidence/quantities.py:_clock": TENANT,  # (text, ..., tenant); tested below
+    "core/evidence/statements.py:_statements_cached": TENANT,  # (text, ..., tenant); tested below
+    "core/evidence/sentences.py:passage_sentences": TENANT,  # (text, ..., tenant); tested below
+    "core/evidence/predicates.py:predicates": TENANT,  # (text, ..., tenant); tested below
+    "core/rank/features.py:_TERMS": TENANT,  # (tenant, passage id, heading, text); tested below
+}
+
+# Plain-dict memos the scan does not find, checked by hand (grep for `dict[` and `= {}` in
+# quarry/): file -> name -> why its key cannot leak. The test below keeps the names current.
+DICT_MEMOS: dict[str, dict[str, str]] = {
+    "serve/http/auth.py": {"_JWKS": SINGLETON},  # one PyJWKClient per JWKS source: public keys
+    "jobs/stages.py": {"_CONTEXTUALIZERS": SINGLETON, "_EMBEDDERS": SINGLETON},  # per configuration
+    "serve/deployments/retriever.py": {"_embedders": SINGLETON},  # (model, dim) -> loaded encoder
+    "core/index/shards.py": {"_words": INSTANCE, "_lists": INSTANCE, "_parent_rows": INSTANCE},  # one shard
+    "core/rank/sentence_vectors.py": {"_vecs": INSTANCE, "_queries": INSTANCE},  # one (tenant, generation) stage
+    "core/search/in_process.py": {"_parsed": INSTANCE},  # one search's passages
 }
 
 
@@ -113,3 +121,66 @@ def test_verified_token_cache_holds_an_entry_at_most_token_cache_s():
     now[0] += 2
     with pytest.raises(AuthError):
         v.verify(tok)
+
+
+def test_hand_checked_dict_memos_are_still_in_the_source():
+    for rel, names in DICT_MEMOS.items():
+        src = (ROOT / rel).read_text()
+        for name in names:
+            assert re.search(rf"\b{name}\b\s*(?::[^=\n]+)?=", src), f"{rel}:{name} no longer assigned there"
+
+
+_A, _B = "acme", "globex"
+
+
+def _lru_caches():
+    """(name, the lru_cache'd function, a call of it for one tenant) for each text cache."""
+    from quarry.core.evidence import predicates, quantities, sentences, statements
+    from quarry.core.text import nlp
+
+    marker = f"zq{time.monotonic_ns()}"  # a text no earlier test processed
+    return [
+        ("parse_date", nlp.parse_date, lambda t: nlp.parse_date("15 January 2026", tenant=t)),
+        ("_clock", quantities._clock, lambda t: quantities._clock(f"3 pm {marker}", t)),
+        ("passage_sentences", sentences.passage_sentences,
+         lambda t: sentences.passage_sentences(f"The {marker} is owned by Ops. It is 3 pm.", tenant=t)),
+        ("predicates", predicates.predicates, lambda t: predicates.predicates(f"The {marker} is owned by Ops.", tenant=t)),
+        ("_statements_cached", statements._statements_cached,
+         lambda t: statements.statements(f"The {marker} limit is 90 days.", tenant=t)),
+    ]
+
+
+@pytest.mark.parametrize("name", ["parse_date", "_clock", "passage_sentences", "predicates", "_statements_cached"])
+def test_text_cache_entry_of_one_tenant_is_not_a_hit_for_another(name):
+    (fn, call), = [(f, c) for n, f, c in _lru_caches() if n == name]
+    call(_A)  # tenant A's entry (or a hit on A's own earlier one)
+    before = fn.cache_info()
+    got_b = call(_B)  # same text, tenant B
+    after_b = fn.cache_info()
+    assert after_b.hits == before.hits and after_b.misses == before.misses + 1  # not a hit: B's own entry
+    assert call(_A) == got_b  # same text, same answer...
+    assert fn.cache_info().hits == after_b.hits + 1  # ...and A's entry was there all along
+    assert call(_B) == got_b and fn.cache_info().hits == after_b.hits + 2
+
+
+def test_ranker_term_cache_is_keyed_by_tenant():
+    from quarry.core.rank import features
+    from quarry.core.records import Envelope, Passage
+
+    def passage(tenant):
+        env = Envelope(doc_id="d", version="1", tenant=tenant, title="Refunds", acl=("*",))
+        return Passage(passage_id="d@1#a", anchor="a", parent_id="d@1#s", text=f"refunds zq{time.monotonic_ns()}",
+                       chunker_version="v", token_count=2, envelope=env)
+
+    a = passage(_A)
+    b = a.model_copy(update={"envelope": a.envelope.model_copy(update={"tenant": _B})})
+
+    def owners():  # tenants with an entry for this passage id and text
+        return sorted(k[0] for k, _ in features._TERMS.items() if k[1:2] == (a.passage_id,) and k[-1] == a.text)
+
+    features._passage_terms(a)
+    assert owners() == [_A]
+    assert features._passage_terms(b) == features._passage_terms(a)  # same id, heading and text...
+    assert owners() == [_A, _B]  # ...but B missed A's entry and stored its own
+    assert features.forget_terms(_B) >= 1
+    assert owners() == [_A]  # a purge of B drops B's entries only

@@ -68,7 +68,7 @@ def load_pairs(path: str | Path) -> list[Pair]:
 
 def evaluate(pairs: Sequence[Pair], nlp_name: str = DEFAULT_NLP) -> Report:
     t0 = time.perf_counter()
-    stated = statements_batch([t for p in pairs for t in (p.a, p.b)], nlp_name=nlp_name)
+    stated = statements_batch([t for p in pairs for t in (p.a, p.b)], nlp_name=nlp_name, tenant="statement-pairs")
     fp, fn, tp = [], [], 0
     for k, p in enumerate(pairs):
         got = conflict(stated[2 * k], stated[2 * k + 1]) is not None

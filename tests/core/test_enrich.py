@@ -5,6 +5,7 @@ of condition, events and supersedes gives the same decision."""
 from __future__ import annotations
 
 import datetime as dt
+from functools import partial
 
 import pandas as pd
 import pytest
@@ -15,9 +16,11 @@ from quarry.core.ingest.enrich import FIELDS, enrich
 from quarry.core.ingest.pipeline import prepare
 from quarry.core.records import Event, Principal, SourceDocument
 from quarry.core.evidence.resolve import resolve
-from quarry.core.text.nlp import parse_date
+from quarry.core.text import nlp
 
 pytestmark = pytest.mark.unit
+
+parse_date = partial(nlp.parse_date, tenant="acme")  # the memo is per tenant
 
 D = dt.date
 

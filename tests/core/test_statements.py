@@ -2,16 +2,19 @@
 
 Loads the spaCy pipeline once per session (a few seconds); everything else is pure."""
 
+from functools import partial
 from pathlib import Path
 
 import pytest
 
 from quarry.core.evidence.conflict import conflict, conflicts
 from quarry.core.evidence.statement import Statement
-from quarry.core.evidence.statements import statements
+from quarry.core.evidence.statements import statements as statements_of
 from quarry.core.evidence.subjects import subject_keys
 
 pytestmark = pytest.mark.unit
+
+statements = partial(statements_of, tenant="acme")  # the memo is per tenant
 
 CORPUS = Path(__file__).resolve().parents[2] / "quarry" / "sample_corpus" / "acme"
 

@@ -162,7 +162,7 @@ def test_purge_watch_drops_what_was_loaded_before_the_purge(tmp_path):
         assert watch.check() == []
     finally:
         watch.stop()
-    passage_sentences(f"A sentence with {MARKER}. Another one.")
+    passage_sentences(f"A sentence with {MARKER}. Another one.", tenant="acme")
     assert passage_sentences.cache_info().currsize > 0
     clear_text_caches()
     assert passage_sentences.cache_info().currsize == 0

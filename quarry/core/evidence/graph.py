@@ -68,8 +68,12 @@ class PassageFacts:
 
 
 def passage_facts(passages: Sequence[Passage]) -> list[PassageFacts]:
-    """Facts of many passages at once (build time: one batched parse)."""
-    stated = statements_batch([p.text for p in passages], [p.envelope.entities for p in passages])
+    """Facts of many passages of one tenant at once (build time: one batched parse)."""
+    tenants = {p.tenant for p in passages}
+    if len(tenants) > 1:
+        raise ValueError(f"passage_facts reads one tenant's passages, got {sorted(tenants)}")
+    stated = statements_batch([p.text for p in passages], [p.envelope.entities for p in passages],
+                              tenant=next(iter(tenants), ""))
     return [PassageFacts(p.passage_id, tuple(s), instruction_shaped(p.text)) for p, s in zip(passages, stated)]
 
 

@@ -74,11 +74,12 @@ _PREDICATE = re.compile(r"\b(?:owner|owned\s+by|owns|status|effective|due|deadli
 
 
 @lru_cache(maxsize=20_000)
-def predicates(text: str) -> tuple[Statement, ...]:
+def predicates(text: str, *, tenant: str) -> tuple[Statement, ...]:
     """Owner, status and date statements (kind "owner", "status", "date"): the other
-    facts a contradiction search follows up, with their subject words."""
+    facts a contradiction search follows up, with their subject words (memoised per
+    ``tenant``, the text's owner)."""
     out: list[Statement] = []
-    for seg in passage_sentences(text):
+    for seg in passage_sentences(text, tenant=tenant):
         n = len(seg)
         spans = [(m.start(), m.end(), m.group(0).split()[0].lower()) for m in _PREDICATE.finditer(seg)]
         spans += [(s, e, "date") for s, e, _, kind in number_spans(seg) if kind == "date"]

@@ -44,8 +44,9 @@ def _ureg():
 
 
 @lru_cache(maxsize=4096)
-def _clock(text: str) -> int | None:
-    """Minutes since midnight of a clock time such as "15:00", "3 pm" or "3:00 p.m."."""
+def _clock(text: str, tenant: str) -> int | None:
+    """Minutes since midnight of a clock time such as "15:00", "3 pm" or "3:00 p.m."
+    (memoised per ``tenant``)."""
     import dateparser
 
     t = text.lower().replace("a.m.", "am").replace("p.m.", "pm").replace("a.m", "am").replace("p.m", "pm")
@@ -138,10 +139,10 @@ def is_code_token(tok) -> bool:
     return (any(c.isalpha() for c in t) and any(c.isdigit() for c in t)) or t.count(".") >= 2  # E-4471, 2.3.1
 
 
-def sentence_values(doc) -> list[Value]:
-    """The values a parsed sentence states, in text order."""
+def sentence_values(doc, *, tenant: str) -> list[Value]:
+    """The values a parsed sentence of ``tenant``'s text states, in text order."""
     text = doc.text
-    date_tokens = {t.i for s, e, _ in find_dates(doc.text) for t in doc if t.idx < e and t.idx + len(t.text) > s}
+    date_tokens = {t.i for s, e, _ in find_dates(doc.text, tenant=tenant) for t in doc if t.idx < e and t.idx + len(t.text) > s}
     taken: set[int] = set()
     out: list[Value] = []
 
@@ -160,7 +161,7 @@ def sentence_values(doc) -> list[Value]:
         if tok.i > 1 and doc[tok.i - 1].lower_ in ("at", "t") and re.fullmatch(r"\d{4}-\d{2}-\d{2}", doc[tok.i - 2].text):
             continue
         span = [tok.i] + ([nxt.i] if mer else [])
-        minutes = _clock(" ".join(doc[i].text for i in span))
+        minutes = _clock(" ".join(doc[i].text for i in span), tenant)
         if minutes is None:
             continue
         # the time zone that qualifies it belongs to the value's tokens

@@ -177,7 +177,7 @@ def follow_up_queries(decision: Decision, passages: Sequence[Passage], limit: in
     seen: list[frozenset[str]] = []
     for sel in chosen:
         p = by_id[sel.passage_id]
-        facts = statements(p.text) + predicates(p.text)
+        facts = statements(p.text, tenant=p.tenant) + predicates(p.text, tenant=p.tenant)
         for fact in facts:
             subj = frozenset(fact.subject)
             if any(len(subj & s) >= MIN_SHARED or subj <= s for s in seen):

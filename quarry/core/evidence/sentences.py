@@ -22,8 +22,9 @@ _CITATION = re.compile(r"\[\d+(?:\s*[,–-]\s*\d+)*\]")  # "[9]", "[3, 4]", "[12
 
 
 @lru_cache(maxsize=20_000)
-def passage_sentences(text: str) -> tuple[str, ...]:
-    """The sentences of a passage, split once for :mod:`.statements` and :mod:`.predicates`."""
+def passage_sentences(text: str, *, tenant: str) -> tuple[str, ...]:
+    """The sentences of a passage, split once for :mod:`.statements` and :mod:`.predicates`
+    (memoised per ``tenant``, the passage's owner)."""
     return tuple(line_sentences(text))
 
 
@@ -34,11 +35,11 @@ def _row_cells(sentence: str) -> tuple[str, ...]:
     return tuple(c.strip() for c in sentence.strip().strip("|").split("|"))
 
 
-def numeric_sentences_with_headers(text: str) -> list[tuple[str, tuple[str, ...]]]:
+def numeric_sentences_with_headers(text: str, *, tenant: str) -> list[tuple[str, tuple[str, ...]]]:
     """The sentences of ``text`` that may state a value (:func:`may_state_value`; the rest are
     never parsed), each with the column names of the table it is a row of (a row followed
     by a ``| --- |`` separator is a header)."""
-    sents = passage_sentences(text)
+    sents = passage_sentences(text, tenant=tenant)
     out, header = [], ()
     for k, s in enumerate(sents):
         row = s.lstrip().startswith("|")

@@ -135,12 +135,12 @@ def _lemmas(toks, skip: set[int]) -> list[str]:
     return out
 
 
-def _sentence_statements(doc, entities: Sequence[str], header: Sequence[str] = ()) -> list[Statement]:
+def _sentence_statements(doc, entities: Sequence[str], header: Sequence[str] = (), *, tenant: str) -> list[Statement]:
     """The statements of one parsed sentence; ``header`` holds the column names of the
     table a row sentence ("| Meals | GBP 35 per day |") belongs to."""
     out = []
     scope_names, scope_ids = _scope_of(doc, entities)
-    values = sentence_values(doc)
+    values = sentence_values(doc, tenant=tenant)
     value_ids = {i for w in values for i in w.tokens}
     equiv = _equivalents(doc, values)
     cells = _table_cells(doc) if doc.text.lstrip().startswith("|") else []
@@ -204,9 +204,9 @@ def _sentence_statements(doc, entities: Sequence[str], header: Sequence[str] = (
 
 
 def statements_batch(texts: Sequence[str], entities: Sequence[Sequence[str]] = (),
-                     nlp_name: str = DEFAULT_NLP, batch_size: int = 64) -> list[tuple[Statement, ...]]:
-    """The value statements of each text, parsing all their numeric sentences in one
-    ``nlp.pipe`` stream (the build-time API)."""
+                     nlp_name: str = DEFAULT_NLP, batch_size: int = 64, *, tenant: str) -> list[tuple[Statement, ...]]:
+    """The value statements of each of ``tenant``'s texts, parsing all their numeric
+    sentences in one ``nlp.pipe`` stream (the build-time API)."""
     if entities and len(entities) != len(texts):
         raise ValueError(f"entities must be empty or one sequence per text: {len(entities)} for {len(texts)} texts")
     nlp = load_nlp(nlp_name)
@@ -214,26 +214,28 @@ def statements_batch(texts: Sequence[str], entities: Sequence[Sequence[str]] = (
     sents: list[str] = []
     headers: list[tuple[str, ...]] = []
     for k, text in enumerate(texts):
-        for s, header in numeric_sentences_with_headers(text):
+        for s, header in numeric_sentences_with_headers(text, tenant=tenant):
             owners.append(k)
             sents.append(s)
             headers.append(header)
     out: list[list[Statement]] = [[] for _ in texts]
     with _LOCK:  # one pipeline per process: one stream through it at a time
         for k, header, doc in zip(owners, headers, nlp.pipe(sents, batch_size=batch_size)):
-            out[k] += _sentence_statements(doc, entities[k] if entities else (), header)
+            out[k] += _sentence_statements(doc, entities[k] if entities else (), header, tenant=tenant)
     return [tuple(x) for x in out]
 
 
 @lru_cache(maxsize=20_000)
-def _statements_cached(text: str, entities: tuple[str, ...], nlp_name: str) -> tuple[Statement, ...]:
-    return statements_batch([text], [entities], nlp_name)[0]
+def _statements_cached(text: str, entities: tuple[str, ...], nlp_name: str, tenant: str) -> tuple[Statement, ...]:
+    return statements_batch([text], [entities], nlp_name, tenant=tenant)[0]
 
 
-def statements(text: str, entities: Sequence[str] = (), nlp_name: str = DEFAULT_NLP) -> tuple[Statement, ...]:
+def statements(text: str, entities: Sequence[str] = (), nlp_name: str = DEFAULT_NLP, *,
+               tenant: str) -> tuple[Statement, ...]:
     """The value statements of ``text`` in order; ``entities`` are the passage's envelope
-    entities, recognised as scope where the text names them."""
-    return _statements_cached(text, tuple(e.lower() for e in entities), nlp_name)
+    entities, recognised as scope where the text names them. Memoised per ``tenant`` (the
+    text's owner): one tenant's entry is never another's hit."""
+    return _statements_cached(text, tuple(e.lower() for e in entities), nlp_name, tenant)
 
 
 statements.cache_clear = _statements_cached.cache_clear  # type: ignore[attr-defined]

@@ -69,7 +69,7 @@ def _event(subject: str, verb: str, on: dt.date) -> Event | None:
     return Event(what=what, on=on) if 3 <= len(what) <= 300 else None
 
 
-def _table_events(lines: list[str]) -> list[Event]:
+def _table_events(lines: list[str], tenant: str) -> list[Event]:
     out: list[Event] = []
     col: int | None = None
     for line in lines:
@@ -85,7 +85,7 @@ def _table_events(lines: list[str]) -> list[Event]:
             continue
         if col < 0 or col >= len(cells):
             continue
-        on = parse_date(cells[col])
+        on = parse_date(cells[col], tenant=tenant)
         if on is not None and (ev := _event(cells[0], "completed", on)):
             out.append(ev)
     return out
@@ -100,10 +100,10 @@ def find_events(doc: SourceDocument, sents: list[str]) -> tuple[Event, ...]:
             continue
         s = _SUCCESS_FIRST.sub("", plain_sentence(raw))
         for m in (*_COMPLETED_OBJ.finditer(s), *_COMPLETED.finditer(s)):
-            on = parse_date(m.group("date"))
+            on = parse_date(m.group("date"), tenant=doc.tenant)
             if on is not None and (ev := _event(m.group("subj"), m.group("verb"), on)):
                 out.setdefault((ev.what, on), ev)
     if "|" in doc.text:
-        for ev in _table_events(logical_lines(doc.text)):
+        for ev in _table_events(logical_lines(doc.text), doc.tenant):
             out.setdefault((ev.what, ev.on), ev)
     return tuple(sorted(out.values(), key=lambda e: (e.on, e.what)))

@@ -53,11 +53,12 @@ _EFF_TRIGGER = re.compile(r"\b(?:effective|effect|force|valid|applies|apply|expi
                           r"|revoked|no\s+longer|cancell?ed|canceled)\b", re.IGNORECASE)
 
 
-def find_effective(sents: list[str], own: str | None = None, title: str = "") -> tuple[dt.date | None, dt.date | None]:
+def find_effective(sents: list[str], own: str | None = None, title: str = "", *,
+                   tenant: str) -> tuple[dt.date | None, dt.date | None]:
     """(effective_from, effective_to) this document states; ``own`` is its doc id, so a
     sentence ending another document from a date makes this one effective then; a
     sentence whose subject is what the ``title`` names ("The allowance is valid through
-    ...", in "Wellbeing allowance 2025") speaks of this document."""
+    ...", in "Wellbeing allowance 2025") speaks of this document. ``tenant`` owns the text."""
     start = end = None
     named = frozenset(tokenize(title))
     for raw in sents:
@@ -65,19 +66,19 @@ def find_effective(sents: list[str], own: str | None = None, title: str = "") ->
             continue
         s = plain_sentence(raw)
         if m := _RANGE.search(s):
-            start = start or parse_date(m.group("a"))
-            end = end or parse_date(m.group("b"))
+            start = start or parse_date(m.group("a"), tenant=tenant)
+            end = end or parse_date(m.group("b"), tenant=tenant)
         if end is None and (m := _ENDED.search(s)):
-            if (d := parse_date(m.group("date"))) is not None:
+            if (d := parse_date(m.group("date"), tenant=tenant)) is not None:
                 end = d if (m.group("rel") or "").lower() == "after" else d - dt.timedelta(days=1)
         if start is None and own and (m := _OTHER_ENDS.search(s)) and doc_ids_in(s, own):
-            start = parse_date(m.group("date"))
+            start = parse_date(m.group("date"), tenant=tenant)
         if start is None and (m := _FROM.search(s)) and not (_ENDED.search(s)):
-            start = parse_date(m.group("date"))
+            start = parse_date(m.group("date"), tenant=tenant)
         if end is None and (m := _TO.search(s)):
-            end = parse_date(m.group("date") or m.group("date2"))
+            end = parse_date(m.group("date") or m.group("date2"), tenant=tenant)
         if (m := _TITLED.search(s)) and set(tokenize(m.group("subj"))) & named:
-            d = parse_date(m.group("date"))
+            d = parse_date(m.group("date"), tenant=tenant)
             if m.group("dir").lower().startswith(("until", "till", "through", "thru", "to")):
                 end = end or d
             else:

@@ -84,20 +84,29 @@ def _proximity(q: set[str], toks: Sequence[str]) -> float:
     return need / best if best < math.inf else 0.0
 
 
-_TERMS: LRU[tuple[str, str, str], tuple[frozenset[str], list[str], str]] = LRU(100_000)
+_TERMS: LRU[tuple[str, str, str, str], tuple[frozenset[str], list[str], str]] = LRU(100_000)
 
 
 def _passage_terms(p: Passage) -> tuple[frozenset[str], list[str], str]:
-    """(heading tokens, body tokens, lower-cased body) of a passage, memoised by its id and
-    text: the same passage recurs across queries."""
+    """(heading tokens, body tokens, lower-cased body) of a passage, memoised by its tenant,
+    id and text: the same passage recurs across queries."""
     head = heading_text(p.envelope.title, p.heading_path)
-    key = (p.passage_id, head, p.text)
+    key = (p.tenant, p.passage_id, head, p.text)
     hit = _TERMS.get(key)
     if hit is None:
         body = "\n".join(s for s in (head, p.text) if s)
         hit = (frozenset(tokenize(head)), tokenize(body), body.lower())
         _TERMS.put(key, hit)
     return hit
+
+
+def forget_terms(tenant: str | None = None) -> int:
+    """Drop the memoised terms of ``tenant``'s passages (every tenant's when None); returns
+    how many (a purge: no copy of the tenant's text stays in memory)."""
+    gone = [k for k, _ in _TERMS.items() if tenant is None or k[0] == tenant]
+    for k in gone:
+        _TERMS.pop(k)
+    return len(gone)
 
 
 def _age(p: Passage, reference_date: dt.date | None) -> float | None:

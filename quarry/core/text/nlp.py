@@ -61,8 +61,9 @@ def _dateparser():
 
 
 @lru_cache(maxsize=4096)
-def parse_date(text: str) -> dt.date | None:
-    """The date ``text`` writes (see the module doc); None when it is not one full date."""
+def parse_date(text: str, *, tenant: str) -> dt.date | None:
+    """The date ``text`` writes (see the module doc); None when it is not one full date.
+    Memoised per ``tenant`` (the text's owner): one tenant's entry is never another's hit."""
     t = text.strip().rstrip(".,")
     if not _DATE_RE.fullmatch(t):
         return None
@@ -87,10 +88,10 @@ def parse_date(text: str) -> dt.date | None:
     return parsed.date() if parsed is not None else None
 
 
-def find_dates(text: str) -> list[tuple[int, int, dt.date]]:
+def find_dates(text: str, *, tenant: str) -> list[tuple[int, int, dt.date]]:
     """(start, end, date) of every full date written in ``text``, in order."""
     out = []
     for m in _DATE_RE.finditer(text):
-        if (d := parse_date(m.group(0))) is not None:
+        if (d := parse_date(m.group(0), tenant=tenant)) is not None:
             out.append((m.start(), m.end(), d))
     return out

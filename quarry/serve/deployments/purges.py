@@ -5,8 +5,9 @@ tenant data (Retriever, Reranker, Resolver) remembers the epoch each copy was lo
 a :class:`PurgeWatch` thread re-reads the epochs of the tenants it holds every
 ``generation_check_ms`` and, when one moved, the deployment drops every copy of that tenant:
 its cached and retired index objects, its local copies of remote shards that are no longer
-published, the query-vector cache and the process-wide text caches of the evidence and
-tokenizer code (they are keyed by text, not tenant, so they are cleared whole). Requests
+published, the query-vector cache and the process-wide text caches of the evidence, ranker and
+tokenizer code (keyed by tenant and text, so no entry is another tenant's hit; a
+``functools.lru_cache`` cannot drop one tenant's entries, so they are cleared whole). Requests
 that already hold an index object finish on it; no new request gets it.
 """
 
@@ -24,12 +25,14 @@ log = logging.getLogger("quarry.serve")
 
 def clear_text_caches() -> None:
     """Empty the process-wide memo caches that hold passage text or its words."""
-    from quarry.core.evidence import predicates, sentences, statements, subjects
+    from quarry.core.evidence import predicates, quantities, sentences, statements, subjects
+    from quarry.core.rank import features
     from quarry.core.text import nlp, tokenizer
 
     for fn in (sentences.passage_sentences, statements._statements_cached, predicates.predicates,
-               predicates._subject_stem, subjects.concept, nlp.parse_date, tokenizer.stem):
+               predicates._subject_stem, subjects.concept, nlp.parse_date, quantities._clock, tokenizer.stem):
         fn.cache_clear()
+    features.forget_terms()
 
 
 def published_prefixes(root: str, tenant: str) -> list[str]:

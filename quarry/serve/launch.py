@@ -51,12 +51,13 @@ def _url_host(host: str) -> str:
     return "127.0.0.1" if host in ALL_INTERFACES else host
 
 
-def ingress_urls(host: str = "127.0.0.1", timeout_s: float = 30.0) -> list[str]:
+def ingress_urls(host: str = "127.0.0.1", timeout_s: float = 30.0, app_name: str = APP_NAME) -> list[str]:
     """The Gateway replicas' own HTTP addresses under direct ingress (a client calling one
     skips the proxy hop); empty when direct ingress is off. Ray assigns the ports
     (30000-31000) once a replica is up; they change when a replica is replaced, while the
     proxy's address does not. ``host``: what ``start`` was given; a replica listens there
-    too, so a specific address is the one to call (all interfaces: the replica's node)."""
+    too, so a specific address is the one to call (all interfaces: the replica's node).
+    ``app_name``: the Serve application whose Gateway replicas to list."""
     import ray
     from ray.serve._private.constants import SERVE_CONTROLLER_NAME, SERVE_NAMESPACE
 
@@ -66,7 +67,7 @@ def ingress_urls(host: str = "127.0.0.1", timeout_s: float = 30.0) -> list[str]:
     ctl = ray.get_actor(SERVE_CONTROLLER_NAME, namespace=SERVE_NAMESPACE)
     deadline = time.monotonic() + timeout_s
     while True:
-        groups = ray.get(ctl.get_target_groups.remote(APP_NAME))
+        groups = ray.get(ctl.get_target_groups.remote(app_name))
         urls = sorted(f"http://{t.ip if host in ALL_INTERFACES else host}:{t.port}"
                       for g in groups if str(g.protocol).upper().endswith("HTTP")
                       for t in g.targets if t.name.startswith("SERVE_REPLICA"))  # not the proxy fallback

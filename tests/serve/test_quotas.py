@@ -17,7 +17,8 @@ SMALL = dict(runs_open_per_subject=5, runs_open_per_tenant=12, traces_per_tenant
 def deploy(quarry_app, tmp_path_factory, name: str, **overrides) -> httpx.Client:
     """A second application on the session's Serve instance (same index root), with its
     own store names, state and trace folders, and tiny CPU reservations (every deployment:
-    several such applications share the session's two CPUs)."""
+    several such applications share the session's two CPUs). ``auth`` (AuthSettings)
+    replaces the session's HS256 key."""
     from ray import serve
 
     from quarry.serve.app import build_app
@@ -27,8 +28,8 @@ def deploy(quarry_app, tmp_path_factory, name: str, **overrides) -> httpx.Client
     kw = dict(ray_namespace="quarry-test", store_name_prefix=f"quarrytest-{name}", state_dir=str(d / "state"),
               trace_dir=str(d / "traces"), reranker_enabled=False, gateway_num_cpus=0.01, retriever_num_cpus=0.01,
               reranker_num_cpus=0.01, resolver_num_cpus=0.01, generation_check_ms=200)
-    settings = ServeSettings(index_root=quarry_app.root, auth=AuthSettings(hs256_secret=quarry_app.secret),
-                             **{**kw, **overrides})
+    settings = ServeSettings(**{"index_root": quarry_app.root, "auth": AuthSettings(hs256_secret=quarry_app.secret),
+                                **kw, **overrides})
     serve.run(build_app(settings), name=name, route_prefix=f"/{name}")
     http = httpx.Client(base_url=f"{quarry_app.base}/{name}", timeout=60)
     http.quarry_settings = settings  # for tests that redeploy the same application

@@ -4,14 +4,13 @@ refresh on an unknown kid (rate-limited by the cooldown), removed keys, alg conf
 from __future__ import annotations
 
 import json
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
 
+from helpers.jwks import jwks_server as serve_jwks
 from quarry.serve.http.auth import AuthError, verify_token
 from quarry.serve.settings import AuthSettings
 
@@ -36,27 +35,8 @@ def _tok(priv, kid, alg="RS256"):
 
 @pytest.fixture
 def jwks_server():
-    state = {"keys": [], "fetches": 0}
-
-    class H(BaseHTTPRequestHandler):
-        def do_GET(self):
-            state["fetches"] += 1
-            body = json.dumps({"keys": state["keys"]}).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *a):
-            pass
-
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
-    th = threading.Thread(target=srv.serve_forever, daemon=True)
-    th.start()
-    yield f"http://127.0.0.1:{srv.server_address[1]}/jwks.json", state
-    srv.shutdown()
-    srv.server_close()
+    with serve_jwks() as (url, state):
+        yield url, state
 
 
 def test_jwks_rotation_refresh_and_removed_key(jwks_server):

@@ -18,12 +18,12 @@ import itertools
 import json
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 import jwt
 import pytest
 
+from helpers.jwks import jwks_server
 from test_quotas import deploy
 
 pytestmark = [pytest.mark.serve, pytest.mark.slow]
@@ -54,27 +54,8 @@ class _Key:
 
 @pytest.fixture(scope="module")
 def jwks():
-    """A JWKS endpoint whose key list the test replaces: ``state["keys"]``."""
-    state: dict = {"keys": [], "fetches": 0}
-
-    class H(BaseHTTPRequestHandler):
-        def do_GET(self):
-            state["fetches"] += 1
-            body = json.dumps({"keys": list(state["keys"])}).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *a):
-            pass
-
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{srv.server_address[1]}/jwks.json", state
-    srv.shutdown()
-    srv.server_close()
+    with jwks_server() as (url, state):
+        yield url, state
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +73,8 @@ def rotating(quarry_app, tmp_path_factory, jwks):
                         revocation_uri=revocations, revocation_check_s=REVOCATION_CHECK_S)
     proxy = deploy(quarry_app, tmp_path_factory, NAME, auth=auth, gateway_replicas=2, runs_open_per_subject=5000)
     urls = launch.ingress_urls("127.0.0.1", app_name=NAME)
-    replicas = [httpx.Client(base_url=u, timeout=60) for u in urls]
+    replicas = [httpx.Client(base_url=f"{u}/{NAME}", timeout=60) for u in urls]  # a replica's port keeps the prefix
+    assert [c.get("/healthz").status_code for c in replicas] == [200] * len(urls)
     yield k1, state, revocations, proxy, replicas
     for c in (proxy, *replicas):
         c.close()

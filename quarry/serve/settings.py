@@ -175,6 +175,9 @@ class ServeSettings(BaseModel):
     # least recently used tenants go first. CURRENT is re-read at most every
     # generation_check_ms so a publish is picked up without a restart.
     lru_tenants: int = Field(default=256, ge=1)
+    # false: the Gateway calls the Retriever without the tenant as multiplexed_model_id, so
+    # Serve routes without regard to tenant (the baseline of quarry.eval.bench_tenants --routing)
+    tenant_routing: bool = True
     tenant_cache_bytes: int = Field(default=1 << 30, ge=1)
     # Remote shards (an index_root URI) are copied to disk_cache_dir (default: the temp dir);
     # disk_cache_bytes bounds it, least recently used copies not in use evicted (None: unbounded).

@@ -54,6 +54,20 @@ def test_byte_budget_evicts_least_recently_used_tenants(tmp_path, sample_docs):
     assert r.index_for("globex") is not None
     assert set(r.loaded()) == {"globex"} and r.tenant_cache()["bytes"] <= settings.tenant_cache_bytes
     assert r.index_for("acme").tenant == "acme" and set(r.loaded()) == {"acme"}
+    assert r.tenant_cache()["loads"] == 3  # acme, globex, acme again: each read from the root
+    r.index_for("acme")
+    assert r.tenant_cache()["loads"] == 3  # held: no load
+
+
+def test_tenant_routing_setting_drops_the_model_id():
+    """tenant_routing false (the benchmark's baseline): the Gateway's Retriever calls carry
+    no multiplexed model id, so Serve routes them without regard to tenant."""
+    from quarry.serve.deployments.handles import DeploymentStages
+    from quarry.serve.settings import AuthSettings, ServeSettings
+
+    auth = AuthSettings(hs256_secret="x" * 40)
+    assert DeploymentStages(ServeSettings(index_root="/i", auth=auth), None)._route("acme") == "acme"
+    assert DeploymentStages(ServeSettings(index_root="/i", auth=auth, tenant_routing=False), None)._route("acme") is None
 
 
 def test_routing_model_id_only_marks_the_principals_own_tenant(tmp_path, sample_docs, monkeypatch):

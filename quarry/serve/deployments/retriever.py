@@ -78,6 +78,7 @@ class Retriever:
         self._retired = GenerationIndexes(settings.index_root, min(settings.lru_tenants, 8), settings.tenant_cache_bytes)
         self._lock = threading.Lock()
         self._loading: dict[str, threading.Lock] = {}
+        self._loads = 0  # tenant generations read from the index root (cold and warm loads, not hot hits)
         self._embedders: dict[tuple[str, int], Any] = {}
         self._embedder_lock = threading.Lock()
         self.query_cache = QueryVectorCache(settings.query_cache_size)
@@ -187,6 +188,8 @@ class Retriever:
             else:
                 try:
                     index = self._load(tenant, gen)
+                    with self._lock:
+                        self._loads += 1
                 except Exception:
                     if entry is None:
                         raise
@@ -433,15 +436,15 @@ class Retriever:
     def _disk_cache_root(self) -> str:
         return self.settings.disk_cache_dir or tempfile.gettempdir()
 
-    def tenant_cache(self) -> dict[str, int]:
-        """This replica's tenant budget and what it holds (bytes as charged at each put), and
-        what its disk cache of remote copies holds."""
+    def tenant_cache(self) -> dict[str, Any]:
+        """This replica's tenant budget and what it holds (bytes as charged at each put), how
+        many tenant loads it has made, and what its disk cache of remote copies holds."""
         disk = cache_usage(self._disk_cache_root) if not layout.is_local(self.settings.index_root) else \
             {"copies": 0, "bytes": 0}
-        return {"tenants": len(self._cache), "bytes": self._cache.total_bytes,
+        return {"tenants": len(self._cache), "bytes": self._cache.total_bytes, "loads": self._loads,
                 "budget_bytes": self.settings.tenant_cache_bytes, "max_tenants": self.settings.lru_tenants,
                 "disk_copies": disk["copies"], "disk_bytes": disk["bytes"],
-                "disk_budget_bytes": self.settings.disk_cache_bytes or 0}
+                "disk_budget_bytes": self.settings.disk_cache_bytes or 0, "replica": _replica_id()}
 
     def _record_cache_bytes(self) -> None:
         if self._cache_gauge is not None:
@@ -465,6 +468,14 @@ class Retriever:
         tenant's freshness (the Gateway adds the second stage it composes); ``tenants``
         limits what is reported."""
         return await asyncio.to_thread(self._status, tenants)
+
+
+def _replica_id() -> str:
+    """This Serve replica's id ("" outside a replica), so per-replica counters can be told apart."""
+    try:
+        return serve.get_replica_context().replica_id.unique_id
+    except Exception:  # noqa: BLE001 - not in a replica (tools, tests)
+        return ""
 
 
 def _cache_lookups_counter():

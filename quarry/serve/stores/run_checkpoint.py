@@ -123,7 +123,9 @@ class ObjectCheckpoint:
         snap = f"{self._path}/runs.snap"
         if self._fs.exists(snap):
             seq, runs = _snapshot(self._fs.cat_file(snap).decode().splitlines())
-        entries = [json.loads(self._fs.cat_file(p)) for q, p in self._log_seqs() if q > seq]
+        paths = [p for q, p in self._log_seqs() if q > seq]
+        got = self._fs.cat(paths) if paths else {}  # one batch: s3fs fetches them concurrently
+        entries = [json.loads(got[p]) for p in paths]
         return seq, runs, entries
 
     def append(self, entry: dict[str, Any]) -> None:

@@ -5,7 +5,8 @@ delta over all loaded tenants / N, next to the index's own byte estimate).
 
 With ``--http``: the real Serve app (``quarry.serve.launch.start``) over loopback HTTP, a
 closed-loop load at ``--concurrency`` for one hot tenant, working sets of 8, 64 and 512
-tenants, and a uniform spread over all, in the same run (p50/p95 and ratios to the hot p50);
+tenants, and a uniform spread over all, in the same run (p50/p95 and ratios to the hot p50,
+and to the hot tenant's p50 measured right before and after each phase: its paired baseline);
 errors, and cross-tenant leaks (a delivered passage whose id is not the caller's tenant's).
 
 With ``--routing``: ``--replicas`` Retriever replicas of ``--routing-lru`` tenants each and a
@@ -137,7 +138,7 @@ def _http_phase(base: str, secret: str, tenants: list[str], n: int | None, concu
         res = list(ex.map(one, range(len(reqs))))
     ok = [ms for ms, code in res if code == 200]
     return {"tenants": len(tenants), "requests": len(res), "errors": sum(1 for _, c in res if c != 200),
-            "leaks": leaks[0], "p50_ms": percentile(ok, 0.5), "p95_ms": percentile(ok, 0.95)}
+            "leaks": leaks[0], "p50_ms": percentile(ok, 0.5), "p95_ms": percentile(ok, 0.95), "_ok_ms": ok}
 
 
 def http_bench(root: str, tenants: int, n: int, concurrency: int, lru_tenants: int) -> dict:
@@ -157,12 +158,20 @@ def http_bench(root: str, tenants: int, n: int, concurrency: int, lru_tenants: i
         for name, ws in [("hot", names[:1]), ("ws8", names[:8]), ("ws64", names[:64]),
                          ("ws512", names[:512]), ("uniform", names)]:
             _http_phase(base, secret, ws[:512], None, concurrency, 1)  # every tenant of the working set once
+            # the hot tenant right before and after the phase: its paired baseline, so a
+            # machine shared with other jobs shifts both alike
+            pair = [_http_phase(base, secret, names[:1], n // 2, concurrency, 3)]
             phases[name] = _http_phase(base, secret, ws, n, concurrency, 2)
+            pair.append(_http_phase(base, secret, names[:1], n // 2, concurrency, 4))
+            hot_ms = pair[0].pop("_ok_ms") + pair[1].pop("_ok_ms")
+            phases[name]["paired_hot_p50_ms"] = percentile(hot_ms, 0.5)
     finally:
         launch.stop()
     hot = phases["hot"]["p50_ms"]
     for v in phases.values():
+        v.pop("_ok_ms")
         v["ratio_to_hot_p50"] = v["p50_ms"] / hot
+        v["ratio_to_paired_hot_p50"] = v["p50_ms"] / v["paired_hot_p50_ms"]
     return {"concurrency": concurrency, "lru_tenants": lru_tenants, "reranker": False, "phases": phases}
 
 
@@ -190,11 +199,12 @@ def routing_bench(root: str, working_set: int, lru_tenants: int, replicas: int, 
     secret = "bench-tenants-secret-" + "0" * 40
     names = [f"t{i:05d}" for i in range(working_set)]
     out: dict = {"replicas": replicas, "lru_tenants": lru_tenants, "working_set": working_set,
-                 "concurrency": concurrency}
-    for mode, routing in (("routed", True), ("unrouted", False)):
+                 "concurrency": concurrency, "order": ["routed", "unrouted", "unrouted", "routed"]}
+    runs: dict[str, list[dict]] = {"routed": [], "unrouted": []}
+    for mode in out["order"]:  # ABBA: a load that drifts during the run weighs on both alike
         settings = ServeSettings(index_root=os.path.abspath(root), auth=AuthSettings(hs256_secret=secret),
                                  reranker_enabled=False, lru_tenants=lru_tenants, retriever_replicas=replicas,
-                                 tenant_routing=routing, runs_open_per_subject=10_000)
+                                 tenant_routing=mode == "routed", runs_open_per_subject=10_000)
         base = launch.start(settings, "127.0.0.1", launch.free_port(), ray_init={
             "num_cpus": 2, "include_dashboard": False, "log_to_driver": False, "configure_logging": False})
         try:
@@ -205,8 +215,15 @@ def routing_bench(root: str, working_set: int, lru_tenants: int, replicas: int, 
             after = _replica_loads(launch.APP_NAME)
         finally:
             launch.stop()
-        loads = sum(after.values()) - sum(before.get(r, 0) for r in after)
-        out[mode] = {**phase, "replicas_seen": len(after), "loads": loads, "loads_per_search": loads / phase["requests"]}
+        phase["loads"] = sum(after.values()) - sum(before.get(r, 0) for r in after)
+        phase["replicas_seen"] = len(after)
+        runs[mode].append(phase)
+    for mode, got in runs.items():
+        ok = [ms for p in got for ms in p.pop("_ok_ms")]
+        requests = sum(p["requests"] for p in got)
+        out[mode] = {"runs": got, "requests": requests, "errors": sum(p["errors"] for p in got),
+                     "leaks": sum(p["leaks"] for p in got), "p50_ms": percentile(ok, 0.5),
+                     "p95_ms": percentile(ok, 0.95), "loads_per_search": sum(p["loads"] for p in got) / requests}
     out["p50_unrouted_over_routed"] = out["unrouted"]["p50_ms"] / out["routed"]["p50_ms"]
     out["p95_unrouted_over_routed"] = out["unrouted"]["p95_ms"] / out["routed"]["p95_ms"]
     return out

@@ -165,6 +165,8 @@ def http_bench(root: str, tenants: int, n: int, concurrency: int, lru_tenants: i
             pair.append(_http_phase(base, secret, names[:1], n // 2, concurrency, 4))
             hot_ms = pair[0].pop("_ok_ms") + pair[1].pop("_ok_ms")
             phases[name]["paired_hot_p50_ms"] = percentile(hot_ms, 0.5)
+            phases[name]["paired_errors"] = sum(p["errors"] for p in pair)
+            phases[name]["paired_leaks"] = sum(p["leaks"] for p in pair)
     finally:
         launch.stop()
     hot = phases["hot"]["p50_ms"]

@@ -222,8 +222,8 @@ def test_the_rayservice_serve_args_plus_its_environment_make_valid_settings(monk
     assert (s.index_root, s.run_store, s.redis_url) == ("s3://quarry-indexes/prod", "redis", "redis://:pw@redis:6379/0")
     assert s.trace_root == "s3://quarry-indexes/prod/_traces"
     monkeypatch.delenv("QUARRY_REDIS_URL")
-    with pytest.raises(ValueError):
-        settings_from_args({**args, "jwt_secret": "s" * 40, "run_store": "actor"})
+    actor = settings_from_args({**args, "jwt_secret": "s" * 40, "run_store": "actor"})
+    assert actor.run_state_dir == "s3://quarry-indexes/prod/_serve/runs"  # the actor's checkpoint: on the root too
 def test_tenants_sized_by_memory_and_littles_law(capsys):
     rc, out, _ = plan(capsys, "--profile", str(LOCAL), "--json", "--tenants", "10000", "--working-set", "2000",
                       "--index-bytes-per-tenant", "20MiB", "--replica-memory", "16GiB")

@@ -175,6 +175,9 @@ class ServeSettings(BaseModel):
     # least recently used tenants go first. CURRENT is re-read at most every
     # generation_check_ms so a publish is picked up without a restart.
     lru_tenants: int = Field(default=256, ge=1)
+    # false: the Gateway calls the Retriever without the tenant as multiplexed_model_id, so
+    # Serve routes without regard to tenant (the baseline of quarry.eval.bench_tenants --routing)
+    tenant_routing: bool = True
     tenant_cache_bytes: int = Field(default=1 << 30, ge=1)
     # Remote shards (an index_root URI) are copied to disk_cache_dir (default: the temp dir);
     # disk_cache_bytes bounds it, least recently used copies not in use evicted (None: unbounded).
@@ -290,12 +293,8 @@ class ServeSettings(BaseModel):
                 raise ValueError(f"tenant_limits.overrides[{t!r}].runs_open_per_tenant exceeds runs_kept_per_tenant")
         if self.run_store == "redis" and not self.redis_url:
             raise ValueError("run_store 'redis' needs redis_url (e.g. redis://127.0.0.1:6379/0)")
-        # Traces follow the index root (a URI root: one object per writer flush, readable from
-        # every node). The actor run store checkpoints to local files on the actor's node: with
-        # a URI root (a cluster) runs belong in Redis, or an explicit state_dir accepts that.
-        if "://" in self.index_root and self.run_store == "actor" and not self.state_dir:
-            raise ValueError("an index_root URI (a multi-node deployment) needs run_store 'redis' (runs shared by "
-                             "every node); the actor run store checkpoints to a local state_dir only")
+        # Traces and the actor run store's checkpoint follow the index root (a URI root: objects
+        # readable from every node, so an actor re-created on another node reads its runs).
         return self
 
     def runs_open_for(self, tenant: str) -> tuple[int, int]:
@@ -306,7 +305,13 @@ class ServeSettings(BaseModel):
 
     @property
     def run_state_dir(self) -> str:
-        return self.state_dir or str(Path(self.index_root) / "_serve" / "runs")
+        """The actor run store's checkpoint: ``state_dir``, else ``<index_root>/_serve/runs``
+        (a URI root keeps its scheme: the checkpoint is objects there, not node-local)."""
+        if self.state_dir:
+            return self.state_dir
+        if "://" in self.index_root:
+            return self.index_root.rstrip("/") + "/_serve/runs"
+        return str(Path(self.index_root) / "_serve" / "runs")
 
     @property
     def changes_root(self) -> str:

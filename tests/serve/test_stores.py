@@ -245,7 +245,7 @@ def test_checkpoint_survives_a_restart_and_never_rolls_back(tmp_path):
     t.decide("begin_answer", runs[1], _pk(subject="u1"))
     assert (tmp_path / "runs.snap").exists()  # the log was folded into a snapshot at least once
     before = {r: t.decide("get", r, _pk(subject=f"u{i}")) for i, r in enumerate(runs)}
-    t._log.close()
+    t.close()
     again = _table(tmp_path, compact_every=5)
     after = {r: again.decide("get", r, _pk(subject=f"u{i}")) for i, r in enumerate(runs)}
     assert after == before and after[runs[0]].used == 2 and after[runs[1]].finished
@@ -253,11 +253,43 @@ def test_checkpoint_survives_a_restart_and_never_rolls_back(tmp_path):
     assert again.stats()["open_by_tenant"] == {"acme": 3}
 
 
+def test_checkpoint_on_object_storage_is_read_back_from_another_node(s3_server, tmp_path):
+    """A URI state_dir (the moto S3 server): every change is one object, a compaction one
+    snapshot object; a table re-created elsewhere (no local file of the first one) reads
+    every run back, a second compaction folds the log again, and a crash between the
+    snapshot and the deletion of the log objects it folded rolls nothing back."""
+    from quarry.serve.stores.run_checkpoint import ObjectCheckpoint
+
+    uri = s3_server.uri("runs-unit", "idx", "_serve", "runs")
+    fs = s3_server.fs()
+    t = _table(uri, compact_every=5)
+    assert isinstance(t._ckpt, ObjectCheckpoint)
+    runs = [t.create(_pk(subject=f"u{i}"), 3)["run_id"] for i in range(4)]
+    for i, r in enumerate(runs):
+        t.decide("apply_search", r, _pk(subject=f"u{i}"), [f"a{i}"])
+    t.decide("apply_search", runs[0], _pk(subject="u0"), ["b"])
+    t.decide("begin_answer", runs[1], _pk(subject="u1"))
+    prefix = f"{s3_server.bucket}/runs-unit/idx/_serve/runs"
+    assert fs.exists(f"{prefix}/runs.snap")  # folded at least once
+    assert 0 < len(fs.ls(f"{prefix}/log")) < 10  # folded objects deleted, later changes one object each
+    before = {r: t.decide("get", r, _pk(subject=f"u{i}")) for i, r in enumerate(runs)}
+    t.close()
+    assert not list(tmp_path.iterdir())  # nothing on local disk
+    again = _table(uri, compact_every=5)
+    after = {r: again.decide("get", r, _pk(subject=f"u{i}")) for i, r in enumerate(runs)}
+    assert after == before and after[runs[0]].used == 2 and after[runs[1]].finished
+    assert again.stats()["open_by_tenant"] == {"acme": 3}
+    # a crash after the snapshot PUT, before the folded log objects were deleted
+    fs.pipe(f"{prefix}/log/{0:016d}.json", b'{"q":0,"d":"' + runs[0].encode() + b'"}')
+    third = _table(uri)
+    assert third.decide("get", runs[0], _pk(subject="u0")).used == 2  # a stale entry replays nothing
+
+
 def test_checkpoint_tolerates_a_torn_last_line(tmp_path):
     t = _table(tmp_path)
     r = t.create(_pk(), 3)["run_id"]
     t.decide("apply_search", r, _pk(), ["a"])
-    t._log.close()
+    t.close()
     with open(tmp_path / "runs.log", "a") as f:
         f.write('{"q": 99, "c": 1.0, "s": {"run_id": "x", "princ')
     assert _table(tmp_path).decide("get", r, _pk()).used == 1
@@ -342,8 +374,7 @@ def test_store_settings_fail_fast():
     auth = AuthSettings(hs256_secret="x" * 40)
     s = ServeSettings(index_root="/data/idx", auth=auth)
     assert s.trace_root == "/data/idx/_traces" and s.run_state_dir == "/data/idx/_serve/runs"
-    for bad in ({"run_store": "redis"}, {"runs_kept_per_tenant": 5}, {"index_root": "s3://bucket/idx"},
-                {"run_store": "valkey"}):
+    for bad in ({"run_store": "redis"}, {"runs_kept_per_tenant": 5}, {"run_store": "valkey"}):
         with pytest.raises(ValidationError):
             ServeSettings(**{"index_root": "/data/idx", "auth": auth, **bad})
     ok = ServeSettings(index_root="s3://bucket/idx", auth=auth, trace_dir="/t", run_store="redis",
@@ -351,6 +382,8 @@ def test_store_settings_fail_fast():
     assert ok.trace_root == "/t"
     shared = ServeSettings(index_root="s3://bucket/idx", auth=auth, run_store="redis", redis_url="redis://r:6379/0")
     assert shared.trace_root == "s3://bucket/idx/_traces"  # traces under the root: shared by every node
+    actor = ServeSettings(index_root="s3://bucket/idx", auth=auth)  # the actor store on a URI root
+    assert actor.run_state_dir == "s3://bucket/idx/_serve/runs"  # its checkpoint too: not node-local
 
 
 # -- platform quotas: idle timeout, per-tenant overrides, the stated reset -------------------

@@ -52,6 +52,19 @@ def touch(copy: Path) -> None:
         pass
 
 
+def copies(cache_root: str | Path) -> dict[str, Path]:
+    """The cache's own index: the URI each complete copy's marker names -> the copy (no
+    trailing slash on the URI). A copy still being written has no marker and is not listed."""
+    root = Path(cache_root)
+    out: dict[str, Path] = {}
+    for d in root.iterdir() if root.is_dir() else ():
+        try:
+            out[(d / ".complete").read_text().rstrip("/")] = d
+        except OSError:  # not a copy, or one not yet complete
+            continue
+    return out
+
+
 def dir_bytes(copy: Path) -> int:
     return sum(f.stat().st_size for f in copy.rglob("*") if f.is_file())
 

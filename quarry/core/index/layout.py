@@ -348,21 +348,9 @@ def read_purge_record(root: str, tenant: str) -> dict[str, Any] | None:
 
 def fetched_copies(cache_root: str | Path, uri_prefix: str) -> list[Path]:
     """The local copies :func:`fetch_dir` made under ``cache_root`` of directories below
-    ``uri_prefix`` (each copy names its URI in ``.complete``), debris of crashed copies included."""
-    cache = Path(cache_root)
-    if not cache.is_dir():
-        return []
+    ``uri_prefix`` (each copy names its URI in ``.complete``; ``disk_cache.copies``)."""
     prefix = str(uri_prefix).rstrip("/") + "/"
-    out = []
-    for d in cache.iterdir():
-        marker = d / ".complete"
-        try:
-            uri = marker.read_text() if marker.is_file() else None
-        except OSError:
-            continue
-        if uri is not None and (uri.rstrip("/") + "/").startswith(prefix):
-            out.append(d)
-    return out
+    return [d for uri, d in disk_cache.copies(cache_root).items() if (uri + "/").startswith(prefix)]
 
 
 def drop_fetched(cache_root: str | Path, uri_prefix: str, keep: set[Path] | None = None) -> list[Path]:

@@ -67,6 +67,10 @@ class DeploymentStages:
         self._stage_infos: LRU[tuple[str, int], tuple[float, StageInfo]] = LRU(held)
         self._last_generation: LRU[str, int] = LRU(held)  # tenant -> its last search's
 
+    def _route(self, tenant: str) -> str | None:
+        """The multiplexed model id a tenant's Retriever calls carry (None: tenant routing off)."""
+        return tenant if self.settings.tenant_routing else None
+
     def retrieves_in_one_call(self, tenant: str) -> bool:
         """True when this deployment has no Reranker, or the cached stage info for the
         tenant's last seen generation says no second stage runs."""
@@ -77,14 +81,15 @@ class DeploymentStages:
         return hit is not None and time.monotonic() - hit[0] < self.settings.stage_check_s and not hit[1].enabled
 
     async def first_stage(self, principal: Principal, request: SearchRequest, width: int | None) -> FirstStage:
-        first = await call_retrying(self.retriever, "first_stage", principal, request, width, tenant=principal.tenant)
+        first = await call_retrying(self.retriever, "first_stage", principal, request, width,
+                                    tenant=self._route(principal.tenant))
         self._last_generation.put(principal.tenant, first.generation)
         return first
 
     async def retrieve(self, principal: Principal, request: SearchRequest, width: int | None,
                        with_evidence: bool) -> Retrieval:
         retrieval = await call_retrying(self.retriever, "retrieve", principal, request, width,
-                                        tenant=principal.tenant)
+                                        tenant=self._route(principal.tenant))
         self._last_generation.put(principal.tenant, retrieval.first.generation)
         return retrieval
 
@@ -125,7 +130,7 @@ class DeploymentStages:
                       survivors: tuple[str, ...], with_evidence: bool) -> Delivery:
         return await call_retrying(self.retriever, "expand", ExpandRequest(
             principal=principal, request=request, generation=first.generation, passage_ids=survivors),
-            tenant=principal.tenant)
+            tenant=self._route(principal.tenant))
 
     async def resolve(self, principal: Principal, request: SearchRequest, evidence: EvidenceSet) -> Resolution:
         return await call_retrying(self.resolver, "resolve", ResolveRequest(

@@ -9,8 +9,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import tempfile
 import threading
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -24,6 +26,7 @@ from quarry.core.evidence.graph import EvidenceSet
 from quarry.core.index import layout
 from quarry.core.index.dense_gpu import choose_backend
 from quarry.core.index.shards import TenantIndex
+from quarry.core.index.tiers import TIERS, cache_usage, disk_tiers
 from quarry.core.lru import LRU
 from quarry.core.records import Passage, Principal, SearchRequest
 from quarry.core.search.expansion import expansion, nothing_expanded, survivor_passages
@@ -75,6 +78,7 @@ class Retriever:
         self._retired = GenerationIndexes(settings.index_root, min(settings.lru_tenants, 8), settings.tenant_cache_bytes)
         self._lock = threading.Lock()
         self._loading: dict[str, threading.Lock] = {}
+        self._loads = 0  # tenant generations read from the index root (cold and warm loads, not hot hits)
         self._embedders: dict[tuple[str, int], Any] = {}
         self._embedder_lock = threading.Lock()
         self.query_cache = QueryVectorCache(settings.query_cache_size)
@@ -101,8 +105,12 @@ class Retriever:
             self._staleness_gauge = Gauge("quarry_change_lag_seconds", "source change to visible, per tenant",
                                           tag_keys=("tenant", "stat"))
             self._cache_gauge = Gauge("quarry_tenant_cache_bytes", "bytes of tenant indexes held by this replica")
+            self._tier_gauge = Gauge("quarry_tenants_by_tier", "published tenants per tier on this replica "
+                                     "(hot: loaded, warm: on local disk, cold: object storage only)",
+                                     tag_keys=("tier",))
+            self._disk_gauge = Gauge("quarry_disk_cache_bytes", "bytes of remote copies in this replica's disk cache")
         except Exception:  # noqa: BLE001 - metrics are optional outside a Ray worker
-            self._staleness_gauge = self._cache_gauge = None
+            self._staleness_gauge = self._cache_gauge = self._tier_gauge = self._disk_gauge = None
 
     # -- index cache -------------------------------------------------------------------
     async def _hold_tenant(self, tenant: str) -> str:
@@ -180,6 +188,8 @@ class Retriever:
             else:
                 try:
                     index = self._load(tenant, gen)
+                    with self._lock:
+                        self._loads += 1
                 except Exception:
                     if entry is None:
                         raise
@@ -209,7 +219,7 @@ class Retriever:
         self._retired.drop_tenant(tenant)
         self.query_cache = QueryVectorCache(self.settings.query_cache_size)  # whole: a purge is rare
         clear_text_caches()
-        drop_unpublished_copies(self.settings.index_root, tenant)
+        drop_unpublished_copies(self.settings.index_root, tenant, self._disk_cache_root)
         log.info("purge epoch of %s moved: its copies were dropped", tenant)
 
     def _with_changes(self, tenant: str, entry: CachedIndex) -> TenantIndex | None:
@@ -402,7 +412,8 @@ class Retriever:
     def _status(self, tenants: list[str] | None) -> dict[str, TenantStatus]:
         """Named tenants (an operator's own) are loaded if published, so the answer does not
         depend on which replica took the call; the platform view lists every published
-        tenant, with full detail where this replica has it loaded."""
+        tenant, with full detail where this replica has it loaded and, elsewhere, its tier on
+        this replica's disk (``quarry.core.index.tiers``: warm or cold)."""
         for t in tenants or ():
             self.index_for(t)  # None (nothing loaded) when the tenant has no published index
         out = {}
@@ -413,20 +424,40 @@ class Retriever:
                                       dense=self.dense_choice.to_json(), freshness=Freshness.of(e.index))
         self._record_cache_bytes()
         if tenants is None:
-            for t in layout.list_tenants(self.settings.index_root):
-                gen = layout.current_generation(self.settings.index_root, t)
-                if t not in out and gen is not None:
-                    out[t] = TenantStatus(generation=gen, loaded=False)
+            root = self.settings.index_root
+            gens = {t: g for t in layout.list_tenants(root) if t not in out
+                    and (g := layout.current_generation(root, t)) is not None}
+            for t, tier in disk_tiers(root, gens, self._disk_cache_root).items():
+                out[t] = TenantStatus(generation=gens[t], loaded=False, tier=tier)
+            self._record_tiers(out)
         return out
 
-    def tenant_cache(self) -> dict[str, int]:
-        """This replica's tenant budget and what it holds (bytes as charged at each put)."""
-        return {"tenants": len(self._cache), "bytes": self._cache.total_bytes,
-                "budget_bytes": self.settings.tenant_cache_bytes, "max_tenants": self.settings.lru_tenants}
+    @property
+    def _disk_cache_root(self) -> str:
+        return self.settings.disk_cache_dir or tempfile.gettempdir()
+
+    def tenant_cache(self) -> dict[str, Any]:
+        """This replica's tenant budget and what it holds (bytes as charged at each put), how
+        many tenant loads it has made, and what its disk cache of remote copies holds."""
+        disk = cache_usage(self._disk_cache_root) if not layout.is_local(self.settings.index_root) else \
+            {"copies": 0, "bytes": 0}
+        return {"tenants": len(self._cache), "bytes": self._cache.total_bytes, "loads": self._loads,
+                "budget_bytes": self.settings.tenant_cache_bytes, "max_tenants": self.settings.lru_tenants,
+                "disk_copies": disk["copies"], "disk_bytes": disk["bytes"],
+                "disk_budget_bytes": self.settings.disk_cache_bytes or 0, "replica": _replica_id()}
 
     def _record_cache_bytes(self) -> None:
         if self._cache_gauge is not None:
             self._cache_gauge.set(float(self._cache.total_bytes))
+
+    def _record_tiers(self, status: dict[str, TenantStatus]) -> None:
+        """The platform view's tier counts, and the disk cache's bytes, as gauges."""
+        if self._tier_gauge is None:
+            return
+        counts = Counter(s.tier for s in status.values())
+        for tier in TIERS:
+            self._tier_gauge.set(float(counts.get(tier, 0)), tags={"tier": tier})
+        self._disk_gauge.set(float(self.tenant_cache()["disk_bytes"]))
 
     def _loaded_index(self, tenant: str) -> TenantIndex | None:
         cached = self._cache.peek(tenant)
@@ -437,6 +468,14 @@ class Retriever:
         tenant's freshness (the Gateway adds the second stage it composes); ``tenants``
         limits what is reported."""
         return await asyncio.to_thread(self._status, tenants)
+
+
+def _replica_id() -> str:
+    """This Serve replica's id ("" outside a replica), so per-replica counters can be told apart."""
+    try:
+        return serve.get_replica_context().replica_id.unique_id
+    except Exception:  # noqa: BLE001 - not in a replica (tools, tests)
+        return ""
 
 
 def _cache_lookups_counter():

@@ -10,6 +10,7 @@ from pydantic import model_serializer
 
 from quarry.core.changes.log import lag_summary
 from quarry.core.index.shards import TenantIndex
+from quarry.core.index.tiers import Tier
 
 from quarry.serve.wire import OmittingNone
 
@@ -51,7 +52,7 @@ class TenantStatus(OmittingNone):
 
     generation: int
     loaded: bool
-    tier: str = "cold"  # "hot": loaded in this replica's memory; "cold": read from the index root on next use
+    tier: Tier = "cold"  # hot: in this replica's memory; warm: on its local disk; cold: object storage only
     resident_bytes: int | None = None  # what the tenant budget charges (heap estimate + mapped bytes)
     mapped_bytes: int | None = None  # of which memory-mapped index files
     dense: dict[str, Any] | None = None

@@ -5,12 +5,15 @@ Python (tested without Ray). ``RunStoreActor`` wraps one table in an actor, so e
 decision is one method call on the one copy of the state. ``ActorRunStore`` is what a
 gateway replica holds: it implements the ``RunStore`` protocol over the actor handle.
 
-Durability: every change is appended to ``runs.log`` (one JSON line, flushed to the OS
-before the call returns) and the log is folded into ``runs.snap`` when it grows, so a
-restarted actor reads back every run. A process crash loses nothing; a machine crash can
-lose the last writes the OS had not written out, which fails closed (a lost run answers
-the generic not-found). Each entry carries a sequence number and the snapshot records the
-last one it holds, so replaying a log that outlived its snapshot never rolls a run back.
+Durability: every change is appended to a write-ahead log before the call returns and the
+log is folded into a snapshot when it grows, so a restarted actor reads back every run
+(``quarry.serve.stores.run_checkpoint``: ``runs.log``/``runs.snap`` in a local
+``state_dir``, one object per change plus a snapshot object under a URI ``state_dir``, by
+default ``<index_root>/_serve/runs`` on a URI root, so an actor re-created on another node
+reads the same runs). Locally a process crash loses nothing; a machine crash can lose the
+last writes the OS had not written out, which fails closed (a lost run answers the generic
+not-found). Each entry carries a sequence number and the snapshot records the last one it
+holds, so replaying a log that outlived its snapshot never rolls a run back.
 
 Quotas and eviction are per tenant: runs are kept in one ordered table per tenant, open
 runs are counted per tenant and per subject (limits overridable per tenant), and only a
@@ -24,20 +27,18 @@ table counts idleness from its restart.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import time
 import uuid
 from collections import Counter, OrderedDict
 from collections.abc import Callable
 from functools import cache
-from pathlib import Path
 from typing import Any
 
 from quarry.core.agent import runs as rules
 from quarry.core.agent.runs import RunState, subject_of, tenant_of
-from quarry.core.jsonl import read_appended
 
+from quarry.serve.stores.run_checkpoint import checkpoint_for
 from quarry.serve.stores.runstore import QuotaExceeded, RunNotFound, StoreUnavailable
 from quarry.serve.settings import ServeSettings
 
@@ -70,12 +71,9 @@ class RunTable:
         self._open_s: Counter[str] = Counter()
         self._seq = 0
         self._log_lines, self._compact_every = 0, compact_every
-        self._dir = Path(state_dir) if state_dir else None
-        self._log = None
-        if self._dir is not None:
-            self._dir.mkdir(parents=True, exist_ok=True)
+        self._ckpt = checkpoint_for(state_dir) if state_dir else None
+        if self._ckpt is not None:
             self._load()
-            self._log = open(self._dir / "runs.log", "a", encoding="utf-8")
 
     # -- state ----------------------------------------------------------------------------
     def _insert(self, created: float, s: RunState) -> None:
@@ -191,53 +189,37 @@ class RunTable:
 
     # -- checkpoint ------------------------------------------------------------------------------
     def _write(self, entry: dict[str, Any]) -> None:
-        if self._log is None:
+        if self._ckpt is None:
             return
         self._seq += 1
-        self._log.write(json.dumps({"q": self._seq, **entry}, separators=(",", ":")) + "\n")
-        self._log.flush()  # in the OS before the caller hears back: a process crash loses nothing
+        self._ckpt.append({"q": self._seq, **entry})  # durable before the caller hears back
         self._log_lines += 1
         if self._log_lines >= self._compact_every and self._log_lines > 2 * len(self._where):
             self._compact()
 
     def _compact(self) -> None:
-        assert self._dir is not None and self._log is not None
-        tmp = self._dir / "runs.snap.tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(json.dumps({"seq": self._seq}) + "\n")
-            for table in self._tenants.values():
-                for created, s in table.values():
-                    f.write(json.dumps({"c": created, "s": s.model_dump(mode="json")}, separators=(",", ":")) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self._dir / "runs.snap")
-        self._log.close()
-        self._log = open(self._dir / "runs.log", "w", encoding="utf-8")  # entries <= seq are in the snapshot
+        assert self._ckpt is not None
+        self._ckpt.compact(self._seq, ({"c": created, "s": s.model_dump(mode="json")}
+                                       for table in self._tenants.values() for created, s in table.values()))
         self._log_lines = 0
 
+    def close(self) -> None:
+        if self._ckpt is not None:
+            self._ckpt.close()
+
     def _load(self) -> None:
-        assert self._dir is not None
-        snap_seq = 0
-        snap = self._dir / "runs.snap"
-        if snap.exists():
-            with open(snap, encoding="utf-8") as f:
-                snap_seq = int(json.loads(f.readline())["seq"])
-                for line in f:
-                    e = json.loads(line)
-                    self._insert(e["c"], RunState.model_validate(e["s"]))
+        assert self._ckpt is not None
+        snap_seq, runs, entries = self._ckpt.load()
+        for e in runs:
+            self._insert(e["c"], RunState.model_validate(e["s"]))
         self._seq = snap_seq
-        log = self._dir / "runs.log"
-        if log.exists():
-            with open(log, encoding="utf-8") as f:
-                for e in read_appended(f):  # a torn line from a crash mid-write is skipped
-                    if e["q"] <= snap_seq:
-                        continue
-                    self._seq = e["q"]
-                    if "d" in e:
-                        self._remove(e["d"])
-                    else:
-                        self._insert(e["c"], RunState.model_validate(e["s"]))
-                    self._log_lines += 1
+        for e in entries:  # only those after the snapshot, in order
+            self._seq = e["q"]
+            if "d" in e:
+                self._remove(e["d"])
+            else:
+                self._insert(e["c"], RunState.model_validate(e["s"]))
+            self._log_lines += 1
         for t in list(self._tenants):
             self._expire(t)
 

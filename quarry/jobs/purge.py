@@ -232,6 +232,7 @@ def _delete_all_but(root: str, tenant: str, generation: int, report: PurgeReport
     if fs.exists(wm):
         fs.rm(wm)
     remove(layout.changes_dir(root, tenant))
+    remove(layout.join(layout.tenant_dir(root, tenant), "retired"))  # records of the deleted generations
 
 
 def purge_tenant(root: str, tenant: str, *, lease_wait_s: float = DEFAULT_WAIT_S,

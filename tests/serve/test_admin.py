@@ -97,7 +97,8 @@ def test_rollback_switches_current_and_refuses_what_cannot_be_served(quarry_app)
     url = f"{T}/adminroll/rollback"
     r = app.http.post(url, headers=_pt(app), json={"generation": 1})
     assert r.status_code == 200, r.text
-    assert r.json() == {"tenant": "adminroll", "generation": 1, "previous": 2, "retired_delta": None}
+    assert r.json() == {"tenant": "adminroll", "generation": 1, "previous": 2, "retired_delta": None,
+                        "restored_delta": None}
     assert layout.current_generation(app.root, "adminroll") == 1
     assert layout.read_json(layout.join(app.root, "adminroll", "manifest.json"))["generation"] == 1
     for gen, why in ((1, "already the live generation"), (3, "no manifest"), (9, "does not exist")):

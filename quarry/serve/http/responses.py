@@ -195,6 +195,8 @@ class RolledBack(BaseModel):
     previous: int
     retired_delta: str | None = Field(description="the change watermark that no longer applies (changes applied "
                                                   "over the previous generation are not served)")
+    restored_delta: int | None = Field(default=None, description="the delta the target generation was served "
+                                                                 "with, live again over it")
 
 
 class ReconcileRequest(BaseModel):

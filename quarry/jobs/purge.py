@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, Field
 
+from quarry.core.agent.runs import names_document, without_document
 from quarry.core.changes.compact import CompactionInput, compaction_input, publish_compacted, write_compacted
 from quarry.core.errors import UsageError
 from quarry.core.index import layout
@@ -60,26 +61,6 @@ class PurgeReport(BaseModel):
 
 
 # --------------------------------------------------------------------------- matching
-
-
-def names_document(value: Any, doc_id: str, version: str | None = None) -> bool:
-    """Whether a JSON value holds the document's id or an id built from it, at any depth:
-    ``doc``, ``doc@version``, ``doc#anchor``, ``doc@version#anchor`` (with ``version``: only
-    ids of that version, and records with that ``doc_id`` and ``version``)."""
-    if isinstance(value, str):
-        if version is None:
-            return value == doc_id or value.startswith((f"{doc_id}@", f"{doc_id}#"))
-        key = f"{doc_id}@{version}"
-        return value == key or value.startswith(f"{key}#")
-    if isinstance(value, dict):
-        if version is not None and value.get("doc_id") == doc_id and value.get("version") == version:
-            return True
-        if version is None and value.get("doc_id") == doc_id:
-            return True
-        return any(names_document(v, doc_id, version) for v in value.values())
-    if isinstance(value, list):
-        return any(names_document(v, doc_id, version) for v in value)
-    return False
 
 
 def _record_tenant(obj: Any) -> str | None:

@@ -219,6 +219,11 @@ def test_purge_jobs_remove_a_document_then_the_whole_tenant(quarry_app):
     # id still held in the actor's memory would be written again
     assert app.search(user, run, "settlement batch").status_code == 200
     assert run_files_naming_it() == []
+    # ...and that write reached the checkpoint the actor reads back (a file rewritten under the
+    # actor instead of by it would have swallowed it): the run's last state on disk has 2 searches
+    states = [json.loads(line)["s"] for f in ("runs.snap", "runs.log") if (runs_dir / "runs" / f).exists()
+              for line in (runs_dir / "runs" / f).read_text().splitlines() if '"s":' in line]
+    assert [st["used"] for st in states if st["run_id"] == run][-1] == 2
     assert layout.current_generation(app.root, "adminpurge") is not None
     r = app.http.delete(f"{T}/adminpurge", headers=_pt(app))
     assert r.status_code == 202 and r.json()["kind"] == "purge", r.text

@@ -47,6 +47,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "compact": ("quarry.jobs.compact", "fold a tenant's delta, tombstones and ACL overrides into a new base generation"),
     "reconcile": ("quarry.jobs.reconcile", "compare the source of truth with the index and repair drift through the change path"),
     "gc": ("quarry.gc_cmd", "delete a tenant's old generations and retired deltas past the retention setting"),
+    "rollback": ("quarry.rollback_cmd", "make another complete generation of a tenant live (its delta restored, or refused)"),
     "purge": ("quarry.purge_cmd", "remove a document or a whole tenant from every copy (storage and serving replicas)"),
     "status": ("quarry.status_cmd", "per-tenant freshness: change-to-visible lag and the oldest unapplied change"),
 }

@@ -58,6 +58,8 @@ def bad_inputs(idx: str, tmp: str, scifact: str = "") -> list[tuple[list[str], s
         (["purge", "--index-root", idx, "--tenant", "acme"], "one of the arguments --doc-id --all is required"),
         (["gc", "--index-root", idx, "--tenant", "nobody"], "no published index"),
         (["gc", "--index-root", idx, "--all", "--retain-generations", "0"], "at least 1"),
+        (["rollback", "--index-root", idx, "--tenant", "nobody", "--generation", "1"], "tenant 'nobody' not found"),
+        (["rollback", "--index-root", idx, "--tenant", "acme", "--generation", "99"], "gen-99 does not exist"),
         (["demo", "--embedder", f"{tmp}/no-model", "--build", "in-process", "--index-root", f"{tmp}/d"],
          "not a local model directory"),
     ]

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, Field
 
+from quarry.core.agent.runs import RunState, names_document, tenant_of, without_document
 from quarry.core.changes.compact import CompactionInput, compaction_input, publish_compacted, write_compacted
 from quarry.core.errors import UsageError
 from quarry.core.index import layout
@@ -60,26 +61,6 @@ class PurgeReport(BaseModel):
 
 
 # --------------------------------------------------------------------------- matching
-
-
-def names_document(value: Any, doc_id: str, version: str | None = None) -> bool:
-    """Whether a JSON value holds the document's id or an id built from it, at any depth:
-    ``doc``, ``doc@version``, ``doc#anchor``, ``doc@version#anchor`` (with ``version``: only
-    ids of that version, and records with that ``doc_id`` and ``version``)."""
-    if isinstance(value, str):
-        if version is None:
-            return value == doc_id or value.startswith((f"{doc_id}@", f"{doc_id}#"))
-        key = f"{doc_id}@{version}"
-        return value == key or value.startswith(f"{key}#")
-    if isinstance(value, dict):
-        if version is not None and value.get("doc_id") == doc_id and value.get("version") == version:
-            return True
-        if version is None and value.get("doc_id") == doc_id:
-            return True
-        return any(names_document(v, doc_id, version) for v in value.values())
-    if isinstance(value, list):
-        return any(names_document(v, doc_id, version) for v in value)
-    return False
 
 
 def _record_tenant(obj: Any) -> str | None:
@@ -120,9 +101,69 @@ def _find(uri: str) -> list[str]:
     return [f if layout.is_local(uri) else fs.unstrip_protocol(f) for f in fs.find(path)]
 
 
-# The run store's folder: owned by its actor (an append-only log it keeps open), and it holds
-# ids only (runs' seen and fetched passage ids), never text; a purge does not rewrite it.
+# The run store's folder (``ServeSettings.run_state_dir``, default ``<root>/_serve/runs``): its
+# lines are runs, not records, so it is rewritten by :func:`scrub_runs`, not :func:`scrub`.
 _NOT_SCRUBBED = {"_serve"}
+
+
+def _run_line(obj: Any, tenant: str, doc_id: str | None, version: str | None) -> Any:
+    """A run-store line without the document's ids (None: drop the line, a run of a purged tenant)."""
+    if not isinstance(obj, dict) or not isinstance(obj.get("s"), dict):
+        return obj
+    state = RunState.model_validate(obj["s"])
+    if tenant_of(state.principal_key) != tenant:
+        return obj
+    if doc_id is None:
+        return None
+    return {**obj, "s": without_document(state, doc_id, version).model_dump(mode="json")}
+
+
+def _is_run_file(f: str) -> bool:
+    """The run store's files: ``runs.log``/``runs.snap`` (files or a snapshot object) and, on a
+    URI root, the one-object-per-change log ``log/<seq>.json``
+    (``quarry.serve.stores.run_checkpoint.ObjectCheckpoint``)."""
+    parts = f.rstrip("/").rsplit("/", 2)
+    name = parts[-1]
+    if name in ("runs.log", "runs.snap"):
+        return True
+    return len(parts) == 3 and parts[1] == "log" and name.endswith(".json") and name[:-5].isdigit()
+
+
+def scrub_runs(dirs: Iterable[str], tenant: str, doc_id: str | None = None, version: str | None = None) -> list[str]:
+    """Rewrite the actor run store's files (``runs.log``, ``runs.snap``) in ``dirs`` without the
+    document's ids in the tenant's runs (``doc_id`` None: without the tenant's runs). A live
+    actor is purged through the admin API first (``RunStore.purge``, which rewrites these files
+    itself); a file already clean is not written."""
+    changed = []
+    for d in dirs:
+        for f in _find(d):
+            if not _is_run_file(f):
+                continue
+            fs, path = layout.fs_and_path(f)
+            with fs.open(path, "rb") as fh:
+                lines = fh.read().splitlines(keepends=True)
+            out, dirty = [], False
+            for line in lines:
+                try:
+                    obj = json.loads(line)
+                except ValueError:  # a torn last line: the store skips it too
+                    out.append(line)
+                    continue
+                new = _run_line(obj, tenant, doc_id, version)
+                if new != obj:
+                    dirty = True
+                    if new is not None:
+                        out.append(json.dumps(new, separators=(",", ":")).encode() + b"\n")
+                    continue
+                out.append(line)
+            if dirty:
+                layout.write_atomic(f, b"".join(out))
+                changed.append(f)
+    return changed
+
+
+def _run_dirs(root: str, extra_dirs: Iterable[str]) -> list[str]:
+    return [layout.join(root, "_serve"), *extra_dirs]
 
 
 def _side_files(root: str, skip_tenants: Iterable[str]) -> list[str]:
@@ -215,6 +256,7 @@ def purge_document(root: str, tenant: str, doc_id: str, version: str | None = No
         report.scrubbed_files = scrub(
             root, lambda o: _record_tenant(o) == tenant and names_document(o, doc_id, version),
             [t for t in layout.list_tenants(root)], extra_dirs)
+        report.scrubbed_files += scrub_runs(_run_dirs(root, extra_dirs), tenant, doc_id, version)
         report.dropped_local_copies = _drop_local_copies(root, tenant)
         report.epoch = bump_epoch(root, tenant, gen, "document")
     report.seconds = round(time.monotonic() - t0, 3)
@@ -232,6 +274,7 @@ def _delete_all_but(root: str, tenant: str, generation: int, report: PurgeReport
     if fs.exists(wm):
         fs.rm(wm)
     remove(layout.changes_dir(root, tenant))
+    remove(layout.join(layout.tenant_dir(root, tenant), "retired"))  # records of the deleted generations
 
 
 def purge_tenant(root: str, tenant: str, *, lease_wait_s: float = DEFAULT_WAIT_S,
@@ -258,6 +301,7 @@ def purge_tenant(root: str, tenant: str, *, lease_wait_s: float = DEFAULT_WAIT_S
                 fs.rm(entry, recursive=True)
         other = [t for t in layout.list_tenants(root) if t != tenant]
         report.scrubbed_files = scrub(root, lambda o: _record_tenant(o) == tenant, [*other, tenant], extra_dirs)
+        report.scrubbed_files += scrub_runs(_run_dirs(root, extra_dirs), tenant)
         report.deleted_files = _drop_tenant_side_folders(root, tenant, extra_dirs)
         report.dropped_local_copies = _drop_local_copies(root, tenant)
         report.epoch = bump_epoch(root, tenant, max(gens, default=0), "tenant")

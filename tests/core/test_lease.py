@@ -80,7 +80,10 @@ def test_renewal_keeps_a_live_lease_and_expiry_allows_takeover(tmp_path):
     live.release()  # releasing a lost lease leaves the new holder's lease alone
     assert read_lease(root, "t").owner == taker.record.owner
     taker.release()
-    assert not list(Path(root, "t").iterdir())  # no lease, temp or grave file left
+    assert read_lease(root, "t") is None
+    # what is left: the released top claim only (no temp file, no older claim)
+    assert [p.name for p in Path(root, "t").iterdir()] == ["LEASE"]
+    assert [p.name for p in Path(root, "t", "LEASE").iterdir()] == [f"{taker.record.seq:012d}.json"]
 
 
 def test_cli_refuses_a_busy_tenant_with_exit_2(tmp_path, capsys):
@@ -106,7 +109,7 @@ def s3_root(s3_server):
 
 def test_exclusive_create_on_an_s3_api(s3_root):
     from quarry.core.index import layout
-    from quarry.core.index.lease import LeaseBusy, acquire, read_lease
+    from quarry.core.index.lease import LeaseBusy, acquire, claim_path, read_lease
 
     first = acquire(s3_root, "t", "compact", ttl_s=30)
     with pytest.raises(LeaseBusy):  # If-None-Match: * refused the second create
@@ -116,9 +119,117 @@ def test_exclusive_create_on_an_s3_api(s3_root):
     second = acquire(s3_root, "t", "purge", wait_s=0)
     second._stop.set()  # dies; its short lease expires and is taken over
     second._thread.join()
-    layout.write_atomic(layout.join(s3_root, "t", "LEASE"),
+    layout.write_atomic(claim_path(s3_root, "t", second.record.seq),
                         second.record.model_copy(update={"expires": time.time() - 1}).model_dump_json().encode())
     third = acquire(s3_root, "t", "gc", wait_s=5)
     assert read_lease(s3_root, "t").owner == third.record.owner
     third.release()
     assert read_lease(s3_root, "t") is None
+
+
+# --------------------------------------------------------------------------- takeover races
+
+
+def _expired_leases(root: str, tenants: list[str]) -> None:
+    """Each tenant's lease held by a writer that died: its claim expired, nothing renews it."""
+    from quarry.core.index.lease import acquire, read_lease
+
+    for t in tenants:
+        dead = acquire(root, t, "dead", ttl_s=0.05)
+        dead._stop.set()
+        dead._thread.join()
+    time.sleep(0.2)
+    assert all(read_lease(root, t).expires < time.time() for t in tenants)
+
+
+def _race_threads(root: str, rounds: int, takers: int) -> list[int]:
+    """``takers`` threads take over one expired lease at once, ``rounds`` times; the number
+    of winners of each round."""
+    from quarry.core.index.lease import LeaseBusy, acquire, read_lease
+
+    tenants = [f"r{i}" for i in range(rounds)]
+    _expired_leases(root, tenants)
+    winners = []
+    for t in tenants:
+        start, tried, won, errors = threading.Barrier(takers), threading.Barrier(takers), [], []
+
+        def take(t=t, start=start, tried=tried, won=won):
+            try:
+                start.wait()
+                try:
+                    held = acquire(root, t, "taker", wait_s=0, ttl_s=30)
+                except LeaseBusy:
+                    held = None
+                if held is not None:
+                    won.append(held)
+                tried.wait()
+            except Exception as e:  # noqa: BLE001 - reported below
+                errors.append(repr(e))
+
+        threads = [threading.Thread(target=take) for _ in range(takers)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join(120)
+        assert not errors
+        winners.append(len(won))
+        if len(won) == 1:
+            assert read_lease(root, t).owner == won[0].record.owner
+            won[0].ensure()
+        for h in won:
+            h.release()
+    return winners
+
+
+def _race_processes(root: str, rounds: int, takers: int) -> list[int]:
+    import multiprocessing as mp
+
+    from helpers.lease_takers import take_over
+
+    tenants = [f"p{i}" for i in range(rounds)]
+    _expired_leases(root, tenants)
+    ctx = mp.get_context("spawn")
+    barrier, results = ctx.Barrier(takers), ctx.Queue()
+    procs = [ctx.Process(target=take_over, args=(root, tenants, barrier, results)) for _ in range(takers)]
+    for p in procs:
+        p.start()
+    got = [results.get(timeout=240) for _ in range(rounds * takers)]
+    for p in procs:
+        p.join(60)
+    assert all(p.exitcode == 0 for p in procs)
+    return [sum(1 for t, _, won in got if t == tenant and won) for tenant in tenants]
+
+
+def test_one_taker_wins_an_expired_lease_on_a_local_root_threads(tmp_path):
+    assert _race_threads(str(tmp_path), rounds=20, takers=16) == [1] * 20
+
+
+def test_one_taker_wins_an_expired_lease_on_s3_threads(s3_server):
+    root = s3_server.uri("lease-race-threads", "idx")
+    assert _race_threads(root, rounds=20, takers=16) == [1] * 20
+
+
+def test_one_taker_wins_an_expired_lease_on_a_local_root_processes(tmp_path):
+    assert _race_processes(str(tmp_path), rounds=10, takers=6) == [1] * 10
+
+
+def test_one_taker_wins_an_expired_lease_on_s3_processes(s3_server):
+    root = s3_server.uri("lease-race-procs", "idx")
+    assert _race_processes(root, rounds=10, takers=6) == [1] * 10
+
+
+def test_a_delayed_taker_of_an_old_number_never_holds(tmp_path):
+    """A taker that looked at claim n, stalled while n+1 was taken, released and n+2 taken
+    (n+1 collected), then creates n+1: it sees n+2 and does not hold the lease."""
+    from quarry.core.index.lease import LeaseRecord, _create_exclusive, acquire, claim_path, claims, try_acquire
+
+    root = str(tmp_path)
+    first = acquire(root, "t", "a")
+    first.release()
+    second = acquire(root, "t", "b")  # claim 2; claim 1 collected
+    assert claims(root, "t") == [2]
+    late = LeaseRecord(owner="late", job="late", tenant="t", acquired=0, expires=time.time() + 30, seq=1)
+    assert _create_exclusive(claim_path(root, "t", 1), late.model_dump_json().encode())
+    assert not isinstance(try_acquire(root, "t", "c"), type(second))  # claim 2 is live: no one else holds
+    second.ensure()  # the holder of the top claim still holds it
+    second.release()

@@ -77,7 +77,41 @@ def history_with_marker(root: str, tmp_path: Path) -> list:
     assert rep["repaired"] and rep["tenants"]["t"]["applied"] >= 1
     quarantine(root, [("t", "dm@4"), ("t", "d2@9"), ("u", "dm@1")])
     traces(root, "t", [["dm@3#part-0", "d2@1#part-0"], ["d2@1#part-0"]])
+    changes_and_checkpoint(root)
+    run_store(root, "t", ["dm@3#part-0", "d2@1#part-0"])
     return live
+
+
+def changes_and_checkpoint(root: str) -> None:
+    """An admin-API change file under ``<root>/_changes/t/`` (an upsert carrying the text) and a
+    streaming apply-changes checkpoint naming it (Spark's file-source log: paths and offsets)."""
+    from quarry.core.changes.log import change_lines
+    from quarry.core.index import layout
+
+    f = layout.join(root, "_changes", "t", "20260101T000000000000Z-abcd1234.jsonl")
+    layout.write_atomic(f, change_lines([ch("upsert", "dm", 5, document=marked("5", 5).model_dump()),
+                                         ch("delete", "d2", 6)]))
+    cp = Path(root, "_checkpoints", "apply-changes")
+    (cp / "sources" / "0").mkdir(parents=True)
+    (cp / "sources" / "0" / "0").write_text('v1\n' + json.dumps({"path": f"file://{f}", "timestamp": 1, "batchId": 0}) + "\n")
+    (cp / "offsets").mkdir()
+    (cp / "offsets" / "0").write_text('v1\n{"batchWatermarkMs":0}\n{"logOffset":0}\n')
+
+
+def run_store(root: str, tenant: str, seen: list[str]) -> None:
+    """The actor run store's checkpoint (``<root>/_serve/runs``, a real ``RunTable``; files on a
+    local root, one object per change on a URI root) with a run of the tenant that saw ``seen``."""
+    from quarry.core.agent.runs import principal_key
+    from quarry.serve.stores.runstore_actor import RunTable
+
+    state = f"{root}/_serve/runs" if "://" in root else str(Path(root, "_serve", "runs"))
+    table = RunTable(state, ttl_s=3600, open_per_tenant=10, open_per_subject=10,
+                     kept_per_tenant=10)
+    pk = principal_key(Principal(tenant=tenant, subject="u", groups=frozenset({"a"})))
+    run = table.create(pk, 3)["run_id"]
+    table.decide("apply_search", run, pk, seen)
+    table.decide("record_fetch", run, pk, seen[:1], [])
+    table.close()
 
 
 @pytest.mark.unit
@@ -91,9 +125,12 @@ def test_document_purge_leaves_no_copy_under_a_local_root(tmp_path):
     assert len(files_containing(root, MARKER.encode())) >= 4  # gens, delta shard, reconcile log
     assert TenantIndex.load(root, "t").document("dm", PRINCIPAL_A)
 
+    assert files_containing(str(Path(root, "_changes")), MARKER.encode())
+    assert files_containing(str(Path(root, "_serve")), b"dm@3#part-0")
+
     rep = purge_document(root, "t", "dm")
 
-    assert files_containing(root, MARKER.encode()) == []
+    assert files_containing(root, MARKER.encode()) == []  # change files included
     # its ids are gone too, but from tenant u's quarantine line ("dm@1" of another tenant)
     assert [Path(f).parent.name for f in files_containing(root, b"dm@")] == ["run-1"]
     assert layout.generations(root, "t") == [rep.generation] and layout.current_generation(root, "t") == rep.generation
@@ -103,6 +140,12 @@ def test_document_purge_leaves_no_copy_under_a_local_root(tmp_path):
     assert [json.loads(x)["record_id"] for x in q.splitlines()] == ["d2@9", "dm@1"]  # another tenant's dm is kept
     t = [json.loads(x)["trace_id"] for x in Path(root, "_traces", "t", "2026010100", "w0.jsonl").read_text().splitlines()]
     assert t == ["x1"]
+    # the change file keeps the other change; the run keeps its other id (the run itself stays)
+    left = [json.loads(x) for x in Path(root, "_changes", "t").joinpath(
+        "20260101T000000000000Z-abcd1234.jsonl").read_text().splitlines()]
+    assert [(c["op"], c["doc_id"]) for c in left] == [("delete", "d2")]
+    runs = Path(root, "_serve", "runs", "runs.log").read_text()
+    assert "d2@1#part-0" in runs and "dm@" not in runs
     # the rest of the tenant serves exactly as a rebuild from the sources without the document
     assert_same_view(TenantIndex.load(root, "t"), rebuild(live))
     assert json.loads(layout.read_purge_epoch(root, "t"))["epoch"] == 1
@@ -127,6 +170,7 @@ def test_purging_one_version_keeps_the_others(tmp_path):
 def test_tenant_purge_leaves_only_the_purge_record(tmp_path):
     from quarry.cli import main
     from quarry.core.index import layout
+    from quarry.core.index.lease import read_lease
     from quarry.core.index.shards import TenantIndex
     from quarry.core.ingest.pipeline import build_corpus
 
@@ -137,13 +181,20 @@ def test_tenant_purge_leaves_only_the_purge_record(tmp_path):
     quarantine(root, [("t", "dm@4"), ("u", "d2@9")])
     traces(root, "t", [["dm@1#part-0"]])
     traces(root, "u", [["d2@1#part-0"]])
+    changes_and_checkpoint(root)
+    run_store(root, "t", ["dm@1#part-0"])
+    run_store(root, "u", ["d2@1#part-0"])
     layout.write_json(layout.join(root, "_runs", "r1.json"), {"tenants": {"t": {"documents": 7}, "u": {"documents": 6}}})
     last = max(layout.generations(root, "t"))
 
     assert main(["purge", "--index-root", root, "--tenant", "t", "--all"]) == 0
 
-    assert sorted(p.name for p in Path(root, "t").iterdir()) == ["PURGED"]
+    assert sorted(p.name for p in Path(root, "t").iterdir()) == ["LEASE", "PURGED"]
+    assert read_lease(root, "t") is None  # the released claim: owner and job ids, no text
     assert files_containing(root, MARKER.encode()) == []
+    assert all(f.read_text() == "" for f in Path(root, "_changes", "t").iterdir())  # every change was t's
+    runs = Path(root, "_serve", "runs", "runs.log").read_text()
+    assert "dm@1" not in runs and '"principal_key":"t/' not in runs and "d2@1#part-0" in runs  # u's run stays
     assert layout.list_tenants(root) == ["u"] and len(TenantIndex.load(root, "u")) > 0
     assert not Path(root, "_traces", "t").exists() and Path(root, "_traces", "u").exists()
     q = next(Path(root, "_quarantine", "run-1").iterdir()).read_text()
@@ -203,9 +254,12 @@ def test_document_purge_on_an_s3_root(s3_server, tmp_path):
     build_corpus(BASE + [marked("1", 1)], root, EMB)
     apply_local(root, "t", [ch("upsert", "dm", 1, document=marked("2", 2).model_dump())], EMB)
     TenantIndex.load(root, "t", cache_dir=str(replica_cache))
+    run_store(root, "t", ["dm@2#part-0"])  # the actor store's objects under <root>/_serve/runs/log/
     assert files_containing(root, MARKER.encode()) and cached_marker()
+    assert files_containing(f"{root}/_serve", b"dm@2#part-0")
     rep = purge_document(root, "t", "dm")
     assert files_containing(root, MARKER.encode()) == []
+    assert files_containing(f"{root}/_serve", b"dm@") == []
     assert layout.generations(root, "t") == [rep.generation]
     # the replica's side (purges.py): copies no longer published go, the live one stays
     assert drop_unpublished_copies(root, "t", str(replica_cache)) >= 2 and not cached_marker()
@@ -276,4 +330,6 @@ def test_apply_compact_and_purge_at_once_lose_no_change(spark, tmp_path):
     want = rebuild(final_sources([d for d in BASE], changes))
     assert_same_view(TenantIndex.load(root, "t"), want)
     assert files_containing(root, MARKER.encode()) == []
-    assert not Path(layout.join(root, "t", "LEASE")).exists() and compactions
+    from quarry.core.index.lease import read_lease
+
+    assert read_lease(root, "t") is None and compactions

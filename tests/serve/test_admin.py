@@ -97,7 +97,8 @@ def test_rollback_switches_current_and_refuses_what_cannot_be_served(quarry_app)
     url = f"{T}/adminroll/rollback"
     r = app.http.post(url, headers=_pt(app), json={"generation": 1})
     assert r.status_code == 200, r.text
-    assert r.json() == {"tenant": "adminroll", "generation": 1, "previous": 2, "retired_delta": None}
+    assert r.json() == {"tenant": "adminroll", "generation": 1, "previous": 2, "retired_delta": None,
+                        "restored_delta": None}
     assert layout.current_generation(app.root, "adminroll") == 1
     assert layout.read_json(layout.join(app.root, "adminroll", "manifest.json"))["generation"] == 1
     for gen, why in ((1, "already the live generation"), (3, "no manifest"), (9, "does not exist")):
@@ -197,11 +198,32 @@ def test_purge_jobs_remove_a_document_then_the_whole_tenant(quarry_app):
     marker = marker.encode()
     tdir = Path(app.root) / "adminpurge"
     assert any(marker in p.read_bytes() for p in tdir.rglob("*") if p.is_file())
+    # a live run of the tenant saw the document: the run store (actor checkpoint) holds its ids
+    user = app.token(tenant="adminpurge", groups=tuple(sorted(set(doc.acl) - {"*"})) or ("support",))
+    run = app.new_run(user)
+    hit = app.search(user, run, "procedure ends at noon")
+    assert hit.status_code == 200 and any(e["doc_id"] == "purge-me" for e in hit.json()["excerpts"]), hit.text
+    runs_dir = Path(app.root, "_serve")
+
+    def run_files_naming_it():
+        return [p for p in runs_dir.rglob("*") if p.is_file() and b"purge-me@" in p.read_bytes()]
+
+    assert run_files_naming_it()
     r = app.http.post(f"{T}/adminpurge/purge", params={"doc_id": doc.doc_id}, headers=_pt(app))
     assert r.status_code == 202 and r.json()["kind"] == "purge-document", r.text
     job = _wait_job(app, r.json()["job_id"])
     assert job["status"] == "succeeded", job
     assert not [p for p in tdir.rglob("*") if p.is_file() and marker in p.read_bytes()]
+    assert not [p for p in Path(app.root).rglob("*") if p.is_file() and marker in p.read_bytes()]
+    # the run goes on; its next search appends the run's whole state to the actor's log, so an
+    # id still held in the actor's memory would be written again
+    assert app.search(user, run, "settlement batch").status_code == 200
+    assert run_files_naming_it() == []
+    # ...and that write reached the checkpoint the actor reads back (a file rewritten under the
+    # actor instead of by it would have swallowed it): the run's last state on disk has 2 searches
+    states = [json.loads(line)["s"] for f in ("runs.snap", "runs.log") if (runs_dir / "runs" / f).exists()
+              for line in (runs_dir / "runs" / f).read_text().splitlines() if '"s":' in line]
+    assert [st["used"] for st in states if st["run_id"] == run][-1] == 2
     assert layout.current_generation(app.root, "adminpurge") is not None
     r = app.http.delete(f"{T}/adminpurge", headers=_pt(app))
     assert r.status_code == 202 and r.json()["kind"] == "purge", r.text

@@ -436,3 +436,33 @@ def test_open_run_limits_are_overridable_per_tenant_and_state_their_reset(make_s
         assert e.value.scope == "subject" and 40 < e.value.reset_s <= 50
 
     arun(go())
+
+
+def test_purge_removes_a_documents_ids_from_runs_and_the_checkpoint(make_store, tmp_path):
+    """A document purge leaves the tenant's runs without any id of the document (other
+    tenants' runs untouched); a tenant purge drops the tenant's runs. For the actor, no byte of
+    its checkpoint folder names the purged document afterwards."""
+    async def go():
+        s = make_store()
+        a, g = await s.create(_pk(), 3), await s.create(_pk(tenant="globex"), 3)
+        await s.apply_search(a.run_id, _pk(), ["zqxdoc@1#p0", "d2@1#p0"])
+        await s.record_fetch(a.run_id, _pk(), ["zqxdoc@1#p1"], ["zqxdoc@2#p0"])
+        await s.apply_search(g.run_id, _pk(tenant="globex"), ["zqxdoc@1#p0"])  # another tenant's own doc
+        assert await s.purge("acme", "zqxdoc") == 1
+        got = await s.get(a.run_id, _pk())
+        assert got.used == 1 and not got.finished
+        table = getattr(s, "table", None)
+        if table is not None:
+            state = table._tenants["acme"][a.run_id][1]
+            assert state.seen_ids == {"d2@1#p0"} and not state.fetched_ids and not state.rejected_ids
+            disk = b"".join(p.read_bytes() for p in Path(table._ckpt._dir).iterdir() if p.is_file())
+            assert b"zqxdoc@1#p0" in disk  # globex's run, on disk once
+            assert disk.count(b"zqxdoc") == 1
+        # the run still answers, and a later search may return the id of a new upload again
+        await s.apply_search(a.run_id, _pk(), ["d3@1#p0"])
+        assert await s.purge("globex") == 1
+        with pytest.raises(RunNotFound):
+            await s.get(g.run_id, _pk(tenant="globex"))
+        assert (await s.get(a.run_id, _pk())).used == 2  # the other tenant's runs stay
+
+    arun(go())

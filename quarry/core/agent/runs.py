@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
@@ -230,3 +231,36 @@ def tenant_of(pkey: str) -> str:
 def subject_of(pkey: str) -> str:
     """``tenant/subject`` of a principal key: per-subject quotas ignore the group set."""
     return pkey.rsplit("/", 1)[0]
+
+
+# --------------------------------------------------------------------------- purge
+
+
+def names_document(value: Any, doc_id: str, version: str | None = None) -> bool:
+    """Whether a JSON value holds the document's id or an id built from it, at any depth:
+    ``doc``, ``doc@version``, ``doc#anchor``, ``doc@version#anchor`` (with ``version``: only
+    ids of that version, and records with that ``doc_id`` and ``version``)."""
+    if isinstance(value, str):
+        if version is None:
+            return value == doc_id or value.startswith((f"{doc_id}@", f"{doc_id}#"))
+        key = f"{doc_id}@{version}"
+        return value == key or value.startswith(f"{key}#")
+    if isinstance(value, dict):
+        if version is not None and value.get("doc_id") == doc_id and value.get("version") == version:
+            return True
+        if version is None and value.get("doc_id") == doc_id:
+            return True
+        return any(names_document(v, doc_id, version) for v in value.values())
+    if isinstance(value, list):
+        return any(names_document(v, doc_id, version) for v in value)
+    return False
+
+
+def without_document(state: RunState, doc_id: str, version: str | None = None) -> RunState:
+    """``state`` with every id naming the document (``names_document``) removed: what a purge
+    leaves of a run that saw, fetched or rejected it."""
+    def keep(ids: frozenset[str]) -> frozenset[str]:
+        return frozenset(i for i in ids if not names_document(i, doc_id, version))
+
+    return state.model_copy(update={"seen_ids": keep(state.seen_ids), "fetched_ids": keep(state.fetched_ids),
+                                    "rejected_ids": keep(state.rejected_ids)})

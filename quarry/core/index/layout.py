@@ -16,7 +16,9 @@ Changes applied since the live generation was built (``quarry apply-changes``):
     <root>/<tenant>/changes/delta-<m>/manifest.json  written last, with checksums
     <root>/<tenant>/DELTA                            "delta-<m> gen-<n>": the change watermark
 
-Also per tenant: ``LEASE`` (the writer lease, ``quarry.core.index.lease``) and ``PURGED``
+Also per tenant: ``LEASE/<n>.json`` (the writer lease's numbered claims,
+``quarry.core.index.lease``), ``retired/gen-<n>.json`` (the delta a generation was served
+with when a publish left it, for rollback: ``quarry.core.index.pointers``) and ``PURGED``
 (the purge epoch replicas watch, written by ``quarry purge``: a counter, a time and a
 generation floor, never a document id or text).
 

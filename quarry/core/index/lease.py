@@ -1,30 +1,40 @@
 """Per-tenant writer leases: one writer at a time may change a tenant's published index.
 
-    <root>/<tenant>/LEASE    {"owner", "job", "tenant", "acquired", "expires"} (JSON)
+    <root>/<tenant>/LEASE/<n>.json   {"seq", "owner", "job", "tenant", "acquired", "expires", "released"}
 
 Every job that publishes (``apply-changes`` per tenant it publishes, ``compact``,
-``reconcile``'s in-process repairs, the build's publish step, ``gc`` and ``purge``) holds the
-tenant's lease from the moment it reads the index it will change until it has published:
+``reconcile``'s in-process repairs, the build's publish step, ``gc``, ``purge`` and
+``rollback``) holds the tenant's lease from the moment it reads the index it will change
+until it has published:
 
     with tenant_lease(root, "acme", "compact"):
         ...read, fold, publish...
 
-The lease is taken with create-if-absent semantics: on a local root a complete temporary
-file is hard-linked to ``LEASE`` (``link`` fails when the name exists, so two writers cannot
-both succeed and a reader never sees a torn file); on an object store it is one exclusive
-PUT (fsspec ``mode="xb"``, which s3fs sends as ``If-None-Match: *``). A background thread
-renews it every ``ttl_s / 3`` while the job runs; it is released (deleted) at the end. A
-lease whose holder died is taken over once ``expires`` has passed: on a local root by an
-atomic rename of the expired file (only one taker wins the rename), on an object store by a
-delete and a new exclusive create. A second writer waits up to ``wait_s`` for the lease,
-then fails with one line (:class:`LeaseBusy`, a ``UsageError``: exit 2 on the command line).
+The lease is a numbered series of *claims*; the live claim is the highest number. A writer
+takes the lease by creating claim ``n + 1`` exclusively when claim ``n`` is released or
+expired (or there is none): on a local root a complete temporary file is hard-linked to the
+claim's name (``link`` fails when the name exists), on an object store it is one PUT with
+``If-None-Match: *`` (fsspec ``mode="xb"`` in s3fs). Only one of any number of takers can
+create ``n + 1``, so a takeover of an expired lease has exactly one winner on every store;
+nothing is ever deleted to take a lease over (the old "delete the expired lease, then
+create" on object storage let two takers both win). The winner re-lists and holds the lease
+only if no higher claim exists; it then deletes the claims below its own.
+
+Only a claim's own writer rewrites it: a background thread renews it (a new ``expires``)
+every ``ttl_s / 3`` and checks that no higher claim appeared; :meth:`TenantLease.ensure`,
+called before publishing, renews and checks again, so a writer that stalled past its TTL
+and was taken over refuses to publish (:class:`LeaseLost`). Release marks the claim
+``released`` (the highest claim is never deleted, so numbers never go back and a delayed
+taker cannot re-create a number someone already holds). A second writer waits up to
+``wait_s``, then fails with one line (:class:`LeaseBusy`, a ``UsageError``: exit 2 on the
+command line).
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import json
 import os
+import re
 import socket
 import threading
 import time
@@ -40,6 +50,7 @@ from quarry.core.index import layout
 LEASE = "LEASE"
 DEFAULT_TTL_S = 30.0
 DEFAULT_WAIT_S = 60.0
+_CLAIM = re.compile(r"^(\d{12})\.json$")
 
 
 class LeaseBusy(UsageError):
@@ -58,21 +69,41 @@ class LeaseRecord(BaseModel):
     tenant: str
     acquired: float  # epoch seconds
     expires: float  # epoch seconds
+    seq: int = 0  # the claim's number
+    released: bool = False
 
     def until(self) -> str:
         return dt.datetime.fromtimestamp(self.expires, dt.timezone.utc).isoformat(timespec="seconds")
 
+    def free(self, now: float) -> bool:
+        return self.released or self.expires < now
+
 
 def lease_path(root: str, tenant: str) -> str:
+    """The tenant's claim folder."""
     return layout.join(layout.tenant_dir(root, tenant), LEASE)
+
+
+def claim_path(root: str, tenant: str, seq: int) -> str:
+    return layout.join(lease_path(root, tenant), f"{seq:012d}.json")
 
 
 def new_owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
-def read_lease(root: str, tenant: str) -> LeaseRecord | None:
+def claims(root: str, tenant: str) -> list[int]:
+    """The claim numbers on storage, sorted (a fresh listing: no listing cache)."""
     fs, path = layout.fs_and_path(lease_path(root, tenant))
+    try:
+        names = fs.ls(path, detail=False, refresh=True)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    return sorted(int(m.group(1)) for m in (_CLAIM.match(n.rstrip("/").rsplit("/", 1)[-1]) for n in names) if m)
+
+
+def _read_claim(root: str, tenant: str, seq: int) -> LeaseRecord | None:
+    fs, path = layout.fs_and_path(claim_path(root, tenant, seq))
     try:
         with fs.open(path, "rb") as f:
             body = f.read()
@@ -81,7 +112,21 @@ def read_lease(root: str, tenant: str) -> LeaseRecord | None:
     try:
         return LeaseRecord.model_validate_json(body)
     except ValueError:  # a foreign or damaged file: treat as expired long ago
-        return LeaseRecord(owner="?", job="?", tenant=tenant, acquired=0.0, expires=0.0)
+        return LeaseRecord(owner="?", job="?", tenant=tenant, acquired=0.0, expires=0.0, seq=seq)
+
+
+def _top(root: str, tenant: str) -> tuple[int, LeaseRecord | None]:
+    """(the highest claim number, 0 when none; its record, None when it vanished meanwhile)."""
+    ns = claims(root, tenant)
+    if not ns:
+        return 0, None
+    return ns[-1], _read_claim(root, tenant, ns[-1])
+
+
+def read_lease(root: str, tenant: str) -> LeaseRecord | None:
+    """The live claim, or None when the tenant's lease is free (no claim, or released)."""
+    _, rec = _top(str(root).rstrip("/"), tenant)
+    return None if rec is None or rec.released else rec
 
 
 def _create_exclusive(uri: str, body: bytes) -> bool:
@@ -89,7 +134,7 @@ def _create_exclusive(uri: str, body: bytes) -> bool:
     fs, path = layout.fs_and_path(uri)
     if layout.is_local(uri):
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = f"{path}.{uuid.uuid4().hex}.tmp"
+        tmp = f"{os.path.dirname(path)}/.{uuid.uuid4().hex}.tmp"
         with open(tmp, "wb") as f:
             f.write(body)
             f.flush()
@@ -109,41 +154,22 @@ def _create_exclusive(uri: str, body: bytes) -> bool:
         return False
 
 
-def _remove_expired(root: str, tenant: str, seen: LeaseRecord) -> None:
-    """Remove the expired lease ``seen`` (and not a newer one another taker just created)."""
-    uri = lease_path(root, tenant)
-    fs, path = layout.fs_and_path(uri)
-    if layout.is_local(uri):
-        grave = f"{path}.expired-{uuid.uuid4().hex}"
+def _remove_claims(root: str, tenant: str, seqs: list[int]) -> None:
+    for n in seqs:
+        fs, path = layout.fs_and_path(claim_path(root, tenant, n))
         try:
-            os.rename(path, grave)  # one taker wins; the others see FileNotFoundError
+            fs.rm(path)
         except FileNotFoundError:
-            return
-        try:
-            got = LeaseRecord.model_validate_json(open(grave, "rb").read())
-        except ValueError:
-            got = None
-        if got is not None and got.owner != seen.owner and got.expires > time.time():
-            try:  # we raced a fresh lease away: put it back where it was
-                os.link(grave, path)
-            except FileExistsError:
-                pass
-        os.unlink(grave)
-        return
-    # Object stores: a delete, then the exclusive create decides. Two takers of one expired
-    # lease can race here (documented in docs/operations.md); a live lease is never deleted.
-    try:
-        fs.rm(path)
-    except FileNotFoundError:
-        pass
+            pass
 
 
 class TenantLease:
-    """A held lease; renews itself in a daemon thread until :meth:`release`."""
+    """A held claim; renews itself in a daemon thread until :meth:`release`."""
 
     def __init__(self, root: str, tenant: str, record: LeaseRecord, ttl_s: float):
         self.root, self.tenant, self.record, self.ttl_s = root, tenant, record, ttl_s
         self.lost: str | None = None
+        self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._renew_loop, name=f"quarry-lease-{tenant}", daemon=True)
         self._thread.start()
@@ -155,21 +181,35 @@ class TenantLease:
             except Exception as e:  # noqa: BLE001 - surfaced by ensure()
                 self.lost = f"{type(e).__name__}: {e}"
 
-    def renew(self) -> None:
-        cur = read_lease(self.root, self.tenant)
-        if cur is None or cur.owner != self.record.owner:
-            self.lost = f"taken over by {cur.job} ({cur.owner})" if cur else "the lease file disappeared"
+    def _check(self) -> None:
+        """Mark the lease lost when a higher claim exists (or this one vanished)."""
+        top, rec = _top(self.root, self.tenant)
+        if top != self.record.seq:
+            who = f"{rec.job} ({rec.owner})" if rec is not None and top > self.record.seq else None
+            self.lost = f"taken over by {who}" if who else "the lease claim disappeared"
             self._stop.set()
-            return
-        self.record = self.record.model_copy(update={"expires": time.time() + self.ttl_s})
-        layout.write_atomic(lease_path(self.root, self.tenant), self.record.model_dump_json().encode())
+
+    def renew(self) -> None:
+        """Push ``expires`` one TTL ahead, then check that nobody took the lease over."""
+        with self._lock:
+            if self.lost is not None:
+                return
+            if self.record.expires < time.time():  # stalled past the TTL: another writer may hold it now
+                self._check()
+                if self.lost is None:
+                    self.lost = "it expired before it was renewed"
+                    self._stop.set()
+                return
+            self.record = self.record.model_copy(update={"expires": time.time() + self.ttl_s})
+            layout.write_atomic(claim_path(self.root, self.tenant, self.record.seq),
+                                self.record.model_dump_json().encode())
+            self._check()
 
     def ensure(self) -> None:
-        """Raise :class:`LeaseLost` unless this writer still holds the lease (call before publishing)."""
+        """Raise :class:`LeaseLost` unless this writer still holds the lease (call before
+        publishing): renews the claim and checks no higher claim exists."""
         if self.lost is None:
-            cur = read_lease(self.root, self.tenant)
-            if cur is None or cur.owner != self.record.owner:
-                self.lost = f"taken over by {cur.job} ({cur.owner})" if cur else "the lease file disappeared"
+            self.renew()
         if self.lost is not None:
             raise LeaseLost(f"{self.tenant}: the {self.record.job} writer lease was lost ({self.lost}); "
                             f"nothing more was published, run it again")
@@ -177,35 +217,53 @@ class TenantLease:
     def release(self) -> None:
         self._stop.set()
         self._thread.join(timeout=5)
-        cur = read_lease(self.root, self.tenant)
-        if cur is not None and cur.owner == self.record.owner:
-            fs, path = layout.fs_and_path(lease_path(self.root, self.tenant))
-            try:
-                fs.rm(path)
-            except FileNotFoundError:
-                pass
+        with self._lock:
+            if self.lost is None:
+                self._check()
+            if self.lost is None:
+                self.record = self.record.model_copy(update={"released": True, "expires": time.time()})
+                layout.write_atomic(claim_path(self.root, self.tenant, self.record.seq),
+                                    self.record.model_dump_json().encode())
+            self.lost = self.lost or "released"
+
+
+def try_acquire(root: str, tenant: str, job: str, *, ttl_s: float = DEFAULT_TTL_S,
+                owner: str | None = None) -> TenantLease | LeaseRecord | None:
+    """One attempt: the held lease, or the live claim that holds it, or None when the attempt
+    raced another taker (look again)."""
+    root = str(root).rstrip("/")
+    top, cur = _top(root, tenant)
+    if top and cur is None:
+        return None  # the top claim vanished between list and read: a higher one exists now
+    now = time.time()
+    if cur is not None and not cur.free(now):
+        return cur
+    seq = top + 1
+    rec = LeaseRecord(owner=owner or new_owner(), job=job, tenant=tenant, acquired=now, expires=now + ttl_s, seq=seq)
+    if not _create_exclusive(claim_path(root, tenant, seq), rec.model_dump_json().encode()):
+        return None  # another taker created claim seq first
+    ns = claims(root, tenant)
+    if ns and ns[-1] != seq:  # a delayed create of a number below the top: not a holder
+        _remove_claims(root, tenant, [seq])
+        return None
+    _remove_claims(root, tenant, [n for n in ns if n < seq])
+    return TenantLease(root, tenant, rec, ttl_s)
 
 
 def acquire(root: str, tenant: str, job: str, *, wait_s: float = DEFAULT_WAIT_S, ttl_s: float = DEFAULT_TTL_S,
             owner: str | None = None, poll_s: float = 0.1) -> TenantLease:
     """Take the tenant's writer lease, waiting up to ``wait_s`` for another holder to release
     it or for its lease to expire; raise :class:`LeaseBusy` past that."""
-    root = str(root).rstrip("/")
-    owner = owner or new_owner()
     deadline = time.monotonic() + wait_s
     while True:
-        now = time.time()
-        rec = LeaseRecord(owner=owner, job=job, tenant=tenant, acquired=now, expires=now + ttl_s)
-        if _create_exclusive(lease_path(root, tenant), rec.model_dump_json().encode()):
-            return TenantLease(root, tenant, rec, ttl_s)
-        cur = read_lease(root, tenant)
-        if cur is not None and cur.expires < time.time():
-            _remove_expired(root, tenant, cur)
-            continue
+        got = try_acquire(root, tenant, job, ttl_s=ttl_s, owner=owner)
+        if isinstance(got, TenantLease):
+            return got
+        if got is None:
+            continue  # raced: look at the new top claim at once
         if time.monotonic() >= deadline:
-            who = f"{cur.job} (owner {cur.owner}) until {cur.until()}" if cur else "another writer"
-            raise LeaseBusy(f"tenant {tenant} is being written by {who}; waited {wait_s:g}s "
-                            f"(raise --lease-wait-s, or retry when it finishes)")
+            raise LeaseBusy(f"tenant {tenant} is being written by {got.job} (owner {got.owner}) until {got.until()}; "
+                            f"waited {wait_s:g}s (raise --lease-wait-s, or retry when it finishes)")
         time.sleep(poll_s)
 
 

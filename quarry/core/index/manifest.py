@@ -220,8 +220,24 @@ def publish(root: str, tenant: str, generation: int) -> None:
             layout.check_files(uri, s.sizes)
         else:
             layout.verify_files(uri, s.checksums)
+    record_retired_delta(root, tenant, generation)
     write_live_manifest(root, manifest)
     layout.write_atomic(layout.join(layout.tenant_dir(root, tenant), "CURRENT"), f"gen-{generation}\n".encode())
+
+
+def retired_path(root: str, tenant: str, generation: int) -> str:
+    return layout.join(layout.tenant_dir(root, tenant), "retired", f"gen-{generation}.json")
+
+
+def record_retired_delta(root: str, tenant: str, new_generation: int) -> None:
+    """Before ``CURRENT`` leaves the live generation: write which delta it was served with
+    (``<tenant>/retired/gen-<n>.json``, numbers only), so a rollback to it can restore that
+    delta or refuse (``quarry.core.index.pointers``)."""
+    live = layout.current_generation(root, tenant)
+    parsed = layout.parse_watermark(layout.read_watermark(root, tenant))
+    if live is None or live == new_generation or parsed is None or parsed[1] != live:
+        return
+    layout.write_json(retired_path(root, tenant, live), {"generation": live, "delta": parsed[0]})
 
 
 def _record(root: str, tenant: str, generation: int, field: str, value: BaseModel, *, live_copy: bool) -> None:

@@ -8,6 +8,15 @@ manifest copy written, then ``CURRENT`` replaced atomically). The change waterma
 (``DELTA``) names the generation its delta was applied over, so after a rollback that delta
 no longer applies: changes applied over the retired generation are not served until they
 are sent again (the report says which delta was retired).
+
+The target generation itself may have been served with a delta when it was live. A
+rollback restores that state exactly or refuses: the delta it was served with is the newest
+of the ``retired/gen-<n>.json`` record (written by every publish that leaves a generation),
+the compaction record of a generation compacted from it and the delta folders built over
+it. When that delta (and the earlier delta whose shard it reuses) is still on storage with
+matching checksums, ``CURRENT`` moves and ``DELTA`` then names it (a replica that reloads
+in between serves the target without its delta for that moment); when compaction's or
+``quarry gc``'s retention removed it, the rollback is refused (409, one line).
 """
 
 from __future__ import annotations
@@ -16,7 +25,7 @@ from dataclasses import dataclass
 
 from quarry.core.index import layout
 from quarry.core.index.lease import LeaseBusy, tenant_lease
-from quarry.core.index.manifest import manifest_path, publish
+from quarry.core.index.manifest import manifest_path, publish, retired_path
 
 
 class RollbackRefused(Exception):
@@ -34,6 +43,7 @@ class RollbackResult:
     generation: int
     previous: int
     retired_delta: str | None  # the watermark that no longer applies, if any
+    restored_delta: int | None = None  # the delta the target generation was served with, live again
 
 
 @dataclass(frozen=True)
@@ -75,10 +85,65 @@ def _rollback(root: str, tenant: str, generation: int, still_held) -> RollbackRe
         raise RollbackRefused(409, f"gen-{generation} has no manifest (its build never finished); it cannot be served")
     watermark = layout.read_watermark(root, tenant)
     parsed = layout.parse_watermark(watermark) if watermark else None
+    served = served_delta(root, tenant, generation)
+    if served is not None:
+        missing = _missing_delta(root, tenant, generation, served)
+        if missing:
+            raise RollbackRefused(409, f"gen-{generation} was served with delta-{served}, and {missing}; "
+                                       f"rolling back would serve gen-{generation} without those changes "
+                                       f"(roll forward with apply-changes or rebuild instead)")
     still_held()
     publish(root, tenant, generation)
+    if served is not None:
+        layout.publish_delta(root, tenant, served)
     return RollbackResult(tenant, generation, current,
-                          watermark if parsed is not None and parsed[1] == current else None)
+                          watermark if parsed is not None and parsed[1] == current else None, served)
+
+
+def served_delta(root: str, tenant: str, generation: int) -> int | None:
+    """The delta ``generation`` was last served with (None: it was served without one)."""
+    seqs = []
+    try:
+        seqs.append(int(layout.read_json(retired_path(root, tenant, generation))["delta"]))
+    except FileNotFoundError:
+        pass
+    for g in layout.generations(root, tenant):
+        try:
+            src = layout.read_json(manifest_path(root, tenant, g)).get("compacted_from") or {}
+        except FileNotFoundError:
+            continue
+        if src.get("generation") == generation and src.get("delta") is not None:
+            seqs.append(int(src["delta"]))
+    for seq in layout.delta_seqs(root, tenant):
+        try:
+            if layout.read_json(layout.join(layout.delta_dir(root, tenant, seq), "manifest.json")).get("base") == generation:
+                seqs.append(seq)
+        except FileNotFoundError:
+            continue
+    parsed = layout.parse_watermark(layout.read_watermark(root, tenant))
+    if parsed is not None and parsed[1] == generation:
+        seqs.append(parsed[0])
+    return max(seqs, default=None)
+
+
+def _missing_delta(root: str, tenant: str, generation: int, seq: int) -> str | None:
+    """Why delta ``seq`` over ``generation`` cannot be served again (None: it can)."""
+    d = layout.delta_dir(root, tenant, seq)
+    try:
+        m = layout.read_json(layout.join(d, "manifest.json"))
+    except FileNotFoundError:
+        return f"delta-{seq} was removed (compaction or quarry gc retention)"
+    if m.get("base") != generation:
+        return f"delta-{seq} on storage was built over gen-{m.get('base')}"
+    try:
+        layout.verify_files(d, m["checksums"])
+        ref = str(m.get("shard") or "")
+        if ref.startswith("delta-") and ref.split("/", 1)[0] != f"delta-{seq}":
+            other = layout.join(layout.changes_dir(root, tenant), ref.split("/", 1)[0])
+            layout.verify_files(other, layout.read_json(layout.join(other, "manifest.json"))["checksums"])
+    except (FileNotFoundError, RuntimeError, ValueError, KeyError) as e:
+        return f"delta-{seq}'s files are incomplete ({type(e).__name__})"
+    return None
 
 
 def dir_size(uri: str) -> int:

@@ -88,6 +88,7 @@ def collect(root: str, tenant: str, retain: int = DEFAULT_RETAIN) -> RetentionRe
         if g in keep:
             continue
         remove(layout.generation_dir(root, tenant, g))
+        remove(layout.join(layout.tenant_dir(root, tenant), "retired", f"gen-{g}.json"))  # its rollback record
         report.deleted_generations.append(g)
     for seq in layout.delta_seqs(root, tenant):
         if seq not in needed:

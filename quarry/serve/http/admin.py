@@ -162,20 +162,30 @@ def job_status(job_id: str = Path(pattern=admin_jobs.JOB_ID_PATTERN), s: ServeSe
     return JSONResponse(AdminJob(**job).model_dump(mode="json"))
 
 
+async def _purge_runs(tenant: str, doc_id: str | None = None, version: str | None = None) -> None:
+    """The run store holds runs' seen and fetched ids: the live store purges them itself
+    (memory, then its checkpoint or Redis keys), before the storage job starts."""
+    store = edge.current_run_store()
+    if store is not None:
+        await store.purge(tenant, doc_id, version)
+
+
 @router.delete("/tenants/{tenant}", status_code=202)
-def purge(tenant: str = Path(pattern=TENANT), s: ServeSettings = Platform):
+async def purge(tenant: str = Path(pattern=TENANT), s: ServeSettings = Platform):
     """Start ``quarry purge --all`` for the tenant: every generation, delta, change and trace
-    line of it, and every replica's copies (docs/operations.md "Purge"); returns the job (202)."""
+    line of it, its runs, and every replica's copies (docs/operations.md "Purge"); returns the job (202)."""
     _published(s, tenant)
+    await _purge_runs(tenant)
     return _job(s, "purge", tenant)
 
 
 @router.post("/tenants/{tenant}/purge", status_code=202)
-def purge_document(tenant: str = Path(pattern=TENANT), doc_id: str = Query(pattern=DOC_ID),
-                   version: str | None = Query(default=None, pattern=VERSION), s: ServeSettings = Platform):
+async def purge_document(tenant: str = Path(pattern=TENANT), doc_id: str = Query(pattern=DOC_ID),
+                         version: str | None = Query(default=None, pattern=VERSION), s: ServeSettings = Platform):
     """Start ``quarry purge --doc-id`` (every version, or ``version``): the document's text is
-    left in no generation, delta or log under the root; returns the job (202)."""
+    left in no generation, delta or log under the root, and its ids in no run; returns the job (202)."""
     _published(s, tenant)
+    await _purge_runs(tenant, doc_id, version)
     return _job(s, "purge-document", tenant, doc_id=doc_id, version=version)
 
 

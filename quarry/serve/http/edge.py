@@ -10,6 +10,8 @@ process). Until configured, the defaults of ``RequestLimits`` hold.
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
 
@@ -18,15 +20,21 @@ from quarry.serve.http.limits import RequestLimitsMiddleware
 from quarry.serve.http.openapi import install_openapi
 from quarry.serve.settings import RequestLimits, ServeSettings
 
-_active: dict[str, ServeSettings | None] = {"settings": None}
+_active: dict[str, Any] = {"settings": None, "run_store": None}
 
 
-def configure(settings: ServeSettings) -> None:
+def configure(settings: ServeSettings, run_store: Any = None) -> None:
     _active["settings"] = settings
+    _active["run_store"] = run_store
 
 
 def current_settings() -> ServeSettings | None:
     return _active["settings"]
+
+
+def current_run_store() -> Any:
+    """This replica's run store (``quarry.serve.stores.runstore.RunStore``), for the admin purge."""
+    return _active["run_store"]
 
 
 def current_limits() -> RequestLimits:

@@ -68,7 +68,9 @@ class Gateway:
         self.traces = TraceWriter(settings.trace_root, retention_h=settings.trace_retention_h,
                                   per_tenant_hour=settings.traces_per_tenant_hour, flush_ms=settings.trace_flush_ms)
         self.metrics = GatewayMetrics(settings.tenant_limits.metrics_top_tenants)
-        self.agent_tools = AgentTools(settings, self.stages, make_run_store(settings), self.traces, self.metrics)
+        runs = make_run_store(settings)
+        edge.configure(settings, runs)  # the admin purge reaches the run store through this slot
+        self.agent_tools = AgentTools(settings, self.stages, runs, self.traces, self.metrics)
         self.verifier = CachedVerifier(settings.auth)
         self.mcp = None
         if settings.mcp_enabled:

@@ -195,6 +195,8 @@ class RolledBack(BaseModel):
     previous: int
     retired_delta: str | None = Field(description="the change watermark that no longer applies (changes applied "
                                                   "over the previous generation are not served)")
+    restored_delta: int | None = Field(default=None, description="the delta the target generation was served "
+                                                                 "with, live again over it")
 
 
 class ReconcileRequest(BaseModel):
@@ -210,7 +212,7 @@ class AclRequest(BaseModel):
 
 
 JobKind = Literal["compaction", "reconciliation", "purge", "purge-document"]
-JobState = Literal["running", "succeeded", "failed"]
+JobState = Literal["running", "succeeded", "failed", "lost"]
 
 
 class AdminJob(BaseModel):
@@ -224,7 +226,12 @@ class AdminJob(BaseModel):
     started_at: str
     finished_at: str | None = None
     outcome: dict[str, Any] | None = Field(default=None, description="the job's JSON outcome when it succeeded")
-    error: str | None = Field(default=None, description="the job's last error line when it failed")
+    error: str | None = Field(default=None, description="the job's last error line when it failed, or why it is lost")
+    owner: str | None = Field(default=None, description="host:pid of the Gateway replica that runs the job")
+    pid: int | None = Field(default=None, description="the job's child process on the owner's host")
+    heartbeat_at: float | None = Field(default=None, description="epoch seconds of the owner's last heartbeat")
+    lost_at: str | None = Field(default=None, description="when a job whose owner stopped heartbeating was "
+                                                         "declared lost (status 'lost')")
 
 
 class ChangesAppended(BaseModel):

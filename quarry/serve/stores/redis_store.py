@@ -190,5 +190,27 @@ class RedisRunStore:
         except RunNotFound:
             pass
 
+    async def purge(self, tenant: str, doc_id: str | None = None, version: str | None = None) -> int:
+        """Rewrite each of the tenant's runs without the document's ids (its TTL kept), or
+        delete every key of the tenant (``doc_id`` None). Redis keeps no other copy."""
+        base = f"{self._p}:{{{tenant}}}"
+        changed = 0
+        if doc_id is None:
+            keys = [k async for k in self._r.scan_iter(match=f"{base}:*")]
+            changed = sum(1 for k in keys if b":run:" in (k if isinstance(k, bytes) else k.encode()))
+            if keys:
+                await self._guard(self._r.delete(*keys))
+            return changed
+        async for key in self._r.scan_iter(match=f"{base}:run:*"):
+            raw = await self._guard(self._r.get(key))
+            if raw is None:
+                continue
+            state = RunState.model_validate_json(raw)
+            new = rules.without_document(state, doc_id, version)
+            if new != state:
+                await self._guard(self._r.set(key, new.model_dump_json(), keepttl=True, xx=True))
+                changed += 1
+        return changed
+
     async def aclose(self) -> None:
         await self._r.aclose()

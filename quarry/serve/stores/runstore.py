@@ -73,3 +73,7 @@ class RunStore(Protocol):
 
     async def end_answer(self, run_id: str, pkey: str, outcome: str) -> None: ...
 
+    async def purge(self, tenant: str, doc_id: str | None = None, version: str | None = None) -> int:
+        """Remove every id naming the document from the tenant's runs (``doc_id`` None: the
+        tenant's runs), from memory and from what the store keeps on disk; the count changed."""
+

@@ -184,6 +184,25 @@ class RunTable:
             self._write({"c": created, "s": new.model_dump(mode="json")})
         return result
 
+    def purge(self, tenant: str, doc_id: str | None = None, version: str | None = None) -> int:
+        """Drop every id naming the document from the tenant's runs (``doc_id`` None: drop the
+        tenant's runs), then fold the log into a fresh snapshot, so no earlier line that named
+        it stays on disk. Returns the runs changed or dropped."""
+        table = self._tenants.get(tenant, OrderedDict())
+        changed = 0
+        for run_id, (created, s) in list(table.items()):
+            if doc_id is None:
+                self._remove(run_id)
+                changed += 1
+                continue
+            new = rules.without_document(s, doc_id, version)
+            if new != s:
+                table[run_id] = (created, new)
+                changed += 1
+        if self._ckpt is not None:
+            self._compact()
+        return changed
+
     def stats(self) -> dict[str, Any]:
         return {"runs": len(self._where), "open_by_tenant": {t: n for t, n in self._open_t.items() if n}}
 
@@ -242,6 +261,9 @@ def _ray_actor():
         def decide(self, op: str, run_id: str, pkey: str, *args):
             return self.t.decide(op, run_id, pkey, *args)
 
+        def purge(self, tenant: str, doc_id: str | None = None, version: str | None = None) -> int:
+            return self.t.purge(tenant, doc_id, version)
+
         def stats(self) -> dict[str, Any]:
             return self.t.stats()
 
@@ -297,6 +319,9 @@ class ActorRunStore:
                 self._handle = self._attach()
             except asyncio.TimeoutError:
                 raise StoreUnavailable(self._name) from None
+
+    async def purge(self, tenant: str, doc_id: str | None = None, version: str | None = None) -> int:
+        return int(await self._call("purge", tenant, doc_id, version))
 
     async def _decide(self, op: str, run_id: str, pkey: str, *args: Any) -> Any:
         out = await self._call("decide", op, run_id, pkey, *args)

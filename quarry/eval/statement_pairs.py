@@ -96,10 +96,17 @@ def embedder_similarity(stated: Sequence[Sequence[Statement]], spec: str):
     (:func:`quarry.core.embed.factory.build_embedder`), encoded once each."""
     from quarry.core.embed.factory import build_embedder
 
+    emb = build_embedder(spec)
     clauses = sorted({s.clause for ss in stated for s in ss if s.clause})
-    vecs = build_embedder(spec).encode(clauses) if clauses else []
-    row = {c: vecs[k] for k, c in enumerate(clauses)}
-    return lambda a, b: float(row[a] @ row[b])
+    row = dict(zip(clauses, emb.encode(clauses))) if clauses else {}
+
+    def similarity(a: str, b: str) -> float:
+        for t in (a, b):
+            if t not in row:
+                row[t] = emb.encode([t])[0]
+        return float(row[a] @ row[b])
+
+    return similarity
 
 
 def evaluate(pairs: Sequence[Pair], nlp_name: str = DEFAULT_NLP, embedder: str | None = None,
@@ -131,14 +138,15 @@ def sweep(pairs: Sequence[Pair], nlp_name: str = DEFAULT_NLP, embedder: str | No
     higher thresholds, which accept fewer pairs)."""
     stated = statements_batch([t for p in pairs for t in (p.a, p.b)], nlp_name=nlp_name)
     similarity = embedder_similarity(stated, embedder) if embedder else None
-    overlaps = [x / 20 for x in range(4, 21)] + [1.01]
+    overlaps = [x / 20 for x in range(1, 21)] + [1.01]
     sims = [x / 20 for x in range(10, 21)] + [1.01] if similarity else [1.01]
-    mins = [0.0, 0.05, 0.1, 0.15, 0.2, 0.3] if similarity else [0.0]
+    mins = [0.0, 0.1, 0.2, 0.3] if similarity else [0.0]
+    synonyms = [x / 10 for x in range(4, 10)] + [1.01] if similarity else [1.01]
     out = []
-    for o, sm, mo in itertools.product(overlaps, sims, mins):
-        th = Thresholds(overlap=o, min_overlap=mo, similarity=sm)
+    for o, sm, mo, sy in itertools.product(overlaps, sims, mins, synonyms):
+        th = Thresholds(overlap=o, min_overlap=mo, similarity=sm, synonym=sy)
         out.append((th, evaluate(pairs, nlp_name, thresholds=th, stated=stated, similarity=similarity)))
-    out.sort(key=lambda x: (-x[1].f1, -x[0].overlap, -x[0].similarity, -x[0].min_overlap))
+    out.sort(key=lambda x: (-x[1].f1, -x[0].overlap, -x[0].similarity, -x[0].min_overlap, -x[0].synonym))
     return out
 
 
@@ -154,7 +162,7 @@ def to_markdown(r: Report, source: str) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m quarry.eval.statement_pairs", description=__doc__.splitlines()[0])
-    ap.add_argument("pairs", help="a YAML file of labelled pairs")
+    ap.add_argument("pairs", nargs="+", help="YAML files of labelled pairs (scored together)")
     ap.add_argument("--out", help="also write the report as Markdown to this file")
     ap.add_argument("--nlp", default=DEFAULT_NLP, help=f"spaCy pipeline name (default {DEFAULT_NLP})")
     ap.add_argument("--embedder", default=None,
@@ -164,17 +172,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--sweep", action="store_true", help="score a grid of thresholds; print the best ten")
     args = ap.parse_args(argv)
     try:
-        pairs = select(load_pairs(args.pairs), args.part)
+        pairs = select([p for f in args.pairs for p in load_pairs(f)], args.part)
+        if len({p.id for p in pairs}) != len(pairs):
+            raise ValueError("a pair id appears in two of the files")
         if args.sweep:
             for th, r in sweep(pairs, nlp_name=args.nlp, embedder=args.embedder)[:10]:
-                print(f"overlap {th.overlap:.2f} min_overlap {th.min_overlap:.2f} similarity {th.similarity:.2f}: "
+                print(f"overlap {th.overlap:.2f} min_overlap {th.min_overlap:.2f} similarity {th.similarity:.2f} "
+                      f"synonym {th.synonym:.2f}: "
                       f"P {r.precision:.3f} R {r.recall:.3f} F1 {r.f1:.3f}")
             return 0
         report = evaluate(pairs, nlp_name=args.nlp, embedder=args.embedder)
     except ValueError as e:
         print(f"statement_pairs: {e}", file=sys.stderr)
         return 2
-    label = args.pairs + ("" if args.part == "all" else f" ({args.part} part)") + (
+    label = " + ".join(args.pairs) + ("" if args.part == "all" else f" ({args.part} part)") + (
         f", embedder {args.embedder}" if args.embedder else "")
     md = to_markdown(report, label)
     print(md)

@@ -43,8 +43,9 @@ def conflicts(a: Statement, b: Statement, similarity: Callable[[str, str], float
     and they do not name disjoint entities."""
     if not _compatible(a, b) or not same_subject(a, b, similarity, thresholds):
         return False
-    if a.scope and b.scope and not set(a.scope) & set(b.scope):
-        return False
+    if a.scope and b.scope and not set(a.scope) & set(b.scope) and not (
+            set(a.scope) & set(b.context) or set(b.scope) & set(a.context)):
+        return False  # disjoint entities, neither mentioned by the other side
     if a.unit.split("/")[0] != b.unit.split("/")[0]:
         # another currency; but a scoped amount in another currency than a general one is
         # the local equivalent ("EUR 5,800 in Porto" for "GBP 5,000")

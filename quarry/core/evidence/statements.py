@@ -154,6 +154,25 @@ def _context(doc, values: list[Value], k: int, skip: set[int], anchor_ids: set[i
     return tuple(dict.fromkeys(_lemmas(sorted((doc[i] for i in region), key=lambda t: t.i), skip)))
 
 
+def _qualifiers(doc, values: list[Value], k: int, anchor_ids: set[int] = frozenset()) -> tuple[str, ...]:
+    """Names and labels in value ``k``'s part of the sentence: proper nouns not at the
+    sentence's start ("in Leeds", "the Harbour district", "the Acme MSA") and a noun with the
+    number that labels it ("line 3", "tier 2"), lowercased."""
+    value_ids = {i for w in values for i in w.tokens}
+    region = sorted({t.i for t in _region(doc, values, k)} | set(anchor_ids))
+    out = []
+    for i in region:
+        t = doc[i]
+        if i in value_ids or t.is_punct:
+            continue
+        if t.pos_ == "PROPN" and i > 0 and not t.is_sent_start and t.text not in CURRENCY_CODES \
+                and t.lower_ not in TIMEZONES and any(c.isalpha() for c in t.text):
+            out.append(t.lower_.removesuffix("'s"))
+        elif t.like_num and i > 0 and doc[i - 1].pos_ in ("NOUN", "PROPN") and t.head.i == i - 1:
+            out.append(f"{doc[i - 1].lower_} {t.lower_}")
+    return tuple(dict.fromkeys(out))
+
+
 def _masked(doc, value_ids: set[int]) -> str:
     """The sentence with each value written as "#" (the unit compatibility is checked apart)."""
     out, prev = [], None
@@ -176,7 +195,7 @@ def _unanchored(doc, v: Value, values: list[Value], k: int, skip: set[int], scop
     return Statement(subject=(), predicate="", value=v.value, unit=v.unit, magnitude=v.magnitude, scope=scope,
                      words=tuple(t.text for t in _region(doc, values, k) if t.i not in skip and not t.is_stop
                                  and not t.is_punct and any(c.isalpha() for c in t.text)),
-                     context=context, clause=_masked(doc, value_ids))
+                     context=context, clause=_masked(doc, value_ids), qualifiers=_qualifiers(doc, values, k))
 
 
 def _sentence_statements(doc, entities: Sequence[str], header: Sequence[str] = ()) -> list[Statement]:
@@ -238,7 +257,7 @@ def _sentence_statements(doc, entities: Sequence[str], header: Sequence[str] = (
         made[k] = Statement(subject=tuple(subject), predicate=predicate, value=v.value, unit=v.unit,
                             magnitude=v.magnitude, scope=main_scope, words=words,
                             context=_context(doc, values, k, scope_ids | value_ids, anchor_ids),
-                            clause=_masked(doc, value_ids))
+                            clause=_masked(doc, value_ids), qualifiers=_qualifiers(doc, values, k, anchor_ids))
     for k, v in enumerate(values):
         if k in equiv and equiv[k] in made:
             # an equivalent states the same value, unless the parenthesis names whom it is for
@@ -250,7 +269,7 @@ def _sentence_statements(doc, entities: Sequence[str], header: Sequence[str] = (
                 m = made[equiv[k]]
                 made[k] = Statement(subject=m.subject, predicate=m.predicate, value=v.value, unit=v.unit,
                                     magnitude=v.magnitude, scope=tuple(names), words=m.words,
-                                    context=m.context, clause=m.clause)
+                                    context=m.context, clause=m.clause, qualifiers=m.qualifiers)
     return [made[k] for k in sorted(made)]
 
 

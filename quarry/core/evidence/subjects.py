@@ -18,7 +18,7 @@ from quarry.core.evidence.statement import Statement
 from quarry.core.text.tokenizer import stem
 
 __all__ = ["CANON", "GENERIC_WORDS", "DEFAULT_THRESHOLDS", "SYNONYMS", "Thresholds", "concept",
-           "context_keys", "context_overlap", "contrasting", "same_subject", "subject_keys"]
+           "context_keys", "context_overlap", "contrasting", "named_apart", "own_subject_words", "same_subject", "subject_keys"]
 
 # Predicates that state the same thing, each mapped to the group's first word.
 SYNONYMS: tuple[tuple[str, ...], ...] = (
@@ -67,9 +67,10 @@ class Thresholds:
     """When two contexts make one subject (:func:`same_subject`); the defaults are chosen on
     the tuning part of the dev pairs (``python -m quarry.eval.statement_pairs --sweep``)."""
 
-    overlap: float = 0.5  # context overlap that makes one subject without an embedder
+    overlap: float = 0.15  # context overlap that makes one subject without an embedder
     min_overlap: float = 0.1  # an embedder's similarity counts only for contexts this close
     similarity: float = 0.8  # cosine of the masked sentences under the tenant's embedder
+    synonym: float = 1.01  # cosine under which two subjects' own words contrast (above: synonyms)
 
 
 DEFAULT_THRESHOLDS = Thresholds()
@@ -121,14 +122,50 @@ def context_overlap(a: Statement, b: Statement) -> float:
     return len(ka & kb) / len(ka | kb) if ka | kb else 0.0
 
 
-def contrasting(a: Statement, b: Statement) -> bool:
-    """Each subject names something the other statement never says ("audit logs" and
-    "application logs", "Sev-1 incidents" and "Sev-2 incidents", "daily" and "monthly
-    limit"): two things of one kind, not one thing in two wordings."""
-    ka, kb = context_keys(a), context_keys(b)
-    own_a = {concept(w) for w in a.subject if w not in GENERIC_WORDS} - _HEAD_KEYS - kb
-    own_b = {concept(w) for w in b.subject if w not in GENERIC_WORDS} - _HEAD_KEYS - ka
+def _mentions(s: Statement) -> frozenset[str]:
+    return frozenset({*s.context, *s.subject, *s.scope, *s.qualifiers, *(w.lower() for w in s.words)})
+
+
+def named_apart(a: Statement, b: Statement) -> bool:
+    """Each statement names a place, party or label the other never mentions ("in Leeds" and
+    "in York", "line 3" and "line 7", "the Acme MSA" and "the Globex MSA")."""
+    own_a = set(a.qualifiers) - _mentions(b)
+    own_b = set(b.qualifiers) - _mentions(a)
     return bool(own_a and own_b)
+
+
+def own_subject_words(a: Statement, b: Statement) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The subject words each statement has and the other never says."""
+    ka, kb = context_keys(a), context_keys(b)
+    own_a = tuple(w for w in a.subject if w not in GENERIC_WORDS and concept(w) not in _HEAD_KEYS | kb)
+    own_b = tuple(w for w in b.subject if w not in GENERIC_WORDS and concept(w) not in _HEAD_KEYS | ka)
+    return own_a, own_b
+
+
+def contrasting(a: Statement, b: Statement, similarity: Callable[[str, str], float] | None = None,
+                thresholds: Thresholds = None) -> bool:
+    """Two things of one kind, not one thing in two wordings: the statements are
+    :func:`named_apart`, or each subject names something the other statement never says
+    ("audit logs" and "application logs", "Sev-1 incidents" and "Sev-2 incidents") unless
+    ``similarity`` finds those words synonyms ("obligations" and "duty")."""
+    if named_apart(a, b):
+        return True
+    th = thresholds or DEFAULT_THRESHOLDS
+    pa, pb = _verb_predicate(a), _verb_predicate(b)
+    if pa and pb and concept(pa) != concept(pb) and concept(pa) not in context_keys(b) \
+            and concept(pb) not in context_keys(a):
+        # two verbs of their own ("raised within 24 hours", "closed within 30 days")
+        if similarity is None or similarity(pa, pb) < th.synonym:
+            return True
+    own_a, own_b = own_subject_words(a, b)
+    if not (own_a and own_b):
+        return False
+    return similarity is None or similarity(" ".join(own_a), " ".join(own_b)) < th.synonym
+
+
+def _verb_predicate(s: Statement) -> str:
+    """The predicate when it is a verb of the clause (a relational noun is in the subject)."""
+    return s.predicate if s.predicate and s.predicate not in s.subject else ""
 
 
 def _same_bag(a: Statement, b: Statement) -> bool:
@@ -150,9 +187,11 @@ def same_subject(a: Statement, b: Statement, similarity: Callable[[str, str], fl
     or, unless their subjects contrast (:func:`contrasting`), their contexts overlap by
     :class:`Thresholds` (:func:`context_overlap`), or overlap a little and their masked
     sentences are similar enough under ``similarity`` (the tenant's embedder)."""
+    if named_apart(a, b):
+        return False
     if a.subject and b.subject and _same_bag(a, b):
         return True
-    if contrasting(a, b):
+    if contrasting(a, b, similarity, thresholds):
         return False
     overlap = context_overlap(a, b)
     if overlap >= thresholds.overlap:

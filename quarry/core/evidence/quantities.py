@@ -108,7 +108,7 @@ def _period_days(name: str) -> float:
     """Days in a period name of :data:`_PERIOD_ADVERBS` ("3 month" is a quarter)."""
     n, _, unit = name.rpartition(" ")
     return float(n or 1) * _pint_base(unit)[1]
-_NUMERIC = re.compile(r"[-+−]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?")
+_NUMERIC = re.compile(r"[-+−±]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?")
 # Parts of speech a unit word can have ("GB" and "°" are tagged PROPN by the small model).
 _UNIT_POS = frozenset({"NOUN", "PROPN", "X", "SYM", "NUM"})
 
@@ -117,7 +117,7 @@ def _number(tok) -> float | None:
     """The number a token writes: "1,000", "-80", "0.5", "one"; None for anything else."""
     t = tok.text
     if _NUMERIC.fullmatch(t):
-        return float(t.replace(",", "").replace("−", "-"))
+        return float(t.replace(",", "").replace("−", "-").lstrip("±"))  # "±0.02 mm": the tolerance
     return _WORD_NUMBERS.get(tok.lower_)
 
 
@@ -191,15 +191,19 @@ def _one_period(doc, tok, taken: set[int]) -> Value | None:
     year", and an adverb of how often ("backups run daily"); not "EUR 40 a month" (a rate of
     the value before it) nor "the daily limit" (a qualifier)."""
     w = tok.lower_
+    if tok.i > 0 and tok.i - 1 in taken:
+        return None  # "USD 425 annually", "EUR 40 a month": the rate of that value (:func:`_with_rate`)
     if w in _PERIOD_ADVERBS and tok.pos_ == "ADV" and tok.dep_ == "advmod":
         name, last = _PERIOD_ADVERBS[w], tok.i
         days, approx = _period_days(name), name not in ("hour", "day")
     elif w in ("a", "an", "every", "each"):
-        u = _duration_unit(doc, tok.i + 1)
+        # "a full day", "a whole week": one adjective may stand between
+        skip = tok.i + 2 < len(doc) and doc[tok.i + 1].pos_ == "ADJ"
+        u = _duration_unit(doc, tok.i + 1 + skip)
         if u is None:
             return None
         name, last, days, approx = u
-        if tok.i > 0 and (tok.i - 1 in taken or doc[tok.i - 1].lower_ in ("per", "times", *_TIMES)):
+        if tok.i > 0 and doc[tok.i - 1].lower_ in ("per", "times", *_TIMES):
             return None
     else:
         return None
@@ -393,6 +397,19 @@ def _count(doc, i: int, value: float, date_tokens: set[int]) -> Value | None:
 def _with_rate(doc, v: Value) -> Value:
     """Add a "per ..." rate to the unit: "100 requests per minute" is count:request/duration
     with its magnitude per day, "EUR 6 per seat" is currency:EUR/seat."""
+    j = max(v.tokens) + 1
+    if j < len(doc) and v.magnitude is not None and v.unit not in ("duration", "time_of_day"):
+        # "USD 425 annually", "EUR 40 a month", "GBP 10 each month": a time rate
+        if doc[j].lower_ in _PERIOD_ADVERBS:
+            name, last = _PERIOD_ADVERBS[doc[j].lower_], j
+            days, approx = _period_days(name), name not in ("hour", "day")
+        elif doc[j].lower_ in ("a", "an", "each", "every") and (u := _duration_unit(doc, j + 1)) is not None:
+            name, last, days, approx = u
+        else:
+            name = None
+        if name is not None:
+            return Value(v.tokens | frozenset(range(j, last + 1)), f"{v.value}/{name.split()[-1]}", f"{v.unit}/duration",
+                         v.magnitude / days, v.approx or approx)
     heads = {doc[i] for i in v.tokens} | {doc[i].head for i in v.tokens}
     if v.unit.startswith("count:"):
         heads |= {doc[i].head.head for i in v.tokens}

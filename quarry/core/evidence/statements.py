@@ -155,9 +155,10 @@ def _context(doc, values: list[Value], k: int, skip: set[int], anchor_ids: set[i
 
 
 def _qualifiers(doc, values: list[Value], k: int, anchor_ids: set[int] = frozenset()) -> tuple[str, ...]:
-    """Names and labels in value ``k``'s part of the sentence: proper nouns not at the
-    sentence's start ("in Leeds", "the Harbour district", "the Acme MSA") and a noun with the
-    number that labels it ("line 3", "tier 2"), lowercased."""
+    """Names and labels in value ``k``'s part of the sentence: proper nouns that say where
+    or under what ("in Leeds", "in the Harbour district", "under the Acme MSA": the object of
+    a place preposition or a word of it) and a noun with the number that labels it ("line
+    3", "tier 2"), lowercased."""
     value_ids = {i for w in values for i in w.tokens}
     region = sorted({t.i for t in _region(doc, values, k)} | set(anchor_ids))
     out = []
@@ -165,12 +166,26 @@ def _qualifiers(doc, values: list[Value], k: int, anchor_ids: set[int] = frozens
         t = doc[i]
         if i in value_ids or t.is_punct:
             continue
-        if t.pos_ == "PROPN" and i > 0 and not t.is_sent_start and t.text not in CURRENCY_CODES \
+        if t.pos_ == "PROPN" and _where(t) and t.text not in CURRENCY_CODES \
                 and t.lower_ not in TIMEZONES and any(c.isalpha() for c in t.text):
             out.append(t.lower_.removesuffix("'s"))
         elif t.like_num and i > 0 and doc[i - 1].pos_ in ("NOUN", "PROPN") and t.head.i == i - 1:
             out.append(f"{doc[i - 1].lower_} {t.lower_}")
     return tuple(dict.fromkeys(out))
+
+
+_PLACE_PREPS = frozenset({"in", "at", "under", "on", "from", "across", "throughout"})
+
+
+def _where(tok) -> bool:
+    """The token is the object of a place preposition, or a word of that object's phrase."""
+    for _ in range(3):
+        if tok.dep_ == "pobj":
+            return tok.head.lower_ in _PLACE_PREPS
+        if tok.dep_ not in ("compound", "amod", "poss", "nmod") or tok.head.i == tok.i:
+            return False
+        tok = tok.head
+    return False
 
 
 def _masked(doc, value_ids: set[int]) -> str:

@@ -152,11 +152,14 @@ def contrasting(a: Statement, b: Statement, similarity: Callable[[str, str], flo
         return True
     th = thresholds or DEFAULT_THRESHOLDS
     pa, pb = _verb_predicate(a), _verb_predicate(b)
-    if pa and pb and concept(pa) != concept(pb) and concept(pa) not in context_keys(b) \
-            and concept(pb) not in context_keys(a):
+    own_pa = bool(pa) and concept(pa) not in context_keys(b)
+    own_pb = bool(pb) and concept(pb) not in context_keys(a)
+    if pa and pb and concept(pa) != concept(pb) and own_pa and own_pb:
         # two verbs of their own ("raised within 24 hours", "closed within 30 days")
         if similarity is None or similarity(pa, pb) < th.synonym:
             return True
+    if (own_pa and b.predicate in b.subject) or (own_pb and a.predicate in a.subject):
+        return True  # a verb beside a noun's value: "orders below USD 20 are not accepted", "the minimum order value"
     own_a, own_b = own_subject_words(a, b)
     if not (own_a and own_b):
         return False

@@ -71,6 +71,7 @@ class Thresholds:
     min_overlap: float = 0.1  # an embedder's similarity counts only for contexts this close
     similarity: float = 0.8  # cosine of the masked sentences under the tenant's embedder
     synonym: float = 1.01  # cosine under which two subjects' own words contrast (above: synonyms)
+    min_shared: int = 2  # context keys two statements must share for the overlap rule
 
 
 DEFAULT_THRESHOLDS = Thresholds()
@@ -158,12 +159,25 @@ def contrasting(a: Statement, b: Statement, similarity: Callable[[str, str], flo
         # two verbs of their own ("raised within 24 hours", "closed within 30 days")
         if similarity is None or similarity(pa, pb) < th.synonym:
             return True
-    if (own_pa and b.predicate in b.subject) or (own_pb and a.predicate in a.subject):
-        return True  # a verb beside a noun's value: "orders below USD 20 are not accepted", "the minimum order value"
+    for x, y, own in ((a, b, own_pb), (b, a, own_pa)):
+        if own and x.predicate in x.subject and concept(x.predicate) not in context_keys(y):
+            return True  # a verb of its own beside a noun the other never names: "batches submitted after 15:00"
+            # and "| Replay open batches onto the new platform | 18:51 |"
+    if a.clause and b.clause and _threshold(a) != _threshold(b):
+        return True  # "orders below USD 20 are not accepted" sets a condition, "the minimum order value is $25" a value
     own_a, own_b = own_subject_words(a, b)
     if not (own_a and own_b):
         return False
     return similarity is None or similarity(" ".join(own_a), " ".join(own_b)) < th.synonym
+
+
+_THRESHOLD_WORDS = frozenset({"over", "above", "below", "under"})
+
+
+def _threshold(s: Statement) -> bool:
+    """A value stated as a threshold on what the clause is about: "orders over EUR 50"."""
+    words = s.clause.lower().split()
+    return any(w in _THRESHOLD_WORDS and nxt.startswith("#") for w, nxt in zip(words, words[1:]))
 
 
 def _verb_predicate(s: Statement) -> str:
@@ -197,7 +211,7 @@ def same_subject(a: Statement, b: Statement, similarity: Callable[[str, str], fl
     if contrasting(a, b, similarity, thresholds):
         return False
     overlap = context_overlap(a, b)
-    if overlap >= thresholds.overlap:
+    if overlap >= thresholds.overlap and len(context_keys(a) & context_keys(b)) >= thresholds.min_shared:
         return True
     return (similarity is not None and overlap >= thresholds.min_overlap and bool(a.clause and b.clause)
             and similarity(a.clause, b.clause) >= thresholds.similarity)

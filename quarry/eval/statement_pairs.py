@@ -1,5 +1,6 @@
 """Labelled statement pairs: does ``conflict(statements(a), statements(b))`` agree with the
-label? Precision, recall and F1 of the conflict rule, and the ids of the pairs it gets wrong.
+label? Precision, recall and F1 of the conflict rule, the ids of the pairs it gets wrong, and
+the errors counted by each pair's ``why`` tag.
 
     python -m quarry.eval.statement_pairs eval/statement_pairs/dev.yaml [--out FILE.md]
         [--embedder default|hashing|DIR] [--part all|tune|holdout] [--sweep]
@@ -20,6 +21,7 @@ import hashlib
 import itertools
 import sys
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,6 +56,15 @@ class Report:
     false_positives: tuple[str, ...]
     false_negatives: tuple[str, ...]
     seconds: float
+    by_why: tuple[tuple[str, bool, int, int], ...] = ()  # (why, label, pairs, wrong), sorted
+
+
+def count_by_why(pairs: Sequence[Pair], wrong: set[str]) -> tuple[tuple[str, bool, int, int], ...]:
+    """(why, label, pairs, wrong) for each (why, label) group, conflicts first."""
+    n: Counter[tuple[str, bool]] = Counter((p.why, p.conflict) for p in pairs)
+    w: Counter[tuple[str, bool]] = Counter((p.why, p.conflict) for p in pairs if p.id in wrong)
+    return tuple((why, label, n[why, label], w[why, label])
+                 for why, label in sorted(n, key=lambda k: (not k[1], k[0])))
 
 
 def load_pairs(path: str | Path) -> list[Pair]:
@@ -129,7 +140,7 @@ def evaluate(pairs: Sequence[Pair], nlp_name: str = DEFAULT_NLP, embedder: str |
     rec = tp / (tp + len(fn)) if tp + len(fn) else 1.0
     f1 = 2 * prec * rec / (prec + rec) if prec + rec else 0.0
     return Report(prec, rec, f1, len(pairs), sum(p.conflict for p in pairs), tuple(fp), tuple(fn),
-                  time.perf_counter() - t0)
+                  time.perf_counter() - t0, count_by_why(pairs, set(fp) | set(fn)))
 
 
 def sweep(pairs: Sequence[Pair], nlp_name: str = DEFAULT_NLP, embedder: str | None = None
@@ -158,6 +169,11 @@ def to_markdown(r: Report, source: str) -> str:
              f"| {r.precision:.3f} | {r.recall:.3f} | {r.f1:.3f} |", "",
              f"False conflicts ({len(r.false_positives)}): {', '.join(r.false_positives) or 'none'}", "",
              f"Missed conflicts ({len(r.false_negatives)}): {', '.join(r.false_negatives) or 'none'}", ""]
+    if r.by_why:
+        lines += ["## Errors by `why`", "", "| why | label | pairs | wrong |", "| --- | --- | --- | --- |"]
+        lines += [f"| {why or '-'} | {'conflict' if label else 'no conflict'} | {n} | {w} |"
+                  for why, label, n, w in r.by_why]
+        lines.append("")
     return "\n".join(lines)
 
 

@@ -69,7 +69,7 @@ class Thresholds:
 
     overlap: float = 0.15  # context overlap that makes one subject without an embedder
     min_overlap: float = 0.1  # an embedder's similarity counts only for contexts this close
-    similarity: float = 0.8  # cosine of the masked sentences under the tenant's embedder
+    similarity: float = 0.55  # cosine of the masked sentences under the tenant's embedder
     synonym: float = 1.01  # cosine under which two subjects' own words contrast (above: synonyms)
     min_shared: int = 2  # context keys two statements must share for the overlap rule
 

@@ -3,14 +3,22 @@ label? Precision, recall and F1 of the conflict rule, the ids of the pairs it ge
 the errors counted by each pair's ``why`` tag.
 
     python -m quarry.eval.statement_pairs eval/statement_pairs/dev.yaml [--out FILE.md]
+        [--embedder default|hashing|DIR] [--part all|tune|holdout] [--sweep]
 
-The file holds ``pairs: [{id, a, b, conflict, why}, ...]``. Bad input (a missing file, bad
-YAML, a pair without its fields) is one line on stderr and exit status 2.
+The file holds ``pairs: [{id, a, b, conflict, why}, ...]``. ``--embedder`` adds the
+similarity of the masked sentences under that embedder (:func:`.subjects.same_subject`);
+without it the rule is the lemma rule the resolver runs. ``--part`` scores the tuning
+two thirds or the held-out third of the file (by a hash of each pair id, :func:`part_of`).
+``--sweep`` scores a grid of :class:`.subjects.Thresholds` and names the best by F1 on the
+part scored. Bad input (a missing file, bad YAML, a pair without its fields) is one line
+on stderr and exit status 2.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import itertools
 import sys
 import time
 from collections import Counter
@@ -21,7 +29,12 @@ from pathlib import Path
 import yaml
 
 from quarry.core.evidence.conflict import conflict
+from quarry.core.evidence.statement import Statement
 from quarry.core.evidence.statements import DEFAULT_NLP, statements_batch
+from quarry.core.evidence.subjects import DEFAULT_THRESHOLDS, Thresholds
+
+PARTS = ("all", "tune", "holdout")
+SPLIT_SEED = "quarry-statement-pairs-1"
 
 
 @dataclass(frozen=True)
@@ -77,12 +90,46 @@ def load_pairs(path: str | Path) -> list[Pair]:
     return out
 
 
-def evaluate(pairs: Sequence[Pair], nlp_name: str = DEFAULT_NLP) -> Report:
+def part_of(pair_id: str) -> str:
+    """"holdout" for a fixed third of the pair ids (by hash), else "tune"."""
+    h = int(hashlib.sha256(f"{SPLIT_SEED}:{pair_id}".encode()).hexdigest()[:8], 16)
+    return "holdout" if h % 3 == 0 else "tune"
+
+
+def select(pairs: Sequence[Pair], part: str) -> list[Pair]:
+    if part not in PARTS:
+        raise ValueError(f"part must be one of {', '.join(PARTS)}, not {part!r}")
+    return [p for p in pairs if part == "all" or part_of(p.id) == part]
+
+
+def embedder_similarity(stated: Sequence[Sequence[Statement]], spec: str):
+    """A cosine similarity over the statements' masked sentences under embedder ``spec``
+    (:func:`quarry.core.embed.factory.build_embedder`), encoded once each."""
+    from quarry.core.embed.factory import build_embedder
+
+    emb = build_embedder(spec)
+    clauses = sorted({s.clause for ss in stated for s in ss if s.clause})
+    row = dict(zip(clauses, emb.encode(clauses))) if clauses else {}
+
+    def similarity(a: str, b: str) -> float:
+        for t in (a, b):
+            if t not in row:
+                row[t] = emb.encode([t])[0]
+        return float(row[a] @ row[b])
+
+    return similarity
+
+
+def evaluate(pairs: Sequence[Pair], nlp_name: str = DEFAULT_NLP, embedder: str | None = None,
+             thresholds: Thresholds = DEFAULT_THRESHOLDS, stated=None, similarity=None) -> Report:
     t0 = time.perf_counter()
-    stated = statements_batch([t for p in pairs for t in (p.a, p.b)], nlp_name=nlp_name, tenant="statement-pairs")
+    if stated is None:
+        stated = statements_batch([t for p in pairs for t in (p.a, p.b)], nlp_name=nlp_name, tenant="statement-pairs")
+    if similarity is None and embedder:
+        similarity = embedder_similarity(stated, embedder)
     fp, fn, tp = [], [], 0
     for k, p in enumerate(pairs):
-        got = conflict(stated[2 * k], stated[2 * k + 1]) is not None
+        got = conflict(stated[2 * k], stated[2 * k + 1], similarity, thresholds) is not None
         if got and p.conflict:
             tp += 1
         elif got:
@@ -94,6 +141,25 @@ def evaluate(pairs: Sequence[Pair], nlp_name: str = DEFAULT_NLP) -> Report:
     f1 = 2 * prec * rec / (prec + rec) if prec + rec else 0.0
     return Report(prec, rec, f1, len(pairs), sum(p.conflict for p in pairs), tuple(fp), tuple(fn),
                   time.perf_counter() - t0, count_by_why(pairs, set(fp) | set(fn)))
+
+
+def sweep(pairs: Sequence[Pair], nlp_name: str = DEFAULT_NLP, embedder: str | None = None
+          ) -> list[tuple[Thresholds, Report]]:
+    """Every grid :class:`.subjects.Thresholds` with its report, best F1 first (ties: the
+    higher thresholds, which accept fewer pairs)."""
+    stated = statements_batch([t for p in pairs for t in (p.a, p.b)], nlp_name=nlp_name, tenant="statement-pairs")
+    similarity = embedder_similarity(stated, embedder) if embedder else None
+    overlaps = [x / 20 for x in range(1, 21)] + [1.01]
+    sims = [x / 20 for x in range(10, 21)] + [1.01] if similarity else [1.01]
+    mins = [0.0, 0.1, 0.2, 0.3] if similarity else [0.0]
+    synonyms = [x / 10 for x in range(4, 10)] + [1.01] if similarity else [1.01]
+    out = []
+    for o, sm, mo, sy, ms in itertools.product(overlaps, sims, mins, synonyms, (1, 2, 3)):
+        th = Thresholds(overlap=o, min_overlap=mo, similarity=sm, synonym=sy, min_shared=ms)
+        out.append((th, evaluate(pairs, nlp_name, thresholds=th, stated=stated, similarity=similarity)))
+    out.sort(key=lambda x: (-x[1].f1, -x[0].min_shared, -x[0].overlap, -x[0].similarity, -x[0].min_overlap,
+                            -x[0].synonym))
+    return out
 
 
 def to_markdown(r: Report, source: str) -> str:
@@ -113,17 +179,32 @@ def to_markdown(r: Report, source: str) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m quarry.eval.statement_pairs", description=__doc__.splitlines()[0])
-    ap.add_argument("pairs", help="a YAML file of labelled pairs")
+    ap.add_argument("pairs", nargs="+", help="YAML files of labelled pairs (scored together)")
     ap.add_argument("--out", help="also write the report as Markdown to this file")
     ap.add_argument("--nlp", default=DEFAULT_NLP, help=f"spaCy pipeline name (default {DEFAULT_NLP})")
+    ap.add_argument("--embedder", default=None,
+                    help="also accept subjects whose masked sentences are similar under this embedder "
+                         "(default, hashing or a model directory); default: the lemma rule only")
+    ap.add_argument("--part", default="all", choices=PARTS, help="score all pairs, the tuning part or the held-out third")
+    ap.add_argument("--sweep", action="store_true", help="score a grid of thresholds; print the best ten")
     args = ap.parse_args(argv)
     try:
-        pairs = load_pairs(args.pairs)
-        report = evaluate(pairs, nlp_name=args.nlp)
+        pairs = select([p for f in args.pairs for p in load_pairs(f)], args.part)
+        if len({p.id for p in pairs}) != len(pairs):
+            raise ValueError("a pair id appears in two of the files")
+        if args.sweep:
+            for th, r in sweep(pairs, nlp_name=args.nlp, embedder=args.embedder)[:10]:
+                print(f"overlap {th.overlap:.2f} min_overlap {th.min_overlap:.2f} similarity {th.similarity:.2f} "
+                      f"synonym {th.synonym:.2f} min_shared {th.min_shared}: "
+                      f"P {r.precision:.3f} R {r.recall:.3f} F1 {r.f1:.3f}")
+            return 0
+        report = evaluate(pairs, nlp_name=args.nlp, embedder=args.embedder)
     except ValueError as e:
         print(f"statement_pairs: {e}", file=sys.stderr)
         return 2
-    md = to_markdown(report, args.pairs)
+    label = " + ".join(args.pairs) + ("" if args.part == "all" else f" ({args.part} part)") + (
+        f", embedder {args.embedder}" if args.embedder else "")
+    md = to_markdown(report, label)
     print(md)
     if args.out:
         Path(args.out).write_text(md)

@@ -259,3 +259,45 @@ def test_dev_corpus_pairs_conflict():
     for i, a in enumerate(names):
         for b in names[i + 1:]:
             assert conflict(st(a), st(b)) is None, (a, b)
+
+
+def test_number_words_periods_and_how_often():
+    (s,) = statements("Claims must be filed within ninety days.")
+    assert (s.unit, s.magnitude) == ("duration", 90.0)
+    (s,) = statements("Staff get one hundred and twenty hours of leave.")
+    assert s.magnitude == 5.0
+    (s,) = statements("Sessions expire after an hour.")
+    assert s.magnitude * 24 == 1.0
+    (s,) = statements("Calls are returned within a quarter of an hour.")
+    assert abs(s.magnitude * 24 * 60 - 15) < 1e-9
+    (s,) = statements("Passwords rotate twice a year.")
+    assert s.unit == "duration" and abs(s.magnitude - 365.25 / 2) < 1e-9
+    assert not clash("Passwords rotate twice a year.", "Passwords rotate every 6 months.")
+    assert clash("Passwords rotate twice a year.", "Passwords rotate every 3 months.")
+    (s,) = statements("Sidewalk café licences cost USD 425 annually.")
+    assert s.unit == "currency:USD/duration"
+    assert statements("The daily payout limit is EUR 50,000.")[0].unit == "currency:EUR"  # "daily" qualifies
+
+
+def test_a_value_without_an_anchor_still_states_something():
+    (s,) = statements("Up to 5 unused vacation days carry over.")
+    assert s.subject == () and s.predicate == "" and "vacation" in s.context and "#" in s.clause
+
+
+def test_context_overlap_and_what_tells_subjects_apart():
+    assert clash("Line faults are repaired within 24 hours.", "Line faults are repaired within 48 hours by engineers.")
+    assert not clash("In the Old Town conservation area, signs may not exceed 0.5 square metres.",
+                     "In the Harbour district, signs may not exceed 2 square metres.")
+    assert not clash("The maximum acceptable defect rate on line 3 is 0.5%.",
+                     "The maximum acceptable defect rate on line 7 is 1.2%.")
+    assert not clash("Non-conformance reports must be raised within 24 hours of detection.",
+                     "Non-conformance reports must be closed within 30 days.")
+
+
+def test_an_embedder_similarity_is_optional_and_bounded_by_contrasts():
+    a, = statements("Audit logs are retained for 1 year.")
+    b, = statements("Application logs are retained for 30 days.")
+    assert not conflicts(a, b, similarity=lambda x, y: 1.0)  # their subjects contrast, whatever the embedder says
+    c, = statements("Check-in at the hotel begins at 15:00.")
+    d, = statements("Guests can check in from 2 pm.")
+    assert conflicts(c, d, similarity=lambda x, y: 0.9) and not conflicts(c, d, similarity=lambda x, y: 0.1)

@@ -63,3 +63,13 @@ def test_shipped_dev_files_load(name):
     pairs = sp.load_pairs(ROOT / "eval" / "statement_pairs" / name)
     assert len({p.id for p in pairs}) == len(pairs) > 100
     assert 0 < sum(p.conflict for p in pairs) < len(pairs)
+
+
+def test_the_holdout_third_is_fixed_by_pair_id():
+    part_of, select = sp.part_of, sp.select
+    ids = [f"p{k}" for k in range(300)]
+    held = [i for i in ids if part_of(i) == "holdout"]
+    assert held == [i for i in ids if part_of(i) == "holdout"]  # the same split every run
+    assert 70 < len(held) < 130
+    pairs = [sp.Pair(i, "a", "b", False) for i in ids]
+    assert len(select(pairs, "tune")) + len(select(pairs, "holdout")) == len(select(pairs, "all")) == 300

@@ -8,7 +8,7 @@ import math
 from collections.abc import Callable
 
 from quarry.core.evidence.statement import Statement
-from quarry.core.evidence.subjects import same_subject
+from quarry.core.evidence.subjects import DEFAULT_THRESHOLDS, Thresholds, same_subject
 
 __all__ = ["conflict", "conflicts"]
 
@@ -37,13 +37,15 @@ def _compatible(a: Statement, b: Statement) -> bool:
     return ca[0].startswith("currency:") and cb[0].startswith("currency:") and rate_ok
 
 
-def conflicts(a: Statement, b: Statement, similarity: Callable[[str, str], float] | None = None) -> bool:
+def conflicts(a: Statement, b: Statement, similarity: Callable[[str, str], float] | None = None,
+              thresholds: Thresholds = DEFAULT_THRESHOLDS) -> bool:
     """``a`` and ``b`` attach different values of compatible units to the same subject,
     and they do not name disjoint entities."""
-    if not _compatible(a, b) or not same_subject(a, b, similarity):
+    if not _compatible(a, b) or not same_subject(a, b, similarity, thresholds):
         return False
-    if a.scope and b.scope and not set(a.scope) & set(b.scope):
-        return False
+    if a.scope and b.scope and not set(a.scope) & set(b.scope) and not (
+            set(a.scope) & set(b.context) or set(b.scope) & set(a.context)):
+        return False  # disjoint entities, neither mentioned by the other side
     if a.unit.split("/")[0] != b.unit.split("/")[0]:
         # another currency; but a scoped amount in another currency than a general one is
         # the local equivalent ("EUR 5,800 in Porto" for "GBP 5,000")
@@ -52,11 +54,12 @@ def conflicts(a: Statement, b: Statement, similarity: Callable[[str, str], float
 
 
 def conflict(a: tuple[Statement, ...], b: tuple[Statement, ...],
-             similarity: Callable[[str, str], float] | None = None) -> tuple[Statement, Statement] | None:
+             similarity: Callable[[str, str], float] | None = None,
+             thresholds: Thresholds = DEFAULT_THRESHOLDS) -> tuple[Statement, Statement] | None:
     """The first pair (in text order) where ``a`` and ``b`` attach different values to the
     same subject, or None."""
     for sa in a:
         for sb in b:
-            if conflicts(sa, sb, similarity):
+            if conflicts(sa, sb, similarity, thresholds):
                 return sa, sb
     return None

@@ -90,11 +90,26 @@ def _fmt(x: float) -> str:
     return format(round(x, 6), "g") if abs(x) < 1e15 else str(x)
 
 
+# English number words: the units and teens, the tens, and the multipliers that scale them.
 _WORD_NUMBERS = {w: float(k) for k, w in enumerate(
-    "zero one two three four five six seven eight nine ten eleven twelve".split())} | {
-    "fifteen": 15.0, "twenty": 20.0, "thirty": 30.0, "forty": 40.0, "fifty": 50.0, "sixty": 60.0,
-    "hundred": 100.0, "thousand": 1000.0, "dozen": 12.0}
-_NUMERIC = re.compile(r"[-+−]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?")
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
+    "seventeen eighteen nineteen".split())} | {w: float(10 * k) for k, w in enumerate(
+    "twenty thirty forty fifty sixty seventy eighty ninety".split(), start=2)} | {"dozen": 12.0}
+_MULTIPLIERS = {"hundred": 100.0, "thousand": 1000.0, "million": 1e6}
+# Fractions written as words: "half a minute", "a quarter of an hour", "three quarters of an hour".
+_FRACTIONS = {"half": 0.5, "quarter": 0.25, "quarters": 0.25}
+# How often, as a count per period: "twice a year", "once a week", "three times per day".
+_TIMES = {"once": 1.0, "twice": 2.0, "thrice": 3.0}
+# An adverb that names its period: "backups run daily", "rotated annually".
+_PERIOD_ADVERBS = {"hourly": "hour", "daily": "day", "nightly": "day", "weekly": "week", "fortnightly": "fortnight",
+                   "monthly": "month", "quarterly": "3 month", "yearly": "year", "annually": "year"}
+
+
+def _period_days(name: str) -> float:
+    """Days in a period name of :data:`_PERIOD_ADVERBS` ("3 month" is a quarter)."""
+    n, _, unit = name.rpartition(" ")
+    return float(n or 1) * _pint_base(unit)[1]
+_NUMERIC = re.compile(r"[-+−±]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?")
 # Parts of speech a unit word can have ("GB" and "°" are tagged PROPN by the small model).
 _UNIT_POS = frozenset({"NOUN", "PROPN", "X", "SYM", "NUM"})
 
@@ -103,8 +118,101 @@ def _number(tok) -> float | None:
     """The number a token writes: "1,000", "-80", "0.5", "one"; None for anything else."""
     t = tok.text
     if _NUMERIC.fullmatch(t):
-        return float(t.replace(",", "").replace("−", "-"))
+        return float(t.replace(",", "").replace("−", "-").lstrip("±"))  # "±0.02 mm": the tolerance
     return _WORD_NUMBERS.get(tok.lower_)
+
+
+def _number_run(doc, i: int) -> tuple[float, int] | None:
+    """(number, last token) of the number written from token ``i``: digits, or number words
+    composed the usual way ("twenty-five", "one hundred and twenty", "ninety")."""
+    first = _number(doc[i])
+    if first is None or _NUMERIC.fullmatch(doc[i].text):
+        return (first, i) if first is not None else None
+    total, current, last, j = 0.0, first, i, i + 1
+    while j < len(doc):
+        w = doc[j].lower_
+        if w in _MULTIPLIERS:
+            if _MULTIPLIERS[w] >= 1000:
+                total, current = total + (current or 1) * _MULTIPLIERS[w], 0.0
+            else:
+                current = (current or 1) * _MULTIPLIERS[w]
+            last, j = j, j + 1
+        elif w in ("-", "and") and j + 1 < len(doc) and doc[j + 1].lower_ in _WORD_NUMBERS and (
+                w == "-" or doc[j - 1].lower_ in _MULTIPLIERS):
+            j += 1
+        elif w in _WORD_NUMBERS and _WORD_NUMBERS[w] < 10 and current % 100 >= 20 and current % 10 == 0:
+            current, last, j = current + _WORD_NUMBERS[w], j, j + 1  # "twenty five"
+        elif w in _WORD_NUMBERS and current and current % 100 == 0 and doc[j - 1].lower_ in ("and", "-", *_MULTIPLIERS):
+            current, last, j = current + _WORD_NUMBERS[w], j, j + 1  # "one hundred and twenty"
+        else:
+            break
+    return total + current, last
+
+
+def _duration_unit(doc, j: int) -> tuple[str, int, float, bool] | None:
+    """(pint name, last token, days, calendar) of a time unit word at token ``j``."""
+    if j >= len(doc):
+        return None
+    got = _unit_at(doc, j)
+    if got is None:
+        return None
+    base = _pint_base(got[0])
+    if base is None or base[0] != "duration":
+        return None
+    return got[0], got[1], base[1], base[2]
+
+
+def _how_often(doc, tok, taken: set[int]) -> Value | None:
+    """How often, as the period between two times: "twice a year" is every half year,
+    "three times per week" every 7/3 days, "once daily" every day."""
+    times = _TIMES.get(tok.lower_)
+    j = tok.i + 1
+    if times is None:
+        run = _number_run(doc, tok.i)
+        if run is None or run[1] + 1 >= len(doc) or doc[run[1] + 1].lower_ not in ("times", "x"):
+            return None
+        times, j = run[0], run[1] + 2
+    if not times or j >= len(doc):
+        return None
+    if doc[j].lower_ in _PERIOD_ADVERBS:
+        name, last = _PERIOD_ADVERBS[doc[j].lower_], j
+        days, approx = _period_days(name), name not in ("hour", "day")
+    elif doc[j].lower_ in ("a", "an", "per", "each", "every") and (u := _duration_unit(doc, j + 1)) is not None:
+        name, last, days, approx = u
+    else:
+        return None
+    span = frozenset(range(tok.i, last + 1))
+    if span & taken:
+        return None
+    return Value(span, f"{_fmt(times)} per {name}", "duration", days / times, approx or name in ("month", "year"))
+
+
+def _one_period(doc, tok, taken: set[int]) -> Value | None:
+    """A period written without a number: "an hour", "a fortnight", "every month", "each
+    year", and an adverb of how often ("backups run daily"); not "EUR 40 a month" (a rate of
+    the value before it) nor "the daily limit" (a qualifier)."""
+    w = tok.lower_
+    if tok.i > 0 and tok.i - 1 in taken:
+        return None  # "USD 425 annually", "EUR 40 a month": the rate of that value (:func:`_with_rate`)
+    if w in _PERIOD_ADVERBS and tok.pos_ == "ADV" and tok.dep_ == "advmod":
+        name, last = _PERIOD_ADVERBS[w], tok.i
+        days, approx = _period_days(name), name not in ("hour", "day")
+    elif w in ("a", "an", "every", "each"):
+        # "a full day", "a whole week": one adjective may stand between
+        skip = tok.i + 2 < len(doc) and doc[tok.i + 1].pos_ == "ADJ"
+        u = _duration_unit(doc, tok.i + 1 + skip)
+        if u is None:
+            return None
+        name, last, days, approx = u
+        if tok.i > 0 and doc[tok.i - 1].lower_ in ("per", "times", *_TIMES):
+            return None
+    else:
+        return None
+    span = frozenset(range(tok.i, last + 1))
+    if span & taken:
+        return None
+    return Value(span, name if " " in name else f"1 {name}", "duration", days,
+                 approx or name in ("month", "year", "week"))
 
 
 def _unit_at(doc, j: int) -> tuple[str, int] | None:
@@ -214,12 +322,20 @@ def sentence_values(doc, *, tenant: str) -> list[Value]:
     for tok in doc:
         if tok.i in taken or is_code_token(tok):
             continue
-        amount = _number(tok)
-        j = tok.i + 1
-        if amount is None or (tok.lower_ == "half" and j < len(doc) and doc[j].lower_ in ("a", "an")):
-            if tok.lower_ != "half":
-                continue
-            amount, j = 0.5, j + (j < len(doc) and doc[j].lower_ in ("a", "an"))
+        often = _how_often(doc, tok, taken)
+        if often is not None:
+            taken.update(often.tokens)
+            out.append(often)
+            continue
+        run = _number_run(doc, tok.i)
+        amount, j = (run[0], run[1] + 1) if run is not None else (None, tok.i + 1)
+        if tok.lower_ in _FRACTIONS:
+            # "half a minute", "a quarter of an hour", "three quarters of an hour"
+            amount = _FRACTIONS[tok.lower_]
+            j += j < len(doc) and doc[j].lower_ == "of"
+            j += j < len(doc) and doc[j].lower_ in ("a", "an")
+        elif amount is None:
+            continue
         if j < len(doc) and doc[j].tag_ == "HYPH":
             j += 1  # "30-day"
         if j >= len(doc):
@@ -247,6 +363,14 @@ def sentence_values(doc, *, tenant: str) -> list[Value]:
         span = frozenset(range(tok.i, last + 1))
         taken.update(span)
         out.append(Value(span, f"{_fmt(amount)} {name}", dim, mag, approx))
+    # 4. Periods without a number: "an hour", "every month", "backups run daily".
+    for tok in doc:
+        if tok.i in taken:
+            continue
+        v = _one_period(doc, tok, taken)
+        if v is not None:
+            taken.update(v.tokens)
+            out.append(v)
     out.sort(key=lambda v: min(v.tokens))
     return [_with_rate(doc, v) for v in out]
 
@@ -274,12 +398,25 @@ def _count(doc, i: int, value: float, date_tokens: set[int]) -> Value | None:
 def _with_rate(doc, v: Value) -> Value:
     """Add a "per ..." rate to the unit: "100 requests per minute" is count:request/duration
     with its magnitude per day, "EUR 6 per seat" is currency:EUR/seat."""
+    j = max(v.tokens) + 1
+    if j < len(doc) and v.magnitude is not None and v.unit not in ("duration", "time_of_day"):
+        # "USD 425 annually", "EUR 40 a month", "GBP 10 each month": a time rate
+        if doc[j].lower_ in _PERIOD_ADVERBS:
+            name, last = _PERIOD_ADVERBS[doc[j].lower_], j
+            days, approx = _period_days(name), name not in ("hour", "day")
+        elif doc[j].lower_ in ("a", "an", "each", "every") and (u := _duration_unit(doc, j + 1)) is not None:
+            name, last, days, approx = u
+        else:
+            name = None
+        if name is not None:
+            return Value(v.tokens | frozenset(range(j, last + 1)), f"{v.value}/{name.split()[-1]}", f"{v.unit}/duration",
+                         v.magnitude / days, v.approx or approx)
     heads = {doc[i] for i in v.tokens} | {doc[i].head for i in v.tokens}
     if v.unit.startswith("count:"):
         heads |= {doc[i].head.head for i in v.tokens}
     for h in sorted(heads, key=lambda t: t.i):
         for child in h.children:
-            if child.lower_ == "per" and child.i > min(v.tokens):
+            if child.lower_ == "per" and child.i > min(v.tokens) and child.i not in v.tokens:
                 obj = next((c for c in child.children if c.dep_ == "pobj"), None)
                 if obj is None:
                     continue

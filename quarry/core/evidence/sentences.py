@@ -12,9 +12,14 @@ from quarry.core.text.units import line_sentences
 
 __all__ = ["may_state_value", "numeric_sentences_with_headers", "passage_sentences"]
 
-_NUMBER_WORDS = frozenset("one two three four five six seven eight nine ten eleven twelve fifteen twenty "
-                          "thirty forty fifty sixty hundred thousand half dozen".split())
-_NUMBER_WORD = re.compile(r"\b(?:" + "|".join(sorted(_NUMBER_WORDS)) + r")\b", re.IGNORECASE)
+_NUMBER_WORDS = frozenset("one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
+                          "sixteen seventeen eighteen nineteen twenty thirty forty fifty sixty seventy eighty ninety "
+                          "hundred thousand half quarter dozen once twice thrice".split())
+# Periods written without a number ("an hour", "every month", "backups run daily"): see
+# :func:`.quantities.sentence_values`.
+_PERIOD = (r"(?:a|an|every|each)\s+(?:second|minute|hour|day|week|fortnight|month|year)"
+           r"|hourly|daily|nightly|weekly|fortnightly|monthly|quarterly|yearly|annually")
+_NUMBER_WORD = re.compile(r"\b(?:" + "|".join(sorted(_NUMBER_WORDS)) + "|" + _PERIOD + r")\b", re.IGNORECASE)
 # A run of word characters holding a digit ("15:00", "30-day", "€40", but also "p53", "IL-23").
 _DIGIT_RUN = re.compile(r"[\w.,:%-]*?\d[\w.,:%-]*")
 _LETTER = re.compile(r"[^\W\d_]")

@@ -23,6 +23,9 @@ class Statement:
     magnitude: float | None  # the value in the unit's base (days, minutes since midnight, ...)
     scope: tuple[str, ...] = ()  # entities the sentence names (lowercase)
     words: tuple[str, ...] = ()  # the clause's words as written, for a follow-up query
+    context: tuple[str, ...] = ()  # content lemmas of the value's part of the sentence (value and scope left out)
+    clause: str = ""  # the sentence with its values masked as "#", for an embedder's similarity
+    qualifiers: tuple[str, ...] = ()  # names and labels in the value's part: "leeds", "line 3", "harbour"
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -33,6 +36,8 @@ class Statement:
         try:
             return cls(subject=tuple(d["subject"]), predicate=str(d["predicate"]), value=str(d["value"]),
                        unit=str(d["unit"]), magnitude=None if d.get("magnitude") is None else float(d["magnitude"]),
-                       scope=tuple(d.get("scope", ())), words=tuple(d.get("words", ())))
+                       scope=tuple(d.get("scope", ())), words=tuple(d.get("words", ())),
+                       context=tuple(d.get("context", ())), clause=str(d.get("clause", "")),
+                       qualifiers=tuple(d.get("qualifiers", ())))
         except KeyError as e:
             raise ValueError(f"a Statement needs subject, predicate, value and unit; missing {e}") from None

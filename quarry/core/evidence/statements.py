@@ -135,6 +135,84 @@ def _lemmas(toks, skip: set[int]) -> list[str]:
     return out
 
 
+def _region(doc, values: list[Value], k: int) -> list:
+    """The part of a list sentence value ``k`` belongs to: from after the previous value to
+    the end of this one (a subject comes before its value in English), the last value
+    taking the rest; the whole sentence when it states one value."""
+    if len(values) == 1:
+        return list(doc)
+    ends = sorted(max(w.tokens) for w in values)
+    mine = max(values[k].tokens)
+    lo = max((e for e in ends if e < mine), default=-1)
+    hi = len(doc) - 1 if mine == ends[-1] else mine
+    return [t for t in doc if lo < t.i <= hi]
+
+
+def _context(doc, values: list[Value], k: int, skip: set[int], anchor_ids: set[int] = frozenset()) -> tuple[str, ...]:
+    """Content lemmas of value ``k``'s region and of its anchor, in text order, once each."""
+    region = {t.i for t in _region(doc, values, k)} | set(anchor_ids)
+    return tuple(dict.fromkeys(_lemmas(sorted((doc[i] for i in region), key=lambda t: t.i), skip)))
+
+
+def _qualifiers(doc, values: list[Value], k: int, anchor_ids: set[int] = frozenset()) -> tuple[str, ...]:
+    """Names and labels in value ``k``'s part of the sentence: proper nouns that say where
+    or under what ("in Leeds", "in the Harbour district", "under the Acme MSA": the object of
+    a place preposition or a word of it) and a noun with the number that labels it ("line
+    3", "tier 2"), lowercased."""
+    value_ids = {i for w in values for i in w.tokens}
+    region = sorted({t.i for t in _region(doc, values, k)} | set(anchor_ids))
+    out = []
+    for i in region:
+        t = doc[i]
+        if i in value_ids or t.is_punct:
+            continue
+        if t.pos_ == "PROPN" and _where(t) and t.text not in CURRENCY_CODES \
+                and t.lower_ not in TIMEZONES and any(c.isalpha() for c in t.text):
+            out.append(t.lower_.removesuffix("'s"))
+        elif t.like_num and i > 0 and doc[i - 1].pos_ in ("NOUN", "PROPN") and t.head.i == i - 1:
+            out.append(f"{doc[i - 1].lower_} {t.lower_}")
+    return tuple(dict.fromkeys(out))
+
+
+_PLACE_PREPS = frozenset({"in", "at", "under", "on", "from", "across", "throughout"})
+
+
+def _where(tok) -> bool:
+    """The token is the object of a place preposition, or a word of that object's phrase."""
+    for _ in range(3):
+        if tok.dep_ == "pobj":
+            return tok.head.lower_ in _PLACE_PREPS
+        if tok.dep_ not in ("compound", "amod", "poss", "nmod") or tok.head.i == tok.i:
+            return False
+        tok = tok.head
+    return False
+
+
+def _masked(doc, value_ids: set[int]) -> str:
+    """The sentence with each value written as "#" (the unit compatibility is checked apart)."""
+    out, prev = [], None
+    for t in doc:
+        if t.i in value_ids:
+            if prev != "#":
+                out.append("#" + t.whitespace_)
+            prev = "#"
+            continue
+        out.append(t.text_with_ws)
+        prev = t.text
+    return "".join(out).strip()
+
+
+def _unanchored(doc, v: Value, values: list[Value], k: int, skip: set[int], scope: tuple[str, ...]) -> Statement:
+    """A value the parse attaches to no subject: no subject or predicate of its own, only
+    the lemmas around it (``context``) and the masked sentence."""
+    value_ids = {i for w in values for i in w.tokens}
+    context = _context(doc, values, k, skip)
+    return Statement(subject=(), predicate="", value=v.value, unit=v.unit, magnitude=v.magnitude, scope=scope,
+                     words=tuple(t.text for t in _region(doc, values, k) if t.i not in skip and not t.is_stop
+                                 and not t.is_punct and any(c.isalpha() for c in t.text)),
+                     context=context, clause=_masked(doc, value_ids), qualifiers=_qualifiers(doc, values, k))
+
+
 def _sentence_statements(doc, entities: Sequence[str], header: Sequence[str] = (), *, tenant: str) -> list[Statement]:
     """The statements of one parsed sentence; ``header`` holds the column names of the
     table a row sentence ("| Meals | GBP 35 per day |") belongs to."""
@@ -159,6 +237,8 @@ def _sentence_statements(doc, entities: Sequence[str], header: Sequence[str] = (
         if cell is not None and cells and cell != cells[0]:
             got = table_anchor(doc, v, got, cells, cell, header)
         if got is None:
+            # no anchor in the parse: a statement only the context rule (:mod:`.subjects`) can match
+            made[k] = _unanchored(doc, v, values, k, scope_ids | value_ids, main_scope)
             continue
         pred, toks = got
         # "25 vacation days", "10 sick days": what the counted noun is qualified by is part of the subject
@@ -178,7 +258,8 @@ def _sentence_statements(doc, entities: Sequence[str], header: Sequence[str] = (
         subject = list(dict.fromkeys(subject))
         if pred_tok is not None and pred_tok.pos_ in ("VERB", "AUX", "ADJ") and not [
                 s for s in subject if s != pred_tok.lemma_.lower()]:
-            continue  # "it expires after 30 days": no subject
+            made[k] = _unanchored(doc, v, values, k, scope_ids | value_ids, main_scope)
+            continue  # "it expires after 30 days": no subject of its own
         if v.unit == "day_of_month" and concept("submit") not in {concept(w) for w in (predicate, *subject)}:
             continue  # "paid on the 25th of each month": a date; "the cutoff is the 18th of the month": a value
         span_toks = [t for t in ([pred_tok] if pred_tok is not None else []) + toks]
@@ -187,8 +268,11 @@ def _sentence_statements(doc, entities: Sequence[str], header: Sequence[str] = (
         words = tuple(t.text for t in doc[min(lo, min(v.tokens)):max(hi, max(v.tokens)) + 1]
                       if t.i not in v.tokens and not t.is_stop and not t.is_punct and not t.like_num
                       and any(c.isalpha() for c in t.text))
+        anchor_ids = {t.i for t in span_toks}
         made[k] = Statement(subject=tuple(subject), predicate=predicate, value=v.value, unit=v.unit,
-                            magnitude=v.magnitude, scope=main_scope, words=words)
+                            magnitude=v.magnitude, scope=main_scope, words=words,
+                            context=_context(doc, values, k, scope_ids | value_ids, anchor_ids),
+                            clause=_masked(doc, value_ids), qualifiers=_qualifiers(doc, values, k, anchor_ids))
     for k, v in enumerate(values):
         if k in equiv and equiv[k] in made:
             # an equivalent states the same value, unless the parenthesis names whom it is for
@@ -199,7 +283,8 @@ def _sentence_statements(doc, entities: Sequence[str], header: Sequence[str] = (
             if names:
                 m = made[equiv[k]]
                 made[k] = Statement(subject=m.subject, predicate=m.predicate, value=v.value, unit=v.unit,
-                                    magnitude=v.magnitude, scope=tuple(names), words=m.words)
+                                    magnitude=v.magnitude, scope=tuple(names), words=m.words,
+                                    context=m.context, clause=m.clause, qualifiers=m.qualifiers)
     return [made[k] for k in sorted(made)]
 
 

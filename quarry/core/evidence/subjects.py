@@ -11,12 +11,14 @@ blocks statements by :func:`subject_keys`.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import lru_cache
 
 from quarry.core.evidence.statement import Statement
 from quarry.core.text.tokenizer import stem
 
-__all__ = ["CANON", "GENERIC_WORDS", "SYNONYMS", "concept", "same_subject", "subject_keys"]
+__all__ = ["CANON", "GENERIC_WORDS", "DEFAULT_THRESHOLDS", "SYNONYMS", "Thresholds", "concept",
+           "context_keys", "context_overlap", "contrasting", "named_apart", "own_subject_words", "same_subject", "subject_keys"]
 
 # Predicates that state the same thing, each mapped to the group's first word.
 SYNONYMS: tuple[tuple[str, ...], ...] = (
@@ -58,6 +60,23 @@ _DERIVATIONAL = ("ation", "ition", "ment", "abl", "ibl", "anc", "enc", "ag", "al
 _GENERIC_HEADS = frozenset("period interval window time duration size rate amount value level term".split())
 
 
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """When two contexts make one subject (:func:`same_subject`); the defaults are chosen on
+    the tuning part of the dev pairs (``python -m quarry.eval.statement_pairs --sweep``)."""
+
+    overlap: float = 0.15  # context overlap that makes one subject without an embedder
+    min_overlap: float = 0.1  # an embedder's similarity counts only for contexts this close
+    similarity: float = 0.55  # cosine of the masked sentences under the tenant's embedder
+    synonym: float = 1.01  # cosine under which two subjects' own words contrast (above: synonyms)
+    min_shared: int = 2  # context keys two statements must share for the overlap rule
+
+
+DEFAULT_THRESHOLDS = Thresholds()
+
+
 @lru_cache(maxsize=20_000)
 def concept(word: str) -> str:
     """One key for a word and its derivations and synonyms: the synonym group's word,
@@ -73,28 +92,100 @@ def concept(word: str) -> str:
     return w
 
 
+_HEAD_KEYS = frozenset(concept(w) for w in _GENERIC_HEADS)
+
+
 def _bag(s: Statement) -> frozenset[str]:
     """What a statement is about, as concept keys: its predicate and subject lemmas,
     without words that tell no two subjects apart (generic heads only when more is said)."""
     words = [w for w in (s.predicate, *s.subject) if w not in GENERIC_WORDS or w in CANON]  # "maximum": limit
     keys = {concept(w) for w in words}
-    heads = {concept(w) for w in _GENERIC_HEADS}
-    return frozenset(keys - heads) or frozenset(keys)
+    return frozenset(keys - _HEAD_KEYS) or frozenset(keys)
+
+
+def context_keys(s: Statement) -> frozenset[str]:
+    """What the value's part of the sentence is about, as :func:`concept` keys: its content
+    lemmas with the predicate and subject, without words that tell no two subjects apart."""
+    words = {w for w in (s.predicate, *s.subject, *s.context) if w and (w not in GENERIC_WORDS or w in CANON)}
+    return frozenset(concept(w) for w in words) - _HEAD_KEYS
 
 
 def subject_keys(s: Statement) -> frozenset[str]:
     """Keys an index can block statements by: the predicate, the subject lemmas and their
-    concept keys. Two statements that :func:`.conflict.conflicts` can match share a concept key; a
-    ``similarity`` callable may also match statements that share only a subject lemma."""
-    return frozenset({s.predicate, *s.subject}) | _bag(s)
+    concept keys, and the context's concept keys. Two statements that
+    :func:`.conflict.conflicts` can match share one of them."""
+    return (frozenset({s.predicate, *s.subject}) | _bag(s) | context_keys(s)) - {""}
 
 
-def same_subject(a: Statement, b: Statement, similarity: Callable[[str, str], float] | None = None,
-                 threshold: float = 0.8) -> bool:
-    """The statements are about one thing: their concept bags (predicate and subject, as
-    :func:`concept` keys) overlap and one contains the other, so neither adds a word of its
-    own ("password expire" and "rotate password"; "probation period" and "on probation").
-    ``similarity`` (e.g. the tenant's sentence embedder) may accept paraphrased subjects."""
+def context_overlap(a: Statement, b: Statement) -> float:
+    """Jaccard overlap of the two statements' :func:`context_keys`."""
+    ka, kb = context_keys(a), context_keys(b)
+    return len(ka & kb) / len(ka | kb) if ka | kb else 0.0
+
+
+def _mentions(s: Statement) -> frozenset[str]:
+    return frozenset({*s.context, *s.subject, *s.scope, *s.qualifiers, *(w.lower() for w in s.words)})
+
+
+def named_apart(a: Statement, b: Statement) -> bool:
+    """Each statement names a place, party or label the other never mentions ("in Leeds" and
+    "in York", "line 3" and "line 7", "the Acme MSA" and "the Globex MSA")."""
+    own_a = set(a.qualifiers) - _mentions(b)
+    own_b = set(b.qualifiers) - _mentions(a)
+    return bool(own_a and own_b)
+
+
+def own_subject_words(a: Statement, b: Statement) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The subject words each statement has and the other never says."""
+    ka, kb = context_keys(a), context_keys(b)
+    own_a = tuple(w for w in a.subject if w not in GENERIC_WORDS and concept(w) not in _HEAD_KEYS | kb)
+    own_b = tuple(w for w in b.subject if w not in GENERIC_WORDS and concept(w) not in _HEAD_KEYS | ka)
+    return own_a, own_b
+
+
+def contrasting(a: Statement, b: Statement, similarity: Callable[[str, str], float] | None = None,
+                thresholds: Thresholds = None) -> bool:
+    """Two things of one kind, not one thing in two wordings: the statements are
+    :func:`named_apart`, or each subject names something the other statement never says
+    ("audit logs" and "application logs", "Sev-1 incidents" and "Sev-2 incidents") unless
+    ``similarity`` finds those words synonyms ("obligations" and "duty")."""
+    if named_apart(a, b):
+        return True
+    th = thresholds or DEFAULT_THRESHOLDS
+    pa, pb = _verb_predicate(a), _verb_predicate(b)
+    own_pa = bool(pa) and concept(pa) not in context_keys(b)
+    own_pb = bool(pb) and concept(pb) not in context_keys(a)
+    if pa and pb and concept(pa) != concept(pb) and own_pa and own_pb:
+        # two verbs of their own ("raised within 24 hours", "closed within 30 days")
+        if similarity is None or similarity(pa, pb) < th.synonym:
+            return True
+    for x, y, own in ((a, b, own_pb), (b, a, own_pa)):
+        if own and x.predicate in x.subject and concept(x.predicate) not in context_keys(y):
+            return True  # a verb of its own beside a noun the other never names: "batches submitted after 15:00"
+            # and "| Replay open batches onto the new platform | 18:51 |"
+    if a.clause and b.clause and _threshold(a) != _threshold(b):
+        return True  # "orders below USD 20 are not accepted" sets a condition, "the minimum order value is $25" a value
+    own_a, own_b = own_subject_words(a, b)
+    if not (own_a and own_b):
+        return False
+    return similarity is None or similarity(" ".join(own_a), " ".join(own_b)) < th.synonym
+
+
+_THRESHOLD_WORDS = frozenset({"over", "above", "below", "under"})
+
+
+def _threshold(s: Statement) -> bool:
+    """A value stated as a threshold on what the clause is about: "orders over EUR 50"."""
+    words = s.clause.lower().split()
+    return any(w in _THRESHOLD_WORDS and nxt.startswith("#") for w, nxt in zip(words, words[1:]))
+
+
+def _verb_predicate(s: Statement) -> str:
+    """The predicate when it is a verb of the clause (a relational noun is in the subject)."""
+    return s.predicate if s.predicate and s.predicate not in s.subject else ""
+
+
+def _same_bag(a: Statement, b: Statement) -> bool:
     ba, bb = _bag(a), _bag(b)
     if ba & bb and (ba <= bb or bb <= ba):
         big, small = (a, bb) if len(ba) > len(bb) else (b, ba)
@@ -102,5 +193,25 @@ def same_subject(a: Statement, b: Statement, similarity: Callable[[str, str], fl
         # ("orders below USD 20 are not accepted" says no more about the minimum order value)
         if ba == bb or big.predicate in big.subject or concept(big.predicate) in small:
             return True
-    return similarity is not None and similarity(" ".join((*a.subject, a.predicate)),
-                                                 " ".join((*b.subject, b.predicate))) >= threshold
+    return False
+
+
+def same_subject(a: Statement, b: Statement, similarity: Callable[[str, str], float] | None = None,
+                 thresholds: Thresholds = DEFAULT_THRESHOLDS) -> bool:
+    """The statements are about one thing: their concept bags (predicate and subject, as
+    :func:`concept` keys) overlap and one contains the other, so neither adds a word of its
+    own ("password expire" and "rotate password"; "probation period" and "on probation");
+    or, unless their subjects contrast (:func:`contrasting`), their contexts overlap by
+    :class:`Thresholds` (:func:`context_overlap`), or overlap a little and their masked
+    sentences are similar enough under ``similarity`` (the tenant's embedder)."""
+    if named_apart(a, b):
+        return False
+    if a.subject and b.subject and _same_bag(a, b):
+        return True
+    if contrasting(a, b, similarity, thresholds):
+        return False
+    overlap = context_overlap(a, b)
+    if overlap >= thresholds.overlap and len(context_keys(a) & context_keys(b)) >= thresholds.min_shared:
+        return True
+    return (similarity is not None and overlap >= thresholds.min_overlap and bool(a.clause and b.clause)
+            and similarity(a.clause, b.clause) >= thresholds.similarity)

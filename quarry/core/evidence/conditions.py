@@ -45,7 +45,7 @@ _FILLER = frozenset(tokenize(
     "until till unless complete completes completed completion finish finishes finished done end ends "
     "ended happen happens happened occur occurs occurred take takes took taken place has have been "
     "its it is are was were successfully fully concluded concludes conclude finalised finalized over live went "
-    "gone goes go "
+    "gone goes go signed sign signs off closed close closes closure "
     # the condition's own framing: what it waits for is the thing, not that it is under way
     "while whilst during pending under way underway progress ongoing duration course"
 ))

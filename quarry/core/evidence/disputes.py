@@ -4,9 +4,9 @@ conflict it is in; what stays undecided is reported as unresolved groups."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
-from quarry.core.evidence.conflict import conflict
+from quarry.core.evidence.conflict import conflict, conflicts
 from quarry.core.evidence.graph import PassageFacts, doc_key
 from quarry.core.evidence.rules import ResolutionState
 from quarry.core.records import Envelope
@@ -19,8 +19,17 @@ def _specific(a: Envelope, b: Envelope) -> bool:
     return bool(a.entities) and (not b.entities or set(a.entities) < set(b.entities))
 
 
-def decide_conflicts(st: ResolutionState, facts: Mapping[str, PassageFacts], asked: frozenset[str] | None = None
-               ) -> tuple[list[tuple[str, ...]], list[tuple[str, str]]]:
+def _conflict_on(a: tuple, b: tuple, on: Callable[[object], bool] | None) -> bool:
+    """``a`` and ``b`` state different values for one subject, and (given ``on``) one of
+    the two statements speaks to the question."""
+    if on is None:
+        return conflict(a, b) is not None
+    return any(conflicts(sa, sb) for sa in a for sb in b if on(sa) or on(sb))
+
+
+def decide_conflicts(st: ResolutionState, facts: Mapping[str, PassageFacts], asked: frozenset[str] | None = None,
+                     on: Callable[[object], bool] | None = None,
+                     ) -> tuple[list[tuple[str, ...]], list[tuple[str, str]]]:
     """Decide conflicts among survivors; returns the undecided groups and every
     conflicting pair (decided or not).
 
@@ -32,7 +41,9 @@ def decide_conflicts(st: ResolutionState, facts: Mapping[str, PassageFacts], ask
     passage beaten only by a passage that is itself beaten stands, and the result does not
     depend on the order pairs are visited. ``asked`` are the entities the question names
     (None: no question): an entity-specific passage beats a general one only for a
-    question about its entity.
+    question about its entity. ``on`` tells a statement that speaks to the question (None:
+    every statement does): a conflict between two passages on a subject the question does
+    not ask about (their fees, when it asks about a turnaround time) decides nothing here.
     """
     alive = sorted(pid for pid in st.by_id if pid not in st.rejected)
     stated = {pid: facts[pid].statements for pid in alive}
@@ -41,7 +52,8 @@ def decide_conflicts(st: ResolutionState, facts: Mapping[str, PassageFacts], ask
     for i, a in enumerate(alive):
         for b in alive[i + 1:]:
             ea, eb = st.by_id[a].envelope, st.by_id[b].envelope
-            if doc_key(ea) == doc_key(eb) or not stated[a] or not stated[b] or conflict(stated[a], stated[b]) is None:
+            if doc_key(ea) == doc_key(eb) or not stated[a] or not stated[b] \
+                    or not _conflict_on(stated[a], stated[b], on):
                 continue
             pairs.append((a, b))
             ia, ib = facts[a].instruction, facts[b].instruction

@@ -12,7 +12,7 @@ from quarry.core.evidence.subjects import same_subject
 from quarry.core.records import Envelope, Passage
 from quarry.core.text.tokenizer import tokenize
 
-__all__ = ["ON_QUESTION", "can_answer", "question_scope", "without_echoes"]
+__all__ = ["ON_QUESTION", "can_answer", "question_scope", "speaks_to", "without_echoes"]
 
 ON_QUESTION = 2  # words a passage's statements (or title and headings) share with the question
 
@@ -21,6 +21,16 @@ def can_answer(env: Envelope, asked: frozenset[str]) -> bool:
     """Whether a passage of scope ``env.entities`` can answer a question naming ``asked``:
     it is unscoped, the question names no entity, or it names one of the passage's."""
     return not env.entities or not asked or bool(asked & set(env.entities))
+
+
+def speaks_to(query: str):
+    """Whether a statement speaks to the question: its subject words or predicate share a
+    stem with it. Conflicts are decided for the question only on such subjects."""
+    q = frozenset(tokenize(query))
+
+    def on(s) -> bool:
+        return bool(q & frozenset(tokenize(" ".join((*s.words, s.predicate)))))
+    return on
 
 
 def _overlaps(q: frozenset[str], p: Passage, f: PassageFacts) -> tuple[int, int]:

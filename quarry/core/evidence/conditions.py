@@ -91,6 +91,19 @@ def entity_stems(entities: Iterable[str]) -> dict[str, str]:
     return out
 
 
+def named_entities(text: str, entities: Iterable[str]) -> frozenset[str]:
+    """The entities ``text`` names: a one-word entity by its stem ("Acme's" -> acme), a
+    compound one ("birch-court", "north-campus") written whole or by all of its words
+    ("Birch Court")."""
+    toks = set(tokenize(text))
+    out = set()
+    for e in set(entities):
+        parts = tokenize(e)
+        if parts and (parts[0] in toks if len(parts) == 1 else (parts[0] in toks or set(parts[1:]) <= toks)):
+            out.add(e)
+    return frozenset(out)
+
+
 def terms(text: str, known_entities: dict[str, str]) -> Terms:
     toks = tokenize(text)
     idents = frozenset(identifiers(toks))

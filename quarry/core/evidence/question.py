@@ -59,7 +59,8 @@ def question_scope(st: ResolutionState, facts: Mapping[str, PassageFacts], query
                     ) -> tuple[set[str], set[str]]:
     """(survivors that answer the question, passages in the question's evidence).
 
-    Passages are on the question in tiers, the first tier that holds a survivor: those
+    Passages are on the question in tiers, the first tier that holds a survivor or a side
+    of an unresolved conflict: those
     stating a value whose words share ``ON_QUESTION`` stems with the question; else those
     whose text, title or headings do; else the delivered survivors. The survivors in that
     tier answer; unresolved conflicts are reported when a side is in it. The question's
@@ -70,7 +71,11 @@ def question_scope(st: ResolutionState, facts: Mapping[str, PassageFacts], query
         return set(alive), set(st.by_id)
     q = frozenset(tokenize(query))
     over = {pid: _overlaps(q, p, facts[pid]) for pid, p in st.by_id.items()}
-    tier = next((t for t in (0, 1) if any(over[pid][t] >= ON_QUESTION for pid in alive)), None)
+    # the tier is chosen over the survivors and the passages left in unresolved conflicts:
+    # when what speaks to the question is disputed, the dispute is reported, and a passage
+    # that only mentions the question's words does not answer in its place
+    pool = [*alive, *(pid for g in groups for pid in g)]
+    tier = next((t for t in (0, 1) if any(over[pid][t] >= ON_QUESTION for pid in pool)), None)
     if tier is None:
         answers = {pid for pid in alive if pid in shown}
         on = set(answers)

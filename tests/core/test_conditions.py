@@ -121,3 +121,16 @@ def test_front_matter_conditions_in_other_words_match_their_event(cond, event, m
 
     known = entity_stems(["austin", "leeds"])
     assert condition_met(terms(cond, known), (), terms(event, known), ()) is met
+
+
+def test_compound_entity_names_in_prose_and_signed_off_as_completion():
+    from quarry.core.evidence.conditions import named_entities
+
+    ents = ("elm-court", "north-campus", "acme")
+    assert named_entities("I live in Elm Court on the north campus", ents) == {"elm-court", "north-campus"}
+    assert named_entities("Acme's cutoff", ents) == {"acme"}
+    assert named_entities("the court of appeal", ents) == frozenset()
+    known = entity_stems(("elm-hall", "oak-hall"))
+    cond = terms("until the Elm Hall refit is signed off", known)
+    assert condition_met(cond, ("elm-hall",), terms("elm hall heating refit completed", known), ("elm-hall",))
+    assert not condition_met(cond, ("elm-hall",), terms("oak hall refit completed", known), ("oak-hall",))

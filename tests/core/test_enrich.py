@@ -296,6 +296,10 @@ def _events(text: str, **kw) -> tuple[Event, ...]:
     ("The ledger backfill has been completed on 15th of January 2026.", "ledger backfill completed", D(2026, 1, 15)),
     ("The `payout_batch_v3` migration completed on Jan. 20, 2026.", "payout_batch_v3 migration completed",
      D(2026, 1, 20)),
+    ("The clinic heating and ventilation refit was signed off by the fire officer on 3 March 2026.",
+     "clinic heating and ventilation refit completed", D(2026, 3, 3)),
+    ("Roof repairs at the Elm Street depot were closed out on 2 February 2026.",
+     "roof repairs at the elm street depot completed", D(2026, 2, 2)),
 ])
 def test_events_in_other_words(text, what, on):
     assert _events(text) == (Event(what=what, on=on),)
@@ -367,6 +371,10 @@ def test_no_supersession_without_another_doc_id(text):
     ("This policy is effective as of 5 Jan 2026.", D(2026, 1, 5), None),
     ("This rate card is in force from 1 January 2026 until 31 March 2026.", D(2026, 1, 1), D(2026, 3, 31)),
     ("Effective from: 2026/02/01", D(2026, 2, 1), None),
+    ("This standard is in effect from 3 August 2026.", D(2026, 8, 3), None),
+    ("This notice comes into force on 1 April 2026.", D(2026, 4, 1), None),
+    ("This offer is good through 30 April 2026.", None, D(2026, 4, 30)),
+    ("This arrangement lapses on 31 May 2026.", None, D(2026, 5, 31)),
 ])
 def test_validity_in_other_words(text, start, end):
     e = enrich(doc(text))
@@ -420,6 +428,9 @@ def test_a_document_ending_another_from_a_date_is_in_force_from_then(text):
     ("Winter fuel surcharge", "The surcharge is valid from 1 November 2025 for all depots.", "effective_from",
      dt.date(2025, 11, 1)),
     ("Night shift rota", "Our night shift rota remains valid until 2026-03-31.", "effective_to", dt.date(2026, 3, 31)),
+    ("Spring parking discount", "The discount is good through 30 April 2026.", "effective_to", dt.date(2026, 4, 30)),
+    ("Clean air month: permit fees waived", "The waiver sunsets on 31 October 2025.", "effective_to",
+     dt.date(2025, 10, 31)),
 ])
 def test_validity_stated_of_what_the_title_names(title, text, field, day):
     d = enrich(SourceDocument(doc_id="x", tenant="t", acl=("all-staff",), title=title, text=text))

@@ -383,3 +383,28 @@ def test_follow_up_queries_for_owner_status_and_dates_and_none_without_facts():
     dated = passages(doc("notice", "Acme's migration finished on 2026-01-20 for payouts.", entities=("acme",)))
     (q,) = follow_up_queries(resolve(dated, ACME, D(2026, 2, 1)), dated)
     assert q.startswith("acme") and "migration" in q and "payouts" in q
+
+
+def test_a_conflict_on_a_subject_the_question_does_not_ask_about_decides_nothing_for_it():
+    a = doc("desk-runbook-a", "Refund requests are answered within 2 business days. "
+                              "The daily payout limit is EUR 20,000 per tenant.", doc_type="runbook")
+    b = doc("desk-runbook-b", "Refund requests are answered within 2 business days. "
+                              "The daily payout limit is EUR 30,000 per tenant.", doc_type="runbook")
+    ps = passages(a, b)
+    on_limit = resolve(ps, ACME, D(2026, 2, 1), query="What is the daily payout limit?")
+    assert len(on_limit.unresolved) == 1  # the question's own subject: equal authority, unresolved
+    on_refunds = resolve(ps, ACME, D(2026, 2, 1), query="How fast are refund requests answered?")
+    assert not on_refunds.unresolved and not on_refunds.rejected
+    assert {s.passage_id for s in on_refunds.governing} == {pid(ps, "desk-runbook-a"), pid(ps, "desk-runbook-b")}
+
+
+def test_a_passage_scoped_to_the_place_the_question_names_beats_the_general_rule():
+    handbook = doc("housing-handbook", "Overnight guests may stay up to 3 consecutive nights.", doc_type="policy",
+                   entities=("north-campus", "south-campus"))
+    annex = doc("annex-page", "Overnight guests may stay up to 2 consecutive nights.", doc_type="page",
+                entities=("north-campus", "elm-court"))
+    ps = passages(handbook, annex)
+    there = resolve(ps, ACME, D(2026, 2, 1), query="I live in Elm Court: how many consecutive nights may a guest stay?")
+    assert rejected(there) == {pid(ps, "housing-handbook"): ("subordinate_to", pid(ps, "annex-page"))}
+    anywhere = resolve(ps, ACME, D(2026, 2, 1), query="How many consecutive nights may a guest stay?")
+    assert rejected(anywhere) == {pid(ps, "annex-page"): ("subordinate_to", pid(ps, "housing-handbook"))}

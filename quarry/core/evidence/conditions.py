@@ -45,7 +45,7 @@ _FILLER = frozenset(tokenize(
     "until till unless complete completes completed completion finish finishes finished done end ends "
     "ended happen happens happened occur occurs occurred take takes took taken place has have been "
     "its it is are was were successfully fully concluded concludes conclude finalised finalized over live went "
-    "gone goes go "
+    "gone goes go signed sign signs off closed close closes closure "
     # the condition's own framing: what it waits for is the thing, not that it is under way
     "while whilst during pending under way underway progress ongoing duration course"
 ))
@@ -89,6 +89,19 @@ def entity_stems(entities: Iterable[str]) -> dict[str, str]:
         if len(toks) == 1:  # multi-word entity names are not recognised in prose
             out[toks[0]] = e
     return out
+
+
+def named_entities(text: str, entities: Iterable[str]) -> frozenset[str]:
+    """The entities ``text`` names: a one-word entity by its stem ("Acme's" -> acme), a
+    compound one ("birch-court", "north-campus") written whole or by all of its words
+    ("Birch Court")."""
+    toks = set(tokenize(text))
+    out = set()
+    for e in set(entities):
+        parts = tokenize(e)
+        if parts and (parts[0] in toks if len(parts) == 1 else (parts[0] in toks or set(parts[1:]) <= toks)):
+            out.add(e)
+    return frozenset(out)
 
 
 def terms(text: str, known_entities: dict[str, str]) -> Terms:

@@ -4,9 +4,9 @@ conflict it is in; what stays undecided is reported as unresolved groups."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
-from quarry.core.evidence.conflict import conflict
+from quarry.core.evidence.conflict import conflict, conflicts
 from quarry.core.evidence.graph import PassageFacts, doc_key
 from quarry.core.evidence.rules import ResolutionState
 from quarry.core.records import Envelope
@@ -14,13 +14,30 @@ from quarry.core.records import Envelope
 __all__ = ["decide_conflicts"]
 
 
-def _specific(a: Envelope, b: Envelope) -> bool:
-    """``a`` is scoped to fewer entities than ``b`` (general = no entities, or more)."""
-    return bool(a.entities) and (not b.entities or set(a.entities) < set(b.entities))
+def _specific(a: Envelope, b: Envelope, asked: frozenset[str] | None = None) -> bool:
+    """``a`` is scoped to fewer entities than ``b`` (general = no entities, or more), or
+    ``a`` is scoped to an entity the question names that ``b`` is not, and not the reverse
+    (the Birch Court page over the campus-wide handbook, for a question about Birch Court)."""
+    if a.entities and (not b.entities or set(a.entities) < set(b.entities)):
+        return True
+    if not asked:
+        return False
+    return bool((set(a.entities) & asked) - set(b.entities)) and not (set(b.entities) & asked) - set(a.entities)
 
 
-def decide_conflicts(st: ResolutionState, facts: Mapping[str, PassageFacts], asked: frozenset[str] | None = None
-               ) -> tuple[list[tuple[str, ...]], list[tuple[str, str]]]:
+def _conflict_on(a: tuple, b: tuple, on: Callable[[object], bool] | None) -> bool:
+    """``a`` and ``b`` state different values for one subject; given ``on``, and when
+    either passage states something the question asks about, one of the two conflicting
+    statements must be such a statement (a paraphrased question that shares no word with
+    either passage's statements keeps every conflict)."""
+    if on is None or not any(on(s) for s in (*a, *b)):
+        return conflict(a, b) is not None
+    return any(conflicts(sa, sb) for sa in a for sb in b if on(sa) or on(sb))
+
+
+def decide_conflicts(st: ResolutionState, facts: Mapping[str, PassageFacts], asked: frozenset[str] | None = None,
+                     on: Callable[[object], bool] | None = None,
+                     ) -> tuple[list[tuple[str, ...]], list[tuple[str, str]]]:
     """Decide conflicts among survivors; returns the undecided groups and every
     conflicting pair (decided or not).
 
@@ -32,7 +49,10 @@ def decide_conflicts(st: ResolutionState, facts: Mapping[str, PassageFacts], ask
     passage beaten only by a passage that is itself beaten stands, and the result does not
     depend on the order pairs are visited. ``asked`` are the entities the question names
     (None: no question): an entity-specific passage beats a general one only for a
-    question about its entity.
+    question about its entity. ``on`` tells a statement that speaks to the question (None:
+    every statement does): a conflict between two passages on a subject the question does
+    not ask about (their fees, when it asks about a turnaround time, and one of them states
+    the turnaround time) decides nothing here.
     """
     alive = sorted(pid for pid in st.by_id if pid not in st.rejected)
     stated = {pid: facts[pid].statements for pid in alive}
@@ -41,15 +61,16 @@ def decide_conflicts(st: ResolutionState, facts: Mapping[str, PassageFacts], ask
     for i, a in enumerate(alive):
         for b in alive[i + 1:]:
             ea, eb = st.by_id[a].envelope, st.by_id[b].envelope
-            if doc_key(ea) == doc_key(eb) or not stated[a] or not stated[b] or conflict(stated[a], stated[b]) is None:
+            if doc_key(ea) == doc_key(eb) or not stated[a] or not stated[b] \
+                    or not _conflict_on(stated[a], stated[b], on):
                 continue
             pairs.append((a, b))
             ia, ib = facts[a].instruction, facts[b].instruction
             if ia != ib:
                 win, lose = (b, a) if ia else (a, b)
                 attacks[lose][win] = f"untrusted instruction in {doc_key(st.by_id[lose].envelope)}"
-            elif _specific(ea, eb) or _specific(eb, ea):
-                win, lose = (a, b) if _specific(ea, eb) else (b, a)
+            elif _specific(ea, eb, asked) or _specific(eb, ea, asked):
+                win, lose = (a, b) if _specific(ea, eb, asked) else (b, a)
                 ew = st.by_id[win].envelope
                 if asked is not None and not asked & set(ew.entities):
                     continue  # the exception is another entity's: it does not speak to this question

@@ -12,7 +12,7 @@ from quarry.core.evidence.subjects import same_subject
 from quarry.core.records import Envelope, Passage
 from quarry.core.text.tokenizer import tokenize
 
-__all__ = ["ON_QUESTION", "can_answer", "question_scope", "without_echoes"]
+__all__ = ["ON_QUESTION", "can_answer", "question_scope", "speaks_to", "without_echoes"]
 
 ON_QUESTION = 2  # words a passage's statements (or title and headings) share with the question
 
@@ -21,6 +21,16 @@ def can_answer(env: Envelope, asked: frozenset[str]) -> bool:
     """Whether a passage of scope ``env.entities`` can answer a question naming ``asked``:
     it is unscoped, the question names no entity, or it names one of the passage's."""
     return not env.entities or not asked or bool(asked & set(env.entities))
+
+
+def speaks_to(query: str):
+    """Whether a statement speaks to the question: its subject words or predicate share a
+    stem with it. Conflicts are decided for the question only on such subjects."""
+    q = frozenset(tokenize(query))
+
+    def on(s) -> bool:
+        return bool(q & frozenset(tokenize(" ".join((*s.words, s.predicate)))))
+    return on
 
 
 def _overlaps(q: frozenset[str], p: Passage, f: PassageFacts) -> tuple[int, int]:
@@ -49,7 +59,8 @@ def question_scope(st: ResolutionState, facts: Mapping[str, PassageFacts], query
                     ) -> tuple[set[str], set[str]]:
     """(survivors that answer the question, passages in the question's evidence).
 
-    Passages are on the question in tiers, the first tier that holds a survivor: those
+    Passages are on the question in tiers, the first tier that holds a survivor or a side
+    of an unresolved conflict: those
     stating a value whose words share ``ON_QUESTION`` stems with the question; else those
     whose text, title or headings do; else the delivered survivors. The survivors in that
     tier answer; unresolved conflicts are reported when a side is in it. The question's
@@ -60,7 +71,11 @@ def question_scope(st: ResolutionState, facts: Mapping[str, PassageFacts], query
         return set(alive), set(st.by_id)
     q = frozenset(tokenize(query))
     over = {pid: _overlaps(q, p, facts[pid]) for pid, p in st.by_id.items()}
-    tier = next((t for t in (0, 1) if any(over[pid][t] >= ON_QUESTION for pid in alive)), None)
+    # the tier is chosen over the survivors and the passages left in unresolved conflicts:
+    # when what speaks to the question is disputed, the dispute is reported, and a passage
+    # that only mentions the question's words does not answer in its place
+    pool = [*alive, *(pid for g in groups for pid in g)]
+    tier = next((t for t in (0, 1) if any(over[pid][t] >= ON_QUESTION for pid in pool)), None)
     if tier is None:
         answers = {pid for pid in alive if pid in shown}
         on = set(answers)

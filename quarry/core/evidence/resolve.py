@@ -49,11 +49,11 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Mapping, Sequence
 
-from quarry.core.evidence.conditions import entity_stems
+from quarry.core.evidence.conditions import named_entities
 from quarry.core.evidence.disputes import decide_conflicts
 from quarry.core.evidence.graph import PassageFacts, doc_key, facts_of
 from quarry.core.evidence.predicates import MIN_SHARED, predicates
-from quarry.core.evidence.question import ON_QUESTION, can_answer, question_scope, without_echoes
+from quarry.core.evidence.question import ON_QUESTION, can_answer, question_scope, speaks_to, without_echoes
 from quarry.core.evidence.rules import (
     ResolutionState, rank_of, effective_dates, start_of, stopping_conditions, supersession,
 )
@@ -101,9 +101,8 @@ def resolve(
     stopping_conditions(st, by_doc)
     asked = None
     if query is not None:
-        known = entity_stems(e for p in by_id.values() for e in p.envelope.entities)
-        asked = frozenset(known[t] for t in tokenize(query) if t in known)
-    groups, pairs = decide_conflicts(st, facts, asked)
+        asked = named_entities(query, (e for p in by_id.values() for e in p.envelope.entities))
+    groups, pairs = decide_conflicts(st, facts, asked, speaks_to(query) if query is not None else None)
     in_conflict = {pid for g in groups for pid in g}
     shown = set(by_id) if delivered is None else set(delivered) & set(by_id)
     for pid in sorted(by_id):  # an instruction to disregard the evidence never governs

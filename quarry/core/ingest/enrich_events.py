@@ -1,6 +1,6 @@
 """Envelope enrichment of ``events``: in deployment, rollout, change or migration
-records, "<subject> completed / finished / concluded / went live / was done / was cut over / rolled out [successfully]
-on <date>" and "<subject> is complete as of <date>" -> ("<subject> completed", date);
+records, "<subject> completed / finished / concluded / went live / was done / was cut over / rolled out /
+signed off / closed out / wrapped up / finalised / accepted / handed over [successfully] [by <whom>] on <date>" and "<subject> is complete as of <date>" -> ("<subject> completed", date);
 "was cut over" -> "<subject> cutover completed". A markdown table with a completion-date
 column ("Completed on", "Completion date", "Went live") gives one event per row, the
 row's first cell as the subject. No entity is added: where the text names none, the
@@ -23,10 +23,15 @@ __all__ = ["find_events"]
 # ----------------------------------------------------------------------------- events
 
 _EVENT_VERB = (r"(?P<verb>completed|finished|concluded|went\s+live|rolled\s+out|done|cut\s+over|closed\s+out"
+               r"|signed\s+off|wrapped\s+up|finali[sz]ed|accepted|handed\s+over"
                r"|complete\s+as\s+of|completed\s+as\s+of|live\s+as\s+of|finished\s+as\s+of)")
+# Who signed it off stands between the verb and the date: "signed off by the city building
+# inspector on 16 February 2026".
+_AGENT = r"(?:by\s+(?:[\w'-]+\s+){1,5}?(?=on\s))?"
 _COMPLETED = re.compile(
-    r"(?P<subj>(?:[\w'-]+\s+){0,6}?)(?:was\s+|were\s+|has\s+been\s+|have\s+been\s+|had\s+been\s+|is\s+|are\s+|got\s+)?"
-    + _EVENT_VERB + r"(?:\s+(?:successfully|fully|in\s+full))?\s+(?:on\s+|as\s+of\s+|at\s+|by\s+)?(?:\w+day,?\s+)?"
+    r"(?P<subj>(?:[\w'-]+\s+){0,9}?)(?:was\s+|were\s+|has\s+been\s+|have\s+been\s+|had\s+been\s+|is\s+|are\s+|got\s+)?"
+    + _EVENT_VERB + r"(?:\s+(?:successfully|fully|in\s+full))?\s+" + _AGENT
+    + r"(?:on\s+|as\s+of\s+|at\s+|by\s+)?(?:\w+day,?\s+)?"
     r"(?P<date>" + DATE + ")", re.IGNORECASE)
 # "We completed the ERP migration on <date>": the object is what completed.
 _COMPLETED_OBJ = re.compile(
@@ -37,7 +42,8 @@ _SUCCESS_FIRST = re.compile(r"\bsuccessfully\s+(?=completed|finished|concluded|w
 _EVENT_DOC = re.compile(r"\b(?:rollout|roll-out|deployment|release|cutover|migration|change|go-live|upgrade)\s+"
                         r"(?:record|log|report|ticket|request|note|summary)\b", re.IGNORECASE)
 _EVENT_TYPES = frozenset({"deployment", "rollout", "change", "migration", "release", "change-record", "cutover"})
-_EVENT_TRIGGER = re.compile(r"\b(?:completed|finished|concluded|live|rolled|done|cut\s+over|complete|closed)\b",
+_EVENT_TRIGGER = re.compile(r"\b(?:completed|finished|concluded|live|rolled|done|cut\s+over|complete|closed|signed"
+                            r"|wrapped|finali[sz]ed|accepted|handed)\b",
                             re.IGNORECASE)
 _SUBJ_DROP = frozenset({"the", "a", "an", "its", "our", "their", "and", "then", "finally", "it", "this", "that",
                         "all", "we", "has", "have", "had", "was", "were", "is", "are"})
@@ -54,7 +60,12 @@ def _event(subject: str, verb: str, on: dt.date) -> Event | None:
     words = [w for w in re.split(r"\s+", subject.strip(" ,:-")) if w]
     # Only the subject's own clause: "... and then the Globex cutover" starts after "then".
     for i in range(len(words) - 1, -1, -1):
-        if words[i].lower() in ("and", "then", "after", "before", "when", "once", "so", "but"):
+        w = words[i].lower()
+        # "and" joins two nouns of one subject ("heating and fire-system renovation") unless
+        # a new clause follows it ("and then the Globex cutover", "and the migration")
+        nxt = words[i + 1].lower() if i + 1 < len(words) else ""
+        if w in ("then", "after", "before", "when", "once", "so", "but") or (
+                w == "and" and nxt in _SUBJ_DROP | {"then", "finally"}):
             words = words[i + 1:]
             break
     while words and words[0].lower() in _SUBJ_DROP:

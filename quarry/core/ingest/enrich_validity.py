@@ -1,7 +1,7 @@
 """Envelope enrichment of ``effective_from`` / ``effective_to``: "effective [from / as of /
-on] <date>", "in force from <date>", "takes effect on <date>", "applies from <date>"; "effective / in force /
-valid until / to / through <date>", "expires on <date>" (the date is the last day in
-force, the field being inclusive) — only where the sentence speaks of this document
+on] <date>", "in force / in effect from <date>", "takes effect / comes into force on <date>", "applies from
+<date>"; "effective / in force / in effect / valid / good / open / available until / to / through <date>",
+"expires / sunsets / lapses / ends on <date>" (the date is the last day in force, the field being inclusive) — only where the sentence speaks of this document
 (it opens with the phrase, or says "this policy / document / ..."). A document that says
 of itself that it "is rescinded / withdrawn / retired / no longer in force as of / on /
 from / with effect from <date>" ends the day before: a document rescinded on 1 March is
@@ -24,13 +24,21 @@ _DOC_NOUN = (r"(?:policy|document|agreement|contract|amendment|runbook|page|vers
              r"|guidance|notice|memo|standard|schedule|waiver|arrangement|addendum|circular|directive|sop|rate|offer"
              r"|price\s+list|plan|process|instruction|instructions)")
 _SELF = r"(?:^|\bthis\s+" + _DOC_NOUN + r"\b[^.]*?)"
-_FROM = re.compile(_SELF + r"\b(?:is\s+|are\s+|becomes\s+)?(?:effective|in\s+force|takes\s+effect|applies|apply"
-                   r"|valid)\s*(?:from|on|as\s+of|starting|beginning|with\s+effect\s+from)?:?\s*(?P<date>" + DATE
+# Being in force, in its usual words: "effective", "in force / in effect", "takes effect",
+# "comes / goes / enters into force / effect", "applies", "valid".
+_IN_FORCE = (r"(?:effective|in\s+(?:force|effect)|takes\s+effect|(?:comes?|goes?|enters?|came|went|entered)\s+into"
+             r"\s+(?:force|effect)|applies|apply|valid)")
+# Being good up to a date ("valid / good / open / available / in effect through"), or
+# ending on one ("expires / sunsets / lapses / ends / terminates / runs out on").
+_HOLDS = r"(?:effective|in\s+(?:force|effect)|valid|good|open|available|applies|apply|runs|lasts)"
+_ENDS = r"(?:expires|sunsets|lapses|ends|terminates|runs\s+out|will\s+(?:expire|sunset|lapse|end|terminate))"
+_FROM = re.compile(_SELF + r"\b(?:is\s+|are\s+|becomes\s+|will\s+be\s+)?" + _IN_FORCE
+                   + r"\s*(?:from|on|as\s+of|starting|beginning|with\s+effect\s+from)?:?\s*(?P<date>" + DATE
                    + ")", re.IGNORECASE)
-_TO = re.compile(_SELF + r"\b(?:is\s+|are\s+|remains\s+)?(?:effective|in\s+force|valid|applies|apply)\s+(?:until|till"
+_TO = re.compile(_SELF + r"\b(?:is\s+|are\s+|remains\s+|stays\s+)?" + _HOLDS + r"\s+(?:until|till"
                  r"|to|through|thru|up\s+to\s+and\s+including)\s*:?\s*(?P<date>" + DATE + r")"
-                 r"|(?:^|\bthis\s+" + _DOC_NOUN + r"\b[^.]*?|\b(?:it|and)\s+)\bexpires\s+(?:on\s+)?(?P<date2>" + DATE
-                 + ")", re.IGNORECASE)
+                 r"|(?:^|\bthis\s+" + _DOC_NOUN + r"\b[^.]*?|\b(?:it|and)\s+)\b" + _ENDS + r"\s+(?:on\s+)?(?P<date2>"
+                 + DATE + ")", re.IGNORECASE)
 _RANGE = re.compile(_SELF + r"\b(?:is\s+)?(?:effective|in\s+force|valid|applies)\s+from\s+(?P<a>" + DATE
                     + r")\s+(?:until|till|to|through)\s+(?P<b>" + DATE + ")", re.IGNORECASE)
 _ENDED = re.compile(r"(?:^|\bthis\s+" + _DOC_NOUN
@@ -47,10 +55,25 @@ _OTHER_ENDS = re.compile(r"\b(?:is|are|was|were|will\s+be)\s+(?:hereby\s+)?(?:re
 # "The allowance is a pilot and is valid through 31 December 2025": the sentence's subject,
 # the noun phrase before the verb, is checked against the document's title.
 _TITLED = re.compile(r"^(?:the|our|this)\s+(?P<subj>(?:[\w-]+\s+){0,2}[\w-]+)\s+(?:is|are|remains|stays)\b[^.]*?\b"
-                     r"(?:valid|effective|in\s+force|applies|available)\s+(?P<dir>until|till|through|thru|to|from"
-                     r"|as\s+of)\s+(?P<date>" + DATE + ")", re.IGNORECASE)
-_EFF_TRIGGER = re.compile(r"\b(?:effective|effect|force|valid|applies|apply|expires|rescinded|withdrawn|retired|replaced|superseded"
+                     r"(?:" + _HOLDS + r"|" + _IN_FORCE + r")\s+(?P<dir>until|till|through|thru|to|from"
+                     r"|as\s+of)\s+(?P<date>" + DATE + ")"
+                     r"|^(?:the|our|this)\s+(?P<subj2>(?:[\w-]+\s+){0,2}[\w-]+)\s+" + _ENDS
+                     + r"\s+(?:on\s+)?(?P<date2>" + DATE + ")", re.IGNORECASE)
+_EFF_TRIGGER = re.compile(r"\b(?:effective|effect|force|valid|good|open|available|runs|lasts|applies|apply|expires"
+                          r"|sunsets|lapses|ends|terminates|expire|sunset|lapse|end|terminate|rescinded|withdrawn|retired|replaced|superseded"
                           r"|revoked|no\s+longer|cancell?ed|canceled)\b", re.IGNORECASE)
+
+
+_BARE_DOC = re.compile(r"^(?:[a-z-]+\s+){0,2}" + _DOC_NOUN + "$", re.IGNORECASE)
+
+
+def _speaks_of_itself(subject: str, named: frozenset[str], sentence: str, own: str | None) -> bool:
+    """Whether a sentence's subject ("the allowance", "the waiver") is this document: it
+    shares a word with the title, or it is a bare document noun ("the waiver", no year or
+    version that could name another one) in a sentence naming no other document."""
+    if set(tokenize(subject)) & named:
+        return True
+    return bool(_BARE_DOC.match(subject.strip())) and not doc_ids_in(sentence, own or "")
 
 
 def find_effective(sents: list[str], own: str | None = None, title: str = "", *,
@@ -77,9 +100,9 @@ def find_effective(sents: list[str], own: str | None = None, title: str = "", *,
             start = parse_date(m.group("date"), tenant=tenant)
         if end is None and (m := _TO.search(s)):
             end = parse_date(m.group("date") or m.group("date2"), tenant=tenant)
-        if (m := _TITLED.search(s)) and set(tokenize(m.group("subj"))) & named:
-            d = parse_date(m.group("date"), tenant=tenant)
-            if m.group("dir").lower().startswith(("until", "till", "through", "thru", "to")):
+        if (m := _TITLED.search(s)) and _speaks_of_itself(m.group("subj") or m.group("subj2"), named, s, own):
+            d = parse_date(m.group("date") or m.group("date2"), tenant=tenant)
+            if m.group("date2") or m.group("dir").lower().startswith(("until", "till", "through", "thru", "to")):
                 end = end or d
             else:
                 start = start or d

@@ -173,19 +173,22 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     work = Path(a.work_dir or tempfile.mkdtemp(prefix="quarry-bench-scaling-"))
     work.mkdir(parents=True, exist_ok=True)
-    runs = [run_one(parse_size(s), s, work, Path(a.code_root).resolve(), a.build_arg) for s in a.sizes.split(",") if s]
-    if a.json_out:
-        p = Path(a.json_out)
-        old = json.loads(p.read_text())["runs"] if p.exists() else []
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(json.dumps({"runs": old + [asdict(r) for r in runs]}, indent=2) + "\n")
-        runs = [Run(**r) for r in old] + runs
-    md = to_markdown(runs, argv)
-    if a.out:
-        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(a.out).write_text(md)
-    print(md)
+    p = Path(a.json_out) if a.json_out else None
+    old = [Run(**r) for r in json.loads(p.read_text())["runs"]] if p is not None and p.exists() else []
+    runs: list[Run] = []
+    for s in (s for s in a.sizes.split(",") if s):
+        runs.append(run_one(parse_size(s), s, work, Path(a.code_root).resolve(), a.build_arg))
+        _write(old + runs, argv, p, Path(a.out) if a.out else None)  # after each run: a long series can be cut short
+    print(to_markdown(old + runs, argv))
     return 0 if all(r.exit_code == 0 for r in runs) else 1
+
+
+def _write(runs: list[Run], argv: list[str], json_out: Path | None, md_out: Path | None) -> None:
+    for path, text in ((json_out, lambda: json.dumps({"runs": [asdict(r) for r in runs]}, indent=2) + "\n"),
+                       (md_out, lambda: to_markdown(runs, argv))):
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text())
 
 
 if __name__ == "__main__":

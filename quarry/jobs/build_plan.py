@@ -121,6 +121,13 @@ def partitions_for(n_records: int, base: int) -> int:
     return max(base, math.ceil(n_records / DOCS_PER_PARTITION))
 
 
+def by_tenant_doc(df, par: int):
+    """Hash-partition documents by (tenant, doc_id), not doc_id alone: tenants reuse doc ids
+    (every tenant may have a ``doc-0``), and hashing the doc id alone put every tenant's
+    ``doc-0`` into one task, however many partitions there were."""
+    return df.repartition(par, "tenant", "doc_id")
+
+
 def by_tenant_shard(df, par: int):
     """Hash-partition rows by (tenant, shard): many small tenants share a task, a large
     tenant's shards go to different tasks, and a shard's rows are never split. The shard
@@ -205,9 +212,7 @@ def chunk(job: BuildJob, good, n_shards: dict[str, int]):
     """Documents -> passages and parent sections (one row per document, with its shard)."""
     report = job.report
     job.start("chunk")
-    # (tenant, doc_id), not doc_id: every tenant has its own doc-0, doc-1, ... and hashing the
-    # doc id alone put all tenants' doc-0 in one task.
-    chunked = job.keep(good.repartition(job.par, "tenant", "doc_id").mapInPandas(
+    chunked = job.keep(by_tenant_doc(good, job.par).mapInPandas(
         functools.partial(stages.chunk_docs, n_shards=n_shards, max_tokens=job.settings.chunk_tokens), stages.CHUNKED_SCHEMA))
     sums = _sum_by_tenant(chunked.withColumn("_empty", (F.col("n_passages") == 0).cast("long")),
                           ["n_passages", "n_parents", "_empty"])

@@ -40,7 +40,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="'default' (packaged all-MiniLM-L6-v2), 'hashing[:dim]', or a local model directory")
     p.add_argument("--batch-size", type=int, default=64, help="embedding batch size")
     p.add_argument("--chunk-tokens", type=int, default=200, help="max tokens per passage where structure allows (default 200)")
-    p.add_argument("--partitions", type=int, default=None, help="partitions for chunk/embed (default 2x cores)")
+    p.add_argument("--partitions", type=int, default=None, help="partitions for the wide stages (default 2x cores, raised to records / 20,000)")
     p.add_argument("--no-publish", action="store_true", help="build and verify, but leave CURRENT alone")
     p.add_argument("--gate-cases", default=None, metavar="DIR",
                    help="publish a tenant's new generation only if its evidence cases in DIR hold isolation and "

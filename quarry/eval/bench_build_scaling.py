@@ -19,6 +19,7 @@ import datetime as dt
 import json
 import os
 import platform
+import signal
 import subprocess
 import sys
 import tempfile
@@ -90,7 +91,16 @@ class RssSampler(threading.Thread):
         self.join()
 
 
-def run_one(spec: SynthSpec, size: str, work: Path, code_root: Path, extra: list[str]) -> Run:
+def _last_stage_line(log: Path) -> str:
+    """The build's last progress line (``[quarry build ...] <stage> ...``): where a stopped run got to."""
+    lines = [ln for ln in log.read_text(errors="replace").splitlines() if ln.startswith("[quarry build")]
+    return " ".join(lines[-1].split("] ", 1)[-1].split()) if lines else "before the first stage"
+
+
+def run_one(spec: SynthSpec, size: str, work: Path, code_root: Path, extra: list[str],
+            stop_at: float | None = None) -> Run:
+    """One build; ``stop_at`` (a ``time.time()``): stop it then (its process group) and record
+    how far it got instead of a result."""
     src = work / f"src-{size}"
     if not (src / "part-00000.jsonl").exists():
         write_corpus(spec, src)
@@ -105,10 +115,21 @@ def run_one(spec: SynthSpec, size: str, work: Path, code_root: Path, extra: list
     print(f"bench: {size}: {' '.join(cmd)} (log {log})", file=sys.stderr, flush=True)
     t0 = time.monotonic()
     with log.open("w") as fh:
-        p = subprocess.Popen(cmd, env=env, stdout=fh, stderr=subprocess.STDOUT, cwd=str(code_root))
+        p = subprocess.Popen(cmd, env=env, stdout=fh, stderr=subprocess.STDOUT, cwd=str(code_root),
+                             start_new_session=True)  # its own process group: a stop ends the JVM too
         sampler = RssSampler(p.pid)
         sampler.start()
-        r.exit_code = p.wait()
+        try:
+            r.exit_code = p.wait(timeout=None if stop_at is None else max(1.0, stop_at - time.time()))
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGTERM)
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+            r.exit_code = -1
+            r.error = f"stopped after {time.monotonic() - t0:.0f} s; last progress: {_last_stage_line(log)}"
         sampler.stop()
     r.wall_s = round(time.monotonic() - t0, 1)
     r.driver_python_rss_peak_mb = round(sampler.python_mb, 1)
@@ -120,7 +141,7 @@ def run_one(spec: SynthSpec, size: str, work: Path, code_root: Path, extra: list
         r.jvm_heap_peak_mb = rep.get("jvm_driver_heap_peak_mb")
         r.passages = rep["passages"]
         r.stage_seconds = {s["name"]: round(s["seconds"], 1) for s in rep["stages"]}
-    else:
+    elif r.error is None:
         lines = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
         hits = [ln for ln in lines if "Error" in ln or "error:" in ln]
         r.error = (hits[0] if hits else (lines[-1] if lines else "no output"))[:300]
@@ -169,23 +190,39 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--work-dir", default=None, help="corpora and indexes (default: a temp dir)")
     ap.add_argument("--build-arg", action="append", default=[], help="extra `quarry build` argument (repeatable)")
     ap.add_argument("--out", default=None, help="Markdown table")
+    ap.add_argument("--stop-at", default=None, help="UTC time HH:MM: stop the running build then and record how far it got")
     ap.add_argument("--json", dest="json_out", default=None, help="raw figures as JSON (appended to when it exists)")
     a = ap.parse_args(argv)
     work = Path(a.work_dir or tempfile.mkdtemp(prefix="quarry-bench-scaling-"))
     work.mkdir(parents=True, exist_ok=True)
-    runs = [run_one(parse_size(s), s, work, Path(a.code_root).resolve(), a.build_arg) for s in a.sizes.split(",") if s]
-    if a.json_out:
-        p = Path(a.json_out)
-        old = json.loads(p.read_text())["runs"] if p.exists() else []
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(json.dumps({"runs": old + [asdict(r) for r in runs]}, indent=2) + "\n")
-        runs = [Run(**r) for r in old] + runs
-    md = to_markdown(runs, argv)
-    if a.out:
-        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(a.out).write_text(md)
-    print(md)
+    p = Path(a.json_out) if a.json_out else None
+    old = [Run(**r) for r in json.loads(p.read_text())["runs"]] if p is not None and p.exists() else []
+    stop_at = _utc_today_at(a.stop_at) if a.stop_at else None
+    runs: list[Run] = []
+    for s in (s for s in a.sizes.split(",") if s):
+        if stop_at is not None and time.time() >= stop_at:
+            break
+        runs.append(run_one(parse_size(s), s, work, Path(a.code_root).resolve(), a.build_arg, stop_at))
+        _write(old + runs, argv, p, Path(a.out) if a.out else None)  # after each run: a long series can be cut short
+    print(to_markdown(old + runs, argv))
     return 0 if all(r.exit_code == 0 for r in runs) else 1
+
+
+def _utc_today_at(hhmm: str) -> float:
+    try:
+        h, m = (int(x) for x in hhmm.split(":"))
+        when = dt.datetime.now(dt.timezone.utc).replace(hour=h, minute=m, second=0, microsecond=0)
+    except ValueError:
+        raise SystemExit(f"--stop-at: {hhmm!r} is not HH:MM") from None
+    return when.timestamp()
+
+
+def _write(runs: list[Run], argv: list[str], json_out: Path | None, md_out: Path | None) -> None:
+    for path, text in ((json_out, lambda: json.dumps({"runs": [asdict(r) for r in runs]}, indent=2) + "\n"),
+                       (md_out, lambda: to_markdown(runs, argv))):
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text())
 
 
 if __name__ == "__main__":

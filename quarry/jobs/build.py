@@ -19,7 +19,11 @@ Stages (each a Spark transformation delegating to ``quarry.core`` via
     publish     core.index.manifest.publish: each shard present at the size its task wrote and verified, CURRENT switched atomically
 
 Passages and embeddings never reach the driver: it collects only per-tenant counts, cost sums,
-statistics totals and ShardInfo rows.
+statistics totals and ShardInfo rows. Each stage's rows are persisted on local disk
+(``DISK_ONLY``), never in the JVM heap (in local mode the executors' heap is the driver's);
+the wide stages have at least one partition per 20,000 records, documents are partitioned by
+(tenant, doc_id) and passages by (tenant, shard), so many small tenants share a task and a
+large tenant's shards go to different tasks.
 
 The stages' driver side is ``quarry.jobs.build_plan``, the manifest and publish steps
 ``quarry.jobs.build_publish``, the settings ``quarry.jobs.build_settings``; this module

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,7 +42,7 @@ class BuildJob:
     spark: Any
     files: list[str]
     run_id: str
-    par: int  # partitions for the wide stages
+    par: int  # partitions for the wide stages (raised with the record count by ``read_sources``)
     embedder: Any  # name and dim only: the model is never loaded on the driver
     report: BuildReport
     prog: Progress
@@ -57,7 +58,10 @@ class BuildJob:
         return self.spark.sparkContext
 
     def keep(self, df):
-        df = df.persist(StorageLevel.MEMORY_AND_DISK)
+        # On local disk, not in the heap: in local mode the executors are the driver JVM, and
+        # cached stage rows (proportional to documents) there starved the aggregations and
+        # overflowed the heap at 300,000 documents. Each stage reads its input back once.
+        df = df.persist(StorageLevel.DISK_ONLY)
         self.persisted.append(df)
         return df
 
@@ -108,6 +112,29 @@ def new_job(s: BuildSettings, spark, files: list[str]) -> BuildJob:
                     par=s.partitions or max(2, sc.defaultParallelism * 2), embedder=embedder, report=report, prog=Progress(run_id, spark, quiet=s.quiet))
 
 
+DOCS_PER_PARTITION = 20_000  # records per wide-stage task at most, unless --partitions says otherwise
+
+
+def partitions_for(n_records: int, base: int) -> int:
+    """Partitions for the wide stages: ``base`` (2x cores, or --partitions), raised so that
+    no task holds more than :data:`DOCS_PER_PARTITION` records (bounded per-task memory)."""
+    return max(base, math.ceil(n_records / DOCS_PER_PARTITION))
+
+
+def by_tenant_doc(df, par: int):
+    """Hash-partition documents by (tenant, doc_id), not doc_id alone: tenants reuse doc ids
+    (every tenant may have a ``doc-0``), and hashing the doc id alone put every tenant's
+    ``doc-0`` into one task, however many partitions there were."""
+    return df.repartition(par, "tenant", "doc_id")
+
+
+def by_tenant_shard(df, par: int):
+    """Hash-partition rows by (tenant, shard): many small tenants share a task, a large
+    tenant's shards go to different tasks, and a shard's rows are never split. The shard
+    build's groupBy/cogroup on (tenant, shard) then reuses this partitioning."""
+    return df.repartition(par, "tenant", "shard")
+
+
 def _sum_by_tenant(df, cols: list[str]) -> dict[str, dict[str, int]]:
     rows = df.groupBy("tenant").agg(*[F.sum(c).alias(c) for c in cols]).collect()
     return {r["tenant"]: {c: int(r[c] or 0) for c in cols} for r in rows}
@@ -121,7 +148,9 @@ def read_sources(job: BuildJob):
     read_root = job.settings.source.removeprefix("file://")
     raw = job.keep(files_df.mapInPandas(functools.partial(stages.read_files, root=read_root), stages.RAW_SCHEMA))
     n_raw = raw.count()
-    job.done("read", files=len(job.files), records=n_raw)
+    if job.settings.partitions is None:
+        job.par = partitions_for(n_raw, job.par)
+    job.done("read", files=len(job.files), records=n_raw, partitions=job.par)
     return raw, n_raw
 
 
@@ -183,7 +212,7 @@ def chunk(job: BuildJob, good, n_shards: dict[str, int]):
     """Documents -> passages and parent sections (one row per document, with its shard)."""
     report = job.report
     job.start("chunk")
-    chunked = job.keep(good.repartition(job.par, "doc_id").mapInPandas(
+    chunked = job.keep(by_tenant_doc(good, job.par).mapInPandas(
         functools.partial(stages.chunk_docs, n_shards=n_shards, max_tokens=job.settings.chunk_tokens), stages.CHUNKED_SCHEMA))
     sums = _sum_by_tenant(chunked.withColumn("_empty", (F.col("n_passages") == 0).cast("long")),
                           ["n_passages", "n_parents", "_empty"])
@@ -224,7 +253,7 @@ def embed(job: BuildJob, ctxd):
     report = job.report
     job.start("embed")
     exploded = ctxd.select("tenant", "shard", "doc_id", F.explode("passages").alias("passage_json"))
-    embedded = job.keep(exploded.repartition(job.par).mapInPandas(
+    embedded = job.keep(by_tenant_shard(exploded, job.par).mapInPandas(
         functools.partial(stages.embed_passages, spec=job.settings.embedder, batch_size=job.settings.batch_size,
                           torch_threads=int(job.sc.getConf().get("spark.task.cpus", "1"))), stages.EMBEDDED_SCHEMA))
     t_embed = time.monotonic()
@@ -294,7 +323,8 @@ def build_shards(job: BuildJob, ctxd, embedded, stats: TenantStats, n_shards: di
                               F.lit(None).cast("string").alias("parent_json"), "stats"))
         parents = ctxd.select("tenant", "shard", F.explode("parents").alias("parent_json"),
                               F.lit(None).cast("binary").alias("stats"))
-        side = parents.unionByName(stats_rows.select("tenant", F.col("shard").cast("int"), "parent_json", "stats"))
+        side = by_tenant_shard(parents.unionByName(
+            stats_rows.select("tenant", F.col("shard").cast("int"), "parent_json", "stats")), job.par)
         built = (embedded.select("tenant", "shard", "passage_json", "embedding").groupBy("tenant", "shard")
                  .cogroup(side.groupBy("tenant", "shard"))
                  .applyInPandas(functools.partial(stages.build_one_shard, root=job.root, generations=generations,

@@ -37,7 +37,7 @@ class BuildSettings(BaseModel):
     embedder: str = Field(default="default", description="'default' (packaged MiniLM), 'hashing[:dim]' or a model dir")
     batch_size: int = Field(default=64, ge=1)
     chunk_tokens: int = Field(default=200, ge=16, description="chunker max_tokens per passage")
-    partitions: int | None = Field(default=None, ge=1, description="partitions for chunk/embed; default 2x cores")
+    partitions: int | None = Field(default=None, ge=1, description="partitions for the wide stages; default 2x cores, raised to records / 20,000")
     approx_threshold: int | None = None
     publish: bool = True
     # The publish step holds each tenant's writer lease (quarry.core.index.lease), waiting up

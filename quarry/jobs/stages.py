@@ -297,14 +297,16 @@ def stats_from_bytes(b: bytes) -> TermStats:
 
 
 def partial_term_stats(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
-    """(tenant, passage_json) -> one partial TermStats per tenant of this partition (mapInPandas)."""
-    tokens: dict[str, list[list[str]]] = {}
+    """(tenant, passage_json) -> one partial TermStats per tenant of this partition (mapInPandas).
+
+    Counted batch by batch: memory is one batch's tokens plus each tenant's term counts, not
+    the partition's token lists."""
+    partial: dict[str, TermStats] = {}
     for pdf in batches:
         for tenant, pj in zip(pdf["tenant"], pdf["passage_json"]):
-            tokens.setdefault(tenant, []).append(tokenize(lexical_text(Passage.model_validate_json(pj))))
-    if tokens:
-        yield pd.DataFrame({"tenant": list(tokens),
-                            "stats": [stats_to_bytes(TermStats.from_tokens(tl)) for tl in tokens.values()]})
+            partial.setdefault(tenant, TermStats()).add(tokenize(lexical_text(Passage.model_validate_json(pj))))
+    if partial:
+        yield pd.DataFrame({"tenant": list(partial), "stats": [stats_to_bytes(s) for s in partial.values()]})
 
 
 def merge_term_stats(key, pdf):  # no type hints: Spark would try to infer the UDF kind from them

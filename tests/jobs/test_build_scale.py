@@ -76,3 +76,36 @@ def test_many_small_tenants_and_empty_shards_equal_in_process_build(spark, tmp_p
         assert (job_m.bm25.n_docs, job_m.bm25.avgdl) == (ref_m.bm25.n_docs, ref_m.bm25.avgdl)
         assert [(s.shard, s.passages, s.checksums) for s in job_m.shards] == \
                [(s.shard, s.passages, s.checksums) for s in ref_m.shards], tenant
+
+
+@pytest.mark.unit
+def test_wide_stage_partitions_grow_with_the_records():
+    from quarry.jobs.build_plan import DOCS_PER_PARTITION, partitions_for
+
+    assert partitions_for(10, base=4) == 4
+    assert partitions_for(1_000_000, base=4) == 1_000_000 // DOCS_PER_PARTITION
+    assert partitions_for(DOCS_PER_PARTITION * 8 + 1, base=4) == 9
+
+
+@pytest.mark.spark
+def test_documents_spread_over_tasks_and_shards_stay_whole(spark):
+    """Tenants reuse doc ids: (tenant, doc_id) partitioning spreads them over every task
+    (doc_id alone filled at most 3 of 8 here); (tenant, shard) partitioning keeps each shard
+    in one task and spreads a large tenant's shards over several."""
+    from pyspark.sql import functions as F
+
+    from quarry.jobs.build_plan import by_tenant_doc, by_tenant_shard
+
+    docs = spark.createDataFrame([(f"t{i}", f"doc-{d}") for i in range(300) for d in range(3)],
+                                 "tenant string, doc_id string")
+    per_task = by_tenant_doc(docs, 8).groupBy(F.spark_partition_id().alias("p")).count().collect()
+    assert len(per_task) == 8 and max(r["count"] for r in per_task) < 900 / 4
+    old = docs.repartition(8, "doc_id").groupBy(F.spark_partition_id()).count().collect()
+    assert len(old) <= 3
+
+    rows = [("big", s, k) for s in range(8) for k in range(50)] + [(f"t{i}", 0, 0) for i in range(200)]
+    passages = by_tenant_shard(spark.createDataFrame(rows, "tenant string, shard int, k int"), 8)
+    placed = passages.select("tenant", "shard", F.spark_partition_id().alias("p")).distinct()
+    assert placed.groupBy("tenant", "shard").count().filter("count > 1").count() == 0  # a shard is never split
+    assert placed.filter("tenant = 'big'").select("p").distinct().count() > 1
+    assert placed.filter("tenant != 'big'").groupBy("p").count().filter("count > 1").count() > 0  # tenants share tasks

@@ -37,11 +37,15 @@ class TermStats:
     def from_tokens(cls, token_lists: Sequence[Sequence[str]]) -> "TermStats":
         s = cls()
         for toks in token_lists:
-            s.n_docs += 1
-            s.total_len += len(toks)
-            for t in set(toks):
-                s.df[t] = s.df.get(t, 0) + 1
+            s.add(toks)
         return s
+
+    def add(self, toks: Sequence[str]) -> None:
+        """Count one more document (its tokens) in place."""
+        self.n_docs += 1
+        self.total_len += len(toks)
+        for t in set(toks):
+            self.df[t] = self.df.get(t, 0) + 1
 
     def subtract(self, other: "TermStats") -> "TermStats":
         """These statistics without ``other``'s rows (rows a delta tombstones)."""

@@ -125,7 +125,7 @@ def test_document_purge_reaches_every_copy(quarry_app):
     else:
         raise AssertionError("the purged tenant was still served")
     print(f"[purge] tenant gone from every replica {(time.monotonic() - t0) * 1000:.0f} ms after purge_tenant returned")
-    assert sorted(p.name for p in Path(app.root, tenant).iterdir()) == ["PURGED"]
+    assert sorted(p.name for p in Path(app.root, tenant).iterdir()) == ["LEASE", "PURGED"]  # the lease claims (owner, expiry: no text) and the purge record
     time.sleep(0.5)
     # the probes above wrote new traces (ids only, nothing found); none from before the purge is left
     for f in Path(app.root, "_traces", tenant).rglob("*.jsonl"):

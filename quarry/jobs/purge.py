@@ -157,7 +157,10 @@ def scrub_runs(dirs: Iterable[str], tenant: str, doc_id: str | None = None, vers
                     continue
                 out.append(line)
             if dirty:
-                layout.write_atomic(f, b"".join(out))
+                if out or not f.endswith(".json"):
+                    layout.write_atomic(f, b"".join(out))
+                else:  # a per-change log object of a purged run: gone, not an empty entry
+                    fs.rm(path)
                 changed.append(f)
     return changed
 

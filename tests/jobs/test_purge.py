@@ -268,6 +268,33 @@ def test_document_purge_on_an_s3_root(s3_server, tmp_path):
     assert len(layout.fetched_copies(replica_cache, layout.tenant_dir(root, "t"))) == 1
 
 
+@pytest.mark.unit
+def test_tenant_purge_on_an_s3_root(s3_server):
+    """The whole tenant on an ``s3://`` root (the session's moto server): its generations and
+    its run-store objects go; the other tenant's stay and still load."""
+    from quarry.core.index import layout
+    from quarry.core.index.shards import TenantIndex
+    from quarry.core.ingest.pipeline import build_corpus
+    from quarry.jobs.purge import purge_tenant
+
+    root = s3_server.uri("purge-tenant", "idx")
+    other = [d.model_copy(update={"tenant": "u"}) for d in BASE]
+    build_corpus(BASE + [marked("1", 1)] + other, root, EMB)
+    run_store(root, "t", ["dm@1#part-0"])
+    run_store(root, "u", ["d2@1#part-0"])
+    assert files_containing(root, MARKER.encode())
+    purge_tenant(root, "t")
+    assert files_containing(root, MARKER.encode()) == []
+    assert files_containing(f"{root}/_serve", b"dm@1") == []
+    assert files_containing(f"{root}/_serve", b"d2@1#part-0")  # u's run stays
+    assert layout.list_tenants(root) == ["u"] and len(TenantIndex.load(root, "u")) > 0
+    from quarry.serve.stores.runstore_actor import RunTable
+
+    reloaded = RunTable(f"{root}/_serve/runs", ttl_s=3600, open_per_tenant=10, open_per_subject=10,
+                        kept_per_tenant=10)  # an actor re-created after the purge reads what is left
+    assert set(reloaded._tenants) == {"u"}
+
+
 @pytest.mark.spark
 @pytest.mark.slow
 def test_apply_compact_and_purge_at_once_lose_no_change(spark, tmp_path):

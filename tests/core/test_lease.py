@@ -233,3 +233,22 @@ def test_a_delayed_taker_of_an_old_number_never_holds(tmp_path):
     assert not isinstance(try_acquire(root, "t", "c"), type(second))  # claim 2 is live: no one else holds
     second.ensure()  # the holder of the top claim still holds it
     second.release()
+
+
+def test_a_single_file_lease_from_before_numbered_claims(tmp_path):
+    """``<tenant>/LEASE`` as one file (left by a writer of the earlier format that died): live,
+    it holds the tenant; expired, it gives way to the claim folder."""
+    from quarry.core.index.lease import LeaseBusy, LeaseRecord, acquire
+
+    old = tmp_path / "acme" / "LEASE"
+    old.parent.mkdir(parents=True)
+    now = time.time()
+    old.write_text(LeaseRecord(owner="h:1:x", job="compact", tenant="acme", acquired=now, expires=now + 60)
+                   .model_dump_json())
+    with pytest.raises(LeaseBusy, match="written by compact"):
+        acquire(str(tmp_path), "acme", "apply-changes", wait_s=0)
+    old.write_text(LeaseRecord(owner="h:1:x", job="compact", tenant="acme", acquired=0, expires=1)
+                   .model_dump_json())
+    held = acquire(str(tmp_path), "acme", "apply-changes", wait_s=0)
+    assert old.is_dir() and held.record.seq == 1
+    held.release()

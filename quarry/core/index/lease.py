@@ -227,11 +227,33 @@ class TenantLease:
             self.lost = self.lost or "released"
 
 
+def _single_file_lease(root: str, tenant: str, now: float) -> LeaseRecord | None:
+    """A lease written before claims were numbered (``<tenant>/LEASE`` as one file, left by a
+    writer that died): still live, it holds the tenant; expired or unreadable, it is removed so
+    the claim folder can take its name."""
+    path = lease_path(root, tenant)
+    if not (layout.is_local(path) and os.path.isfile(path)):
+        return None
+    try:
+        rec = LeaseRecord.model_validate_json(open(path, "rb").read())
+    except ValueError:
+        rec = None
+    if rec is not None and rec.expires >= now:
+        return rec
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    return None
+
+
 def try_acquire(root: str, tenant: str, job: str, *, ttl_s: float = DEFAULT_TTL_S,
                 owner: str | None = None) -> TenantLease | LeaseRecord | None:
     """One attempt: the held lease, or the live claim that holds it, or None when the attempt
     raced another taker (look again)."""
     root = str(root).rstrip("/")
+    if (held := _single_file_lease(root, tenant, time.time())) is not None:
+        return held
     top, cur = _top(root, tenant)
     if top and cur is None:
         return None  # the top claim vanished between list and read: a higher one exists now

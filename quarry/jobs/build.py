@@ -10,9 +10,9 @@ Stages (each a Spark transformation delegating to ``quarry.core`` via
     chunk       mapInPandas(core.ingest.chunking.chunk_document) + shard_of one row per doc
     contextualize mapInPandas(contextualizer.contextualize_many)         per document
     embed       explode + mapInPandas(embedder.encode), model cached per worker
-    stats       per-(partition, tenant) TermStats, merged by groupBy(tenant) on the executors;
+    stats       per-(partition, tenant) TermStats, merged per tenant on the executors (sorted by tenant);
                 only each tenant's totals (n_docs, total_len, terms) reach the driver
-    build       groupBy(tenant, shard).cogroup(parents + the tenant's stats row).applyInPandas(
+    build       (passages + parents + the tenant's stats row) by (tenant, shard), sorted; mapInPandas(
                 core.index.build.build_and_upload_shard)
                 -> upload into <root>/<tenant>/gen-<n>/shard-<k>/; ShardInfo rows back
     manifest    driver: counts checked, core.index.manifest.make_manifest + report.json

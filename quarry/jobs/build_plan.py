@@ -14,7 +14,10 @@ from __future__ import annotations
 import functools
 import json
 import math
+import threading
 import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -140,6 +143,24 @@ def _sum_by_tenant(df, cols: list[str]) -> dict[str, dict[str, int]]:
     return {r["tenant"]: {c: int(r[c] or 0) for c in cols} for r in rows}
 
 
+DRIVER_THREADS = 16  # tenants written or published at once by the driver (file or object-store round trips)
+
+
+def for_each_tenant(job: BuildJob, stage: str, tenants: Sequence[str], fn: Callable[[str], None],
+                    threads: int | None = None) -> None:
+    """``fn(tenant)`` for every tenant, on a pool of driver threads: each tenant's manifest,
+    lease and ``CURRENT`` are a few small reads and writes, so with 100,000 tenants the
+    round trips, not the bytes, are the cost. A progress line every 15 s; the first error
+    is raised once the pool has drained."""
+    n, t0, last = len(tenants), time.monotonic(), time.monotonic()
+    with ThreadPoolExecutor(max_workers=max(1, min(threads or DRIVER_THREADS, n or 1)),
+                            thread_name_prefix=f"quarry-{stage}") as pool:
+        for i, _ in enumerate(pool.map(fn, tenants), 1):
+            if time.monotonic() - last >= 15.0 and i < n:
+                last = time.monotonic()
+                job.prog.line(f"{stage:<13} ... tenants {i}/{n}  {last - t0:.0f}s")
+
+
 def read_sources(job: BuildJob):
     """Source files -> raw records (core's per-format readers, on the executors)."""
     job.start("read")
@@ -167,7 +188,8 @@ def validate(job: BuildJob, raw, n_raw: int) -> Validated:
             raise UsageError(f"--tenants names tenant(s) not in the source: {', '.join(unknown)}; "
                              f"tenants found: {', '.join(seen) or '(none)'}")
         val = val.filter(F.col("tenant").isin([*s.tenants, stages.UNKNOWN_TENANT]))
-    n_in = sum(c for (t, _), c in by_tenant_kind.items() if not s.tenants or t in s.tenants or t == stages.UNKNOWN_TENANT)
+    wanted = set(s.tenants or ())
+    n_in = sum(c for (t, _), c in by_tenant_kind.items() if not wanted or t in wanted or t == stages.UNKNOWN_TENANT)
     report.input_records = n_in
     report.filtered_out = n_raw - n_in
     w = Window.partitionBy("tenant", "doc_id", "version").orderBy("file_idx", "rec_idx")
@@ -197,8 +219,11 @@ def quarantine(job: BuildJob, v: Validated) -> dict[str, int]:
 def account(job: BuildJob, v: Validated, q_counts: dict[str, int]) -> dict[str, int]:
     """Per-tenant reports; every input record is a document or quarantined. Returns shards per tenant."""
     n_shards = {t: n_shards_for(n, job.settings.shard_docs) for t, n in v.doc_counts.items()}
+    inputs: dict[str, int] = {}
+    for (tt, _), c in v.by_tenant_kind.items():  # one pass: a per-tenant scan was quadratic in tenants
+        inputs[tt] = inputs.get(tt, 0) + c
     for t in sorted(set(v.doc_counts) | set(q_counts)):
-        inp = sum(c for (tt, _), c in v.by_tenant_kind.items() if tt == t)
+        inp = inputs.get(t, 0)
         job.report.tenants[t] = TenantReport(tenant=t, input_records=inp, documents=v.doc_counts.get(t, 0),
                                              quarantined=q_counts.get(t, 0), shards=n_shards.get(t, 0))
     bad_acct = [t for t, r in job.report.tenants.items() if not r.accounted]
@@ -297,7 +322,8 @@ def term_statistics(job: BuildJob, embedded, n_emb: int) -> TenantStats:
         return TenantStats(None, {})
     partial = embedded.select("tenant", "passage_json").mapInPandas(stages.partial_term_stats,
                                                                     stages.PARTIAL_STATS_SCHEMA)
-    frame = job.keep(partial.groupBy("tenant").applyInPandas(stages.merge_term_stats, stages.TENANT_STATS_SCHEMA))
+    frame = job.keep(partial.repartition(job.par, "tenant").sortWithinPartitions("tenant")
+                     .mapInPandas(stages.merge_sorted_term_stats, stages.TENANT_STATS_SCHEMA))
     rows = frame.select("tenant", "n_docs", "total_len", "terms").collect()
     totals = {r["tenant"]: TermStats(int(r["n_docs"]), int(r["total_len"])) for r in rows}
     job.done("stats", tenants=len(totals), terms=sum(int(r["terms"]) for r in rows))
@@ -307,11 +333,21 @@ def term_statistics(job: BuildJob, embedded, n_emb: int) -> TenantStats:
 def build_shards(job: BuildJob, ctxd, embedded, stats: TenantStats, n_shards: dict[str, int]) -> BuiltShards:
     """Every (tenant, shard) built and uploaded into the tenant's next generation folder.
 
-    Each shard task receives its passages with their embeddings, its parent sections and its
-    own tenant's statistics (one row, joined on the executors), and returns one ShardInfo row."""
+    One frame holds every shard's rows (its tenant's statistics, joined on the executors, its
+    parent sections, its passages with their embeddings), partitioned by (tenant, shard) and
+    sorted within each partition, so one Python call per partition builds its shards one
+    after another and returns one ShardInfo row each."""
     job.start("build")
     tenants = sorted(stats.totals)
-    generations = {t: layout.next_generation(job.root, t) for t in tenants}
+    generations: dict[str, int] = {}
+    lock = threading.Lock()
+
+    def next_gen(t: str) -> None:
+        g = layout.next_generation(job.root, t)
+        with lock:
+            generations[t] = g
+
+    for_each_tenant(job, "build", tenants, next_gen)
     infos: dict[str, list[ShardInfo]] = {t: [] for t in tenants}
     dims: dict[str, int] = {}
     dim = int(job.embedder.dim)
@@ -320,16 +356,20 @@ def build_shards(job: BuildJob, ctxd, embedded, stats: TenantStats, n_shards: di
         shard_counts = job.spark.createDataFrame([(t, n_shards[t]) for t in tenants], "tenant string, n_shards int")
         stats_rows = (stats.frame.select("tenant", "stats").join(shard_counts, "tenant")
                       .select("tenant", F.explode(F.sequence(F.lit(0), F.col("n_shards") - 1)).alias("shard"),
-                              F.lit(None).cast("string").alias("parent_json"), "stats"))
-        parents = ctxd.select("tenant", "shard", F.explode("parents").alias("parent_json"),
+                              F.lit(stages.SHARD_KIND_STATS).alias("kind"), F.lit(None).cast("string").alias("payload"),
+                              F.lit(None).cast("binary").alias("embedding"), "stats"))
+        parents = ctxd.select("tenant", "shard", F.lit(stages.SHARD_KIND_PARENT).alias("kind"),
+                              F.explode("parents").alias("payload"), F.lit(None).cast("binary").alias("embedding"),
                               F.lit(None).cast("binary").alias("stats"))
-        side = by_tenant_shard(parents.unionByName(
-            stats_rows.select("tenant", F.col("shard").cast("int"), "parent_json", "stats")), job.par)
-        built = (embedded.select("tenant", "shard", "passage_json", "embedding").groupBy("tenant", "shard")
-                 .cogroup(side.groupBy("tenant", "shard"))
-                 .applyInPandas(functools.partial(stages.build_one_shard, root=job.root, generations=generations,
-                                                  dim=dim, approx_threshold=approx),
-                                stages.SHARD_INFO_SCHEMA)
+        passages = embedded.select("tenant", "shard", F.lit(stages.SHARD_KIND_PASSAGE).alias("kind"),
+                                   F.col("passage_json").alias("payload"), "embedding",
+                                   F.lit(None).cast("binary").alias("stats"))
+        stats_rows = stats_rows.withColumn("shard", F.col("shard").cast("int"))
+        rows = by_tenant_shard(passages.unionByName(parents).unionByName(stats_rows), job.par)
+        built = (rows.sortWithinPartitions("tenant", "shard", "kind")
+                 .mapInPandas(functools.partial(stages.build_sorted_shards, root=job.root, generations=generations,
+                                                dim=dim, approx_threshold=approx),
+                              stages.SHARD_INFO_SCHEMA)
                  .collect())
         for r in built:
             infos[r["tenant"]].append(ShardInfo(

@@ -21,7 +21,7 @@ from quarry.core.index.manifest import make_manifest, write_manifest
 from quarry.core.index.manifest import publish as publish_generation
 from quarry.core.ingest.chunking import CHUNKER_VERSION
 from quarry.core.rank.carry_over import carry_over
-from quarry.jobs.build_plan import BuildJob, BuiltShards
+from quarry.jobs.build_plan import BuildJob, BuiltShards, for_each_tenant
 from quarry.jobs.build_settings import CaseGate, source_watermark
 from quarry.jobs.report import BuildReport, peak_rss_mb
 
@@ -41,7 +41,8 @@ def write_manifests(job: BuildJob, b: BuiltShards, stats: dict[str, TermStats], 
         tr.generation = b.generations[t]
         tr.generation_uri = layout.generation_dir(job.root, t, b.generations[t])
     measure(job)
-    for t in b.tenants:
+
+    def write_one(t: str) -> None:
         tenant_report = tenant_report_json(report, t)
         layout.write_json(layout.join(report.tenants[t].generation_uri, "report.json"), tenant_report)
         write_manifest(job.root, make_manifest(
@@ -51,6 +52,8 @@ def write_manifests(job: BuildJob, b: BuiltShards, stats: dict[str, TermStats], 
             run_id=job.run_id, contextualizer=job.settings.contextualizer, report=tenant_report,
             **({"contextualizer_llm": job.settings.llm.model_dump(mode="json")}
                if job.settings.contextualizer == "llm" and job.settings.llm is not None else {})))
+
+    for_each_tenant(job, "manifest", b.tenants, write_one)
     job.done("manifest", tenants=len(b.tenants))
 
 
@@ -61,13 +64,13 @@ def publish(job: BuildJob, b: BuiltShards, case_gate: CaseGate | None = None) ->
     s, report = job.settings, job.report
     job.start("publish")
     if s.publish:
-        for t in b.tenants:
+        def publish_one(t: str) -> None:
             if case_gate is not None:
                 gate = case_gate(job.root, t, b.generations[t])
                 job.prog.line(f"{t}: case gate {'passed' if gate.publish else 'REFUSED'}: {gate.reason}"
                               + (f"; regressed: {', '.join(gate.regressed)}" if gate.regressed else ""))
                 if not gate.publish:
-                    continue
+                    return
             with tenant_lease(job.root, t, "build", wait_s=s.lease_wait_s) as held:
                 carried = carry_over(job.root, t, layout.current_generation(job.root, t), b.generations[t])
                 if carried is not None:  # the live generation's learned ranker, re-gated on the new one
@@ -76,6 +79,9 @@ def publish(job: BuildJob, b: BuiltShards, case_gate: CaseGate | None = None) ->
                 publish_generation(job.root, t, b.generations[t])
                 report.tenants[t].published = True
                 collect(job.root, t, s.retain_generations)  # old generations past retention
+
+        # The case gate runs the resolver in-process: one tenant at a time.
+        for_each_tenant(job, "publish", b.tenants, publish_one, threads=1 if case_gate is not None else None)
         report.published = all(report.tenants[t].published for t in b.tenants)
     job.done("publish", published=sum(report.tenants[t].published for t in b.tenants) if s.publish else 0)
 

@@ -69,7 +69,6 @@ EMBEDDED_SCHEMA = (
 )
 PARTIAL_STATS_SCHEMA = "tenant string, stats binary"
 TENANT_STATS_SCHEMA = "tenant string, n_docs long, total_len long, terms long, stats binary"
-SHARD_SIDE_SCHEMA = "tenant string, shard int, parent_json string, stats binary"
 SHARD_INFO_SCHEMA = (
     "tenant string, shard int, passages long, parents long, documents long, dense_kind string, "
     "dim int, checksums string, sizes string"
@@ -310,41 +309,118 @@ def partial_term_stats(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame
 
 
 def merge_term_stats(key, pdf):  # no type hints: Spark would try to infer the UDF kind from them
-    """groupBy(tenant).applyInPandas: one tenant's partials -> its tenant-wide TermStats."""
+    """One tenant's partials (a frame with a ``stats`` column) -> its tenant-wide TermStats row."""
+    return pd.DataFrame([_merged_stats_row(str(key[0]), pdf["stats"])])
+
+
+def _merged_stats_row(tenant: str, blobs) -> dict[str, Any]:
     total = TermStats()
-    for b in pdf["stats"]:
+    for b in blobs:
         total = total.merge(stats_from_bytes(b))
-    return pd.DataFrame([{"tenant": str(key[0]), "n_docs": total.n_docs, "total_len": total.total_len,
-                          "terms": len(total.df), "stats": stats_to_bytes(total)}])
+    return {"tenant": tenant, "n_docs": total.n_docs, "total_len": total.total_len,
+            "terms": len(total.df), "stats": stats_to_bytes(total)}
+
+
+def merge_sorted_term_stats(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+    """mapInPandas over the partials, hash-partitioned and sorted by tenant: each tenant's
+    partials arrive one after another (possibly across batches), and each tenant's merged row
+    is emitted when its last partial has passed. One Python call per partition, not one per
+    tenant (a ``groupBy(tenant).applyInPandas`` paid Spark's per-group cost 10,000 times
+    for 10,000 small tenants)."""
+    cur: str | None = None
+    blobs: list[bytes] = []
+    out: list[dict[str, Any]] = []
+    for pdf in batches:
+        for tenant, b in zip(pdf["tenant"], pdf["stats"]):
+            if tenant != cur:
+                if cur is not None:
+                    out.append(_merged_stats_row(cur, blobs))
+                cur, blobs = str(tenant), []
+            blobs.append(b)
+        if len(out) >= 1024:
+            yield pd.DataFrame(out, columns=_STATS_COLUMNS)
+            out = []
+    if cur is not None:
+        out.append(_merged_stats_row(cur, blobs))
+    if out:
+        yield pd.DataFrame(out, columns=_STATS_COLUMNS)
+
+
+_STATS_COLUMNS = [c.split()[0] for c in TENANT_STATS_SCHEMA.split(", ")]
 
 
 # --------------------------------------------------------------------------- build shards
 
 
-def build_one_shard(key, passages_pdf: pd.DataFrame, side_pdf: pd.DataFrame, *, root: str,
-                    generations: Mapping[str, int], dim: int, approx_threshold: int) -> pd.DataFrame:
-    """cogroup(passages, parents + stats) by (tenant, shard): build and upload the shard with
-    ``core.index.build.build_and_upload_shard`` into the tenant's new generation folder.
+SHARD_KIND_STATS, SHARD_KIND_PARENT, SHARD_KIND_PASSAGE = 0, 1, 2
+SHARD_ROWS_SCHEMA = "tenant string, shard int, kind int, payload string, embedding binary, stats binary"
+_INFO_COLUMNS = [c.split()[0] for c in SHARD_INFO_SCHEMA.split(", ")]
 
-    ``side_pdf`` holds the shard's parent sections (``parent_json``) and exactly one row with
-    the tenant's statistics (``stats``); a shard that hash sharding left empty arrives with
-    that row alone and is built empty, here, like any other."""
+
+def build_sorted_shards(batches: Iterator[pd.DataFrame], *, root: str, generations: Mapping[str, int],
+                        dim: int, approx_threshold: int) -> Iterator[pd.DataFrame]:
+    """mapInPandas over every shard's rows in one frame (``SHARD_ROWS_SCHEMA``: the tenant's
+    statistics row, the shard's parent sections and its passages with their embeddings),
+    hash-partitioned by (tenant, shard) and sorted by (tenant, shard, kind). A shard's rows
+    arrive one after another, its statistics row first; the shard is built and uploaded
+    (:func:`build_one_shard`) when its last row has passed, so a task holds one shard at a
+    time and many small tenants share one Python call (a ``cogroup().applyInPandas`` paid
+    Spark's per-group cost once per shard). Yields one ShardInfo row per shard."""
+    key: tuple[str, int] | None = None
+    acc: dict[str, list] = {}
+    out: list[dict[str, Any]] = []
+
+    def flush() -> None:
+        out.append(build_one_shard(key, acc["stats"], acc["parents"], acc["passages"], acc["emb"],
+                                   root=root, generations=generations, dim=dim, approx_threshold=approx_threshold))
+
+    for pdf in batches:
+        for tenant, shard, kind, payload, emb, stats in zip(pdf["tenant"], pdf["shard"], pdf["kind"],
+                                                             pdf["payload"], pdf["embedding"], pdf["stats"]):
+            k = (str(tenant), int(shard))
+            if k != key:
+                if key is not None:
+                    flush()
+                key, acc = k, {"stats": [], "parents": [], "passages": [], "emb": []}
+            if kind == SHARD_KIND_STATS:
+                acc["stats"].append(stats)
+            elif kind == SHARD_KIND_PARENT:
+                acc["parents"].append(payload)
+            else:
+                acc["passages"].append(payload)
+                acc["emb"].append(emb)
+        if out:
+            yield pd.DataFrame(out, columns=_INFO_COLUMNS)
+            out = []
+    if key is not None:
+        flush()
+    if out:
+        yield pd.DataFrame(out, columns=_INFO_COLUMNS)
+
+
+def build_one_shard(key, stats_blobs, parent_jsons, passage_jsons, embeddings, *, root: str,
+                    generations: Mapping[str, int], dim: int, approx_threshold: int) -> dict[str, Any]:
+    """Build and upload one (tenant, shard) with ``core.index.build.build_and_upload_shard``
+    into the tenant's new generation folder; its ShardInfo row.
+
+    ``stats_blobs`` must hold exactly one row, the tenant's statistics; a shard that hash
+    sharding left empty arrives with that row alone and is built empty, here, like any other."""
     tenant, shard = str(key[0]), int(key[1])
-    blobs = [b for b in side_pdf["stats"] if b is not None]
+    blobs = [b for b in stats_blobs if b is not None]
     if len(blobs) != 1:
         raise RuntimeError(f"{tenant} shard {shard}: expected one statistics row, got {len(blobs)}")
     stats = stats_from_bytes(blobs[0])
-    passages = [Passage.model_validate_json(p) for p in passages_pdf["passage_json"]]
-    parents = [ParentSection.model_validate_json(p) for p in side_pdf["parent_json"] if isinstance(p, str)]
-    if len(passages):
-        emb = np.stack([np.frombuffer(b, dtype=np.float32) for b in passages_pdf["embedding"]])
+    passages = [Passage.model_validate_json(p) for p in passage_jsons]
+    parents = [ParentSection.model_validate_json(p) for p in parent_jsons if isinstance(p, str)]
+    if passages:
+        emb = np.stack([np.frombuffer(b, dtype=np.float32) for b in embeddings])
     else:
         emb = np.zeros((0, dim), np.float32)
     info = build_and_upload_shard(tenant, shard, passages, parents, emb, stats,
                                   layout.shard_dir(root, tenant, generations[tenant], shard), approx_threshold)
-    return pd.DataFrame([{
+    return {
         "tenant": tenant, "shard": shard, "passages": info.passages, "parents": info.parents,
         "documents": info.documents, "dense_kind": info.dense_kind, "dim": int(emb.shape[1]) if emb.ndim == 2 else dim,
         "checksums": json.dumps(info.checksums, sort_keys=True),  # verified on this executor after upload
         "sizes": json.dumps(info.sizes or {}, sort_keys=True),
-    }])
+    }

@@ -84,24 +84,47 @@ def test_layout_publish_and_crashed_generation(tmp_path, acme):
     assert TenantIndex.load(root, "acme").generation == g1
 
 
-def test_a_shard_task_verifies_its_own_upload(tmp_path, acme, monkeypatch):
-    """The writer re-reads what it uploaded and compares checksums: a copy corrupted on the
-    way fails the shard task (Spark retries it), before any manifest names it."""
+def test_a_shard_task_verifies_its_own_upload(acme, monkeypatch):
+    """On an object-store root the writer re-reads what it uploaded and compares checksums: a
+    copy corrupted on the way fails the shard task (Spark retries it), before any manifest
+    names it. (A local root's shard is built beside its folder and renamed into place: the
+    bytes hashed are the bytes in place.)"""
+    import uuid
+
     passages, parents, emb = acme
+    root = f"memory://verify-{uuid.uuid4().hex}"
     real = layout.upload_dir
 
     def corrupting(local_dir, uri):
         real(local_dir, uri)
-        f = Path(uri) / "bm25" / "params.index.json"
-        f = f if f.exists() else next(p for p in Path(uri).rglob("*") if p.is_file())
-        data = bytearray(f.read_bytes())
+        fs, path = layout.fs_and_path(uri)
+        f = sorted(fs.find(path))[0]
+        data = bytearray(fs.cat_file(f))
         data[0] ^= 1  # same size, different bytes
-        f.write_bytes(bytes(data))
+        fs.pipe_file(f, bytes(data))
 
     monkeypatch.setattr(layout, "upload_dir", corrupting)
     with pytest.raises(RuntimeError, match="checksum mismatch"):
-        build_tenant_index(str(tmp_path), "acme", passages, parents, emb)
-    assert layout.current_generation(str(tmp_path), "acme") is None
+        build_tenant_index(root, "acme", passages, parents, emb)
+    assert layout.current_generation(root, "acme") is None
+
+
+def test_a_local_shard_is_renamed_into_place_without_leftovers(tmp_path, acme):
+    """A local shard is built in a hidden folder beside its destination and renamed: nothing
+    is left beside the shards, the folder is readable by others (not mkdtemp's 0700), and
+    the manifest's checksums are those of the files in place."""
+    import os
+
+    passages, parents, emb = acme
+    build_tenant_index(str(tmp_path), "acme", passages, parents, emb)
+    gen = Path(layout.generation_dir(str(tmp_path), "acme", 1))
+    assert not [p.name for p in gen.iterdir() if p.name.startswith(".")]
+    shard = gen / "shard-0"
+    assert os.stat(shard).st_mode & 0o777 == 0o755
+    from quarry.core.index.manifest import read_manifest
+
+    m = read_manifest(str(tmp_path), "acme", 1)
+    assert m.shards[0].checksums == layout.file_checksums(shard)
 
 
 def test_approximate_dense_index_recall_is_measured(tmp_path):

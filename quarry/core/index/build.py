@@ -12,6 +12,8 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
+import shutil
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -111,9 +113,18 @@ def build_and_upload_shard(
     passages = [passages[i] for i in order]
     embeddings = np.asarray(embeddings, dtype=np.float32)[order] if len(order) else np.asarray(embeddings, np.float32)
     parents = sorted(parents, key=lambda s: s.parent_id)
-    with tempfile.TemporaryDirectory(prefix="quarry-shard-") as tmp:
-        out = Path(tmp) / "shard"
-        out.mkdir()
+    # A local destination is built beside it and renamed into place (one rename, no copy);
+    # a remote one is built in a temporary folder, uploaded and verified by re-reading.
+    local = layout.is_local(uri)
+    if local:
+        dest = Path(layout.fs_and_path(uri)[1])
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = tempfile.mkdtemp(prefix=f".{dest.name}.building-", dir=dest.parent)
+        os.chmod(tmp, 0o755)  # a shard folder like any other once renamed (mkdtemp makes it 0700)
+    else:
+        tmp = tempfile.mkdtemp(prefix="quarry-shard-")
+    try:
+        out = Path(tmp)
         token_lists = [tokenize(lexical_text(p)) for p in passages]
         bm25_with_stats(token_lists, stats).save(str(out / "bm25"), show_progress=False)
         index, kind = _dense_index(embeddings, approx_threshold)
@@ -135,10 +146,19 @@ def build_and_upload_shard(
             documents=len({p.doc_id for p in passages}), dense_kind=kind,
             checksums=layout.file_checksums(out), sizes=layout.file_sizes(out),
         )
-        layout.upload_dir(out, uri)
-        # Verified here, where it was written (a Spark task: the executor), by re-reading the
-        # upload; the publisher then checks only presence and sizes (manifest.publish).
-        layout.verify_files(uri, info.checksums)
+        if local:
+            if dest.exists():  # a retried task's earlier copy
+                shutil.rmtree(dest)
+            os.replace(out, dest)  # the bytes hashed above are the bytes in place
+            tmp = None
+        else:
+            layout.upload_dir(out, uri)
+            # Verified here, where it was written (a Spark task: the executor), by re-reading the
+            # upload; the publisher then checks only presence and sizes (manifest.publish).
+            layout.verify_files(uri, info.checksums)
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
     return info
 
 

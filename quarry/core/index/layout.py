@@ -153,23 +153,32 @@ def write_json(uri: str, obj: Any) -> None:
     write_atomic(uri, json.dumps(obj, indent=2, sort_keys=True, default=str).encode())
 
 
+def _local_files(local_dir: str | Path) -> list[tuple[str, str]]:
+    """(relative path, absolute path) of every file under a local folder, sorted by relative
+    path (strings: sorting ``Path`` objects cost more than hashing a small shard's files)."""
+    base = os.fspath(local_dir)
+    out = []
+    for d, _, names in os.walk(base):
+        for n in names:
+            full = os.path.join(d, n)
+            out.append((os.path.relpath(full, base), full))
+    return sorted(out)
+
+
 def file_sizes(local_dir: str | Path) -> dict[str, int]:
     """Size in bytes of every file under a local shard folder, keyed by relative path."""
-    base = Path(local_dir)
-    return {str(p.relative_to(base)): p.stat().st_size for p in sorted(base.rglob("*")) if p.is_file()}
+    return {rel: os.stat(full).st_size for rel, full in _local_files(local_dir)}
 
 
 def file_checksums(local_dir: str | Path) -> dict[str, str]:
     """sha256 of every file under a local shard folder, keyed by relative path."""
-    base = Path(local_dir)
     out = {}
-    for p in sorted(base.rglob("*")):
-        if p.is_file():
-            h = hashlib.sha256()
-            with open(p, "rb") as f:
-                for block in iter(lambda: f.read(1 << 20), b""):
-                    h.update(block)
-            out[str(p.relative_to(base))] = h.hexdigest()
+    for rel, full in _local_files(local_dir):
+        h = hashlib.sha256()
+        with open(full, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+        out[rel] = h.hexdigest()
     return out
 
 

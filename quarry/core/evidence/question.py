@@ -5,6 +5,7 @@ evidence, and which answers only echo another at a lower authority."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from functools import lru_cache
 
 from quarry.core.evidence.graph import PassageFacts
 from quarry.core.evidence.rules import ResolutionState
@@ -12,9 +13,32 @@ from quarry.core.evidence.subjects import same_subject
 from quarry.core.records import Envelope, Passage
 from quarry.core.text.tokenizer import tokenize
 
+_STANDS_IN = ("superseded_by", "condition_ended")
+
 __all__ = ["ON_QUESTION", "can_answer", "question_scope", "speaks_to", "without_echoes"]
 
 ON_QUESTION = 2  # words a passage's statements (or title and headings) share with the question
+# Words that say how a value is measured, never what it is of: "per", "each", "every".
+_MEASURE_WORDS = frozenset(tokenize("per each every"))
+
+
+@lru_cache(maxsize=4096)
+def _measures(stem: str) -> bool:
+    """Whether a stem only names a period or a rate ("day", "week", "per"): a question
+    asking "how many days per week" shares these with every duration, whatever it is of,
+    so they never put a passage on the question."""
+    if stem in _MEASURE_WORDS:
+        return True
+    from quarry.core.evidence.quantities import _pint_base, _pint_name
+    name = _pint_name(stem) if len(stem) >= 3 else None
+    base = _pint_base(name) if name else None
+    return base is not None and base[0] == "duration"
+
+
+def _asks(query: str) -> frozenset[str]:
+    """The question's stems that can say what a value is of (not its periods or rates: a
+    statement's words hold its value's unit words, "working days", "per week")."""
+    return frozenset(t for t in tokenize(query) if not _measures(t))
 
 
 def can_answer(env: Envelope, asked: frozenset[str]) -> bool:
@@ -69,8 +93,13 @@ def question_scope(st: ResolutionState, facts: Mapping[str, PassageFacts], query
     either test. Without a query every passage is on it."""
     if query is None:
         return set(alive), set(st.by_id)
-    q = frozenset(tokenize(query))
-    over = {pid: _overlaps(q, p, facts[pid]) for pid, p in st.by_id.items()}
+    q, asks = frozenset(tokenize(query)), _asks(query)
+    over = {pid: (_overlaps(asks, p, facts[pid])[0], _overlaps(q, p, facts[pid])[1]) for pid, p in st.by_id.items()}
+    # what superseded a passage on the question, or proved its condition ended, stands in
+    # its place: it is on the question as far as the passage it defeated was
+    for pid, r in sorted(st.rejected.items()):
+        if r.by in over and r.reason in _STANDS_IN:
+            over[r.by] = (max(over[r.by][0], over[pid][0]), max(over[r.by][1], over[pid][1]))
     # the tier is chosen over the survivors and the passages left in unresolved conflicts:
     # when what speaks to the question is disputed, the dispute is reported, and a passage
     # that only mentions the question's words does not answer in its place
@@ -82,6 +111,9 @@ def question_scope(st: ResolutionState, facts: Mapping[str, PassageFacts], query
     else:
         on = {pid for pid, o in over.items() if o[tier] >= ON_QUESTION}
         answers = on & set(alive)
+        if tier == 1:  # words in the text only: the passages sharing the most of them answer
+            best = max(over[pid][1] for pid in pool if pid in on)
+            answers = {pid for pid in answers if over[pid][1] == best}
         st.on_tier = set(on)
         # the question's evidence grows from whatever speaks to it by either test
         on |= {pid for pid, o in over.items() if o[0] >= ON_QUESTION or o[1] >= ON_QUESTION}

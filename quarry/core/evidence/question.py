@@ -14,6 +14,7 @@ from quarry.core.records import Envelope, Passage
 from quarry.core.text.tokenizer import tokenize
 
 _STANDS_IN = ("superseded_by", "condition_ended")
+_TEXT_MARGIN = 1  # on words in the text alone, a passage sharing fewer than the best less this does not answer
 
 __all__ = ["ON_QUESTION", "can_answer", "question_scope", "speaks_to", "without_echoes"]
 
@@ -35,10 +36,16 @@ def _measures(stem: str) -> bool:
     return base is not None and base[0] == "duration"
 
 
-def _asks(query: str) -> frozenset[str]:
-    """The question's stems that can say what a value is of (not its periods or rates: a
-    statement's words hold its value's unit words, "working days", "per week")."""
-    return frozenset(t for t in tokenize(query) if not _measures(t))
+def _stated(s) -> frozenset[str]:
+    """A statement's stems that can put it on a question: its words and predicate, less the
+    words of its own measure when the value is a duration or a rate ("3 working *days*",
+    "GBP 4 *per* pallet *per week*": every duration shares them with a question asking
+    "how many days per week"), kept where they say what the value is of ("50% in the
+    second *week* of classes")."""
+    stems = frozenset(tokenize(" ".join((*s.words, s.predicate))))
+    if "duration" in s.unit or "/" in s.unit:
+        stems = frozenset(t for t in stems if not _measures(t))
+    return stems
 
 
 def can_answer(env: Envelope, asked: frozenset[str]) -> bool:
@@ -62,7 +69,7 @@ def _overlaps(q: frozenset[str], p: Passage, f: PassageFacts) -> tuple[int, int]
     its statements' words and predicate; its title, heading trail, condition, events and
     text). Word overlap with the question, never a relevance score or a rank."""
     e = p.envelope
-    stated = max((len(q & frozenset(tokenize(" ".join((*s.words, s.predicate))))) for s in f.statements), default=0)
+    stated = max((len(q & _stated(s)) for s in f.statements), default=0)
     about = frozenset(tokenize(" ".join([e.title, *p.heading_path, e.condition or "", *(ev.what for ev in e.events),
                                          p.text])))
     return stated, len(q & about)
@@ -93,13 +100,14 @@ def question_scope(st: ResolutionState, facts: Mapping[str, PassageFacts], query
     either test. Without a query every passage is on it."""
     if query is None:
         return set(alive), set(st.by_id)
-    q, asks = frozenset(tokenize(query)), _asks(query)
-    over = {pid: (_overlaps(asks, p, facts[pid])[0], _overlaps(q, p, facts[pid])[1]) for pid, p in st.by_id.items()}
+    q = frozenset(tokenize(query))
+    over = {pid: _overlaps(q, p, facts[pid]) for pid, p in st.by_id.items()}
     # what superseded a passage on the question, or proved its condition ended, stands in
-    # its place: it is on the question as far as the passage it defeated was
+    # its place: it speaks to the question in words as far as the passage it defeated did
+    # (not in statements: the values it states are its own)
     for pid, r in sorted(st.rejected.items()):
         if r.by in over and r.reason in _STANDS_IN:
-            over[r.by] = (max(over[r.by][0], over[pid][0]), max(over[r.by][1], over[pid][1]))
+            over[r.by] = (over[r.by][0], max(over[r.by][1], over[pid][1]))
     # the tier is chosen over the survivors and the passages left in unresolved conflicts:
     # when what speaks to the question is disputed, the dispute is reported, and a passage
     # that only mentions the question's words does not answer in its place
@@ -111,9 +119,9 @@ def question_scope(st: ResolutionState, facts: Mapping[str, PassageFacts], query
     else:
         on = {pid for pid, o in over.items() if o[tier] >= ON_QUESTION}
         answers = on & set(alive)
-        if tier == 1:  # words in the text only: the passages sharing the most of them answer
+        if tier == 1:  # words in the text only: those sharing about as many as the best answer
             best = max(over[pid][1] for pid in pool if pid in on)
-            answers = {pid for pid in answers if over[pid][1] == best}
+            answers = {pid for pid in answers if over[pid][1] >= best - _TEXT_MARGIN}
         st.on_tier = set(on)
         # the question's evidence grows from whatever speaks to it by either test
         on |= {pid for pid, o in over.items() if o[0] >= ON_QUESTION or o[1] >= ON_QUESTION}

@@ -90,17 +90,18 @@ def test_a_proof_only_supports_the_rule_that_takes_the_ended_passages_place():
     assert pid(ps, "freezer-record") in supporting(d)
 
 
-def test_period_words_never_put_a_statement_on_the_question():
-    # "days per week" is shared with any duration; the locker rule is not about booking.
-    ps, _ = prepare([
-        doc("locker-rule", "# Lockers\n\nMembers' lockers are emptied after 3 days, once per week.",
-            doc_type="policy"),
-        doc("studio-hours", "# Pottery studio bookings\n\nMembers can book the pottery studio on two evenings "
-            "of their choice; studio bookings open each Monday.", doc_type="policy"),
-    ])
-    d = resolve(ps, P, D(2026, 3, 1), query="How many days per week can members book the pottery studio?")
-    assert pid(ps, "locker-rule") not in governing(d)
-    assert pid(ps, "studio-hours") in governing(d)
+def test_a_statements_own_measure_never_puts_it_on_the_question():
+    from quarry.core.evidence.question import _stated
+    from quarry.core.evidence.statement import Statement
+
+    def st(value, words):
+        return Statement(subject=(), predicate="keep", value=value, unit="duration", magnitude=None, words=words)
+    # "keep a locker for 2 weeks": "weeks" is how the value is measured, not what it is of
+    assert _stated(st("2 week", ("members", "locker", "weeks"))) == {"member", "locker", "keep"}
+    # "4 weeks of full pay after three years": "years" says which value, so it stays
+    assert "year" in _stated(st("4 week", ("years", "weeks")))
+    # a rate: "per" and the period are the value's measure
+    assert _stated(st("2 per week", ("guest", "passes", "per", "week"))) == {"guest", "pass", "keep"}
 
 
 GRAPH_DOCS = [

@@ -38,14 +38,13 @@ def _measures(stem: str) -> bool:
 
 def _stated(s) -> frozenset[str]:
     """A statement's stems that can put it on a question: its words and predicate, less the
-    words of its own measure when the value is a duration or a rate ("3 working *days*",
-    "GBP 4 *per* pallet *per week*": every duration shares them with a question asking
-    "how many days per week"), kept where they say what the value is of ("50% in the
-    second *week* of classes")."""
+    words of its own value's measure ("3 working *days*", "GBP 4 *per* pallet *per week*":
+    every duration in days shares them with a question asking "how many days per week").
+    Period words that are not the value's measure stay: they say what it is of ("50% in the
+    second *week* of classes", "4 weeks of sick pay after three *years*")."""
     stems = frozenset(tokenize(" ".join((*s.words, s.predicate))))
-    if "duration" in s.unit or "/" in s.unit:
-        stems = frozenset(t for t in stems if not _measures(t))
-    return stems
+    own = frozenset(t for t in tokenize(str(s.value)) if _measures(t)) | _MEASURE_WORDS
+    return stems - own
 
 
 def can_answer(env: Envelope, asked: frozenset[str]) -> bool:

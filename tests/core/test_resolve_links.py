@@ -122,3 +122,15 @@ def test_the_graph_follows_other_values_only_from_the_delivered_passages(tmp_pat
     # delivered itself, the FAQ's other subject is followed
     got = {x.split("@")[0] for x in neighbours(index, P, D(2026, 3, 1), [ids["tent-faq"]])}
     assert {"tent-rules", "shower-notice"} <= got
+
+
+def test_a_rule_stated_without_a_value_answers_beside_the_values_on_the_question():
+    # The fee is a value on the question; the pause of card payments states none, and
+    # speaks to more of the question than the fee does.
+    ps, _ = prepare([
+        doc("parking-fees", "# Fees\n\nThe harbour parking fee is EUR 4 per hour.", doc_type="policy"),
+        doc("card-pause", "# Card payments at the parking machines paused\n\nCard payments at the harbour parking "
+            "machines are paused; pay the parking fee with coins.", doc_type="page"),
+    ])
+    d = resolve(ps, P, D(2026, 3, 1), query="Can I pay the harbour parking fee by card at the machines?")
+    assert pid(ps, "card-pause") in governing(d)

@@ -118,6 +118,10 @@ def question_scope(st: ResolutionState, facts: Mapping[str, PassageFacts], query
     else:
         on = {pid for pid, o in over.items() if o[tier] >= ON_QUESTION}
         answers = on & set(alive)
+        if tier == 0 and answers:  # a rule stated without a value ("payments are paused") that
+            # speaks to more of the question than every value stated on it answers too
+            most = max(over[pid][1] for pid in answers)
+            answers |= {pid for pid in alive if over[pid][1] > most}
         if tier == 1:  # words in the text only: those sharing about as many as the best answer
             best = max(over[pid][1] for pid in pool if pid in on)
             answers = {pid for pid in answers if over[pid][1] >= best - _TEXT_MARGIN}

@@ -167,8 +167,10 @@ def _taken_over(proof: str, others: set[str], st: ResolutionState, facts: Mappin
     ended = [pid for pid, r in st.rejected.items() if r.reason == "condition_ended" and r.by is not None
              and doc_key(st.by_id[r.by].envelope) == proof]
     gone = [s for pid in ended for s in facts[pid].statements]
-    if not ended or not gone:
+    if not ended:
         return True
+    if not gone:
+        return False  # it stated no value: no other value takes its place
     return any(same_subject(x, y) for x in gone for o in sorted(others) for y in facts[o].statements)
 
 

@@ -25,9 +25,8 @@ _MEASURE_WORDS = frozenset(tokenize("per each every"))
 
 @lru_cache(maxsize=4096)
 def _measures(stem: str) -> bool:
-    """Whether a stem only names a period or a rate ("day", "week", "per"): a question
-    asking "how many days per week" shares these with every duration, whatever it is of,
-    so they never put a passage on the question."""
+    """Whether a stem only names a period or a rate ("day", "week", "per"; pint's time
+    units): the measure words a statement's value may carry (:func:`_stated`)."""
     if stem in _MEASURE_WORDS:
         return True
     from quarry.core.evidence.quantities import _pint_base, _pint_name

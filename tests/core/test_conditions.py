@@ -36,6 +36,9 @@ def met(cond: str, event: str, cond_scope=("acme",), event_scope=("acme",)) -> b
     ("until the migration completes", "production migration completed"),
     ("until the Q2 2026 contract renewal", "q2 2026 contract renewal completed"),
     ("until the billing-v2 rollout completes", "billing-v2 rollout completed"),
+    # changeover nouns stand for one another when the condition names what changes over
+    ("until the switch of library loans", "library loans cutover completed"),
+    ("until the move of the ticket desk completes", "ticket desk migration completed"),
 ])
 def test_condition_met(cond, event):
     scope = ("acme", "leeds") if "leeds" in event else ("acme",)
@@ -55,6 +58,9 @@ def test_condition_met(cond, event):
     ("until the erp migration completes", "erp migration planning completed", "part of it, not it"),
     ("until further notice", "further notice completed", "open-ended"),
     ("until otherwise notified", "notification completed", "open-ended"),
+    ("until the switch of library loans", "museum tickets cutover completed", "another thing changed over"),
+    ("until the migration completes", "cutover completed", "a changeover of nothing named"),
+    ("until the switch of library loans", "staging library loans cutover completed", "another environment"),
 ])
 def test_near_misses_never_end_a_condition(cond, event, why):
     assert not met(cond, event), why
@@ -92,6 +98,11 @@ def _doc(doc_id: str, text: str, **kw) -> SourceDocument:
     ("Orders ship from the Leeds depot while the warehouse relocation is in progress.",
      "The Bristol warehouse relocation concluded on 2026/01/15.", False),
     ("The on-call rota is suspended until further notice.", "The rota review was done on 15 Jan 2026.", False),
+    # a long "pending" noun phrase is cut before where the changeover goes
+    ("Pending the switch of ferry bookings to the new harbour reservation platform, online seat reservations "
+     "are unavailable.", "Ferry bookings cut over on 3 March 2026 to the new platform.", True),
+    ("Pending the switch of ferry bookings to the new harbour reservation platform, online seat reservations "
+     "are unavailable.", "Cabin upgrades cut over on 3 March 2026 to the new platform.", False),
 ])
 def test_from_prose_to_a_decision(rule, record, ends):
     cond_doc = _doc("rule", rule)

@@ -14,6 +14,10 @@ A condition is met by an event when
   ("until the production migration completes"), and an event whose site, clinic, branch,
   region, ... is named ("Northside clinic EHR migration completed") ends only a condition
   that names the same one, or whose record is scoped to it;
+- the changeover nouns (switch, cutover, migration, move, transition, go-live) stand for
+  one another when both sides name one and the condition names what changes over
+  ("until the switch of building permits" is ended by "building permits cutover
+  completed"; "until the ehr migration completes" is not by "billing cutover completed");
 - nor does a part or preparation of it ("erp migration planning completed", "phase 1 of
   the rollout completed" against "until the erp migration / the rollout completes");
 - "until further notice" (``Terms.open_ended``) names nothing a record could prove: it
@@ -64,6 +68,12 @@ _PARTIAL = frozenset(tokenize("planning plan phase step part pilot kickoff kick-
                               "rehearsal wave milestone trial first initial partial start started begun began "
                               "scoping kicked"))
 _OPEN_ENDED = ("until further notice", "until otherwise", "indefinitely")
+# Nouns of one kind of event, a system or a site changing over: "the switch of building
+# permits", "the payroll cutover", "the move to the new ledger", "the migration". When the
+# condition and the event both name one, which of them each says is not what tells the
+# events apart (the thing that changes over is), so they match each other.
+_CHANGEOVER = frozenset(tokenize("switch switchover changeover cutover cut-over migration migrate move transition "
+                                 "go-live golive"))
 
 
 @dataclass(frozen=True)
@@ -127,7 +137,10 @@ def condition_met(cond: Terms, cond_scope: Iterable[str], event: Terms, event_sc
         return False
     # Parts of the event's identifiers count as its words ("payout" in payout_batch_v2).
     event_words = event.words | {p for i in event.identifiers for p in tokenize(i.replace("-", " ").replace("_", " "))}
-    if not cond.words <= event_words:
+    wanted = cond.words
+    if wanted & _CHANGEOVER and event_words & _CHANGEOVER and wanted - _CHANGEOVER:
+        wanted = wanted - _CHANGEOVER  # "the switch of X" is ended by "X cutover completed"
+    if not wanted <= event_words:
         return False
     # Near misses: another environment's or another site's completion.
     scope_words = {t for e in cond_scope for t in tokenize(e)}

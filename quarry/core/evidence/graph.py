@@ -190,8 +190,16 @@ class EvidenceGraph:
             return -len(like & keys), -len(like & self.words_of(r)), r
         return sorted(self.rows_of.get(key, ()), key=score)[:n]
 
-    def neighbours_of(self, row: int) -> list[int]:
-        """Rows linked to ``row``, unmasked (the caller masks): deterministic order."""
+    def neighbours_of(self, row: int, statements: bool = True) -> list[int]:
+        """Rows linked to ``row``, unmasked (the caller masks): deterministic order. With
+        ``statements`` False, only the document links (supersession, version, condition)."""
+        return [r for r, _ in self.linked_rows(row, statements)]
+
+    def linked_rows(self, row: int, statements: bool = True) -> list[tuple[int, str]]:
+        """(row, "link" or "statement") for the rows linked to ``row``, unmasked: through a
+        document link (supersession, version, condition), or as another value for one of
+        its statements' subjects (only with ``statements``). Deterministic order; a row
+        reached both ways counts as linked."""
         out: list[int] = []
         key = self.key_of.get(row)
         f = self.facts.get(row)
@@ -213,7 +221,9 @@ class EvidenceGraph:
                     by_id = {p.passage_id: r for p, r in zip(cands, self.rows_of[other])}
                     out.append(by_id[best_passage(cands, passage_cue(self.passage_of(row)))])
                     out += self._best_rows(other, like, PER_LINK)
-        for s in stated:
+        linked = list(dict.fromkeys(out))
+        out = []
+        for s in (stated if statements else ()):
             found: list[int] = []
             for k in sorted(subject_keys(s)):
                 for r, i in self.by_subject.get(k, ()):
@@ -221,7 +231,8 @@ class EvidenceGraph:
                             and conflicts(s, self.facts[r].statements[i]):
                         found.append(r)
             out += sorted(found)[:PER_STATEMENT]
-        return list(dict.fromkeys(out))
+        seen = set(linked)
+        return [(r, "link") for r in linked] + [(r, "statement") for r in dict.fromkeys(out) if r not in seen]
 
 
 def graph_of(index) -> EvidenceGraph:
@@ -266,36 +277,47 @@ def neighbours(index, principal: Principal, valid_at: dt.date | None, delivered:
                hops: int = MAX_HOPS, limit: int = MAX_NEIGHBOURS) -> list[str]:
     """Passage ids linked to ``delivered`` within ``hops`` links, breadth first, each kept
     only when the principal's mask at ``valid_at`` keeps it (as in every retrieval leg).
-    At most ``limit``; the order is a pure function of the graph and the start set."""
+    At most ``limit``; the order is a pure function of the graph and the start set.
+
+    Document links (supersession, version, condition -> event) are followed for every hop;
+    another value for a statement's subject is looked up only for the delivered passages
+    and those reached from them through document links (what stands in their place, what
+    ends their condition). A passage found because it states another value is evidence
+    against a delivered one; its own statements' other values are about other questions
+    (a chain of "same unit, a shared word" hops reaches the whole corpus), so they are not
+    followed, while its document links are (it may itself be superseded)."""
     from quarry.core.index.rows import unpack_row
 
     g = graph_of(index)
     masks = index.masks(principal, None, valid_at)
     seen: set[int] = set()
-    frontier = []
+    frontier: dict[int, bool] = {}  # row -> whether its statements' other values are looked up
     for pid in delivered:
         r = index.row_of(pid)
         if r is not None and r not in seen:
             seen.add(r)
-            frontier.append(r)
+            frontier[r] = True
     added: list[int] = []
     for _ in range(hops):
-        nxt: list[int] = []
+        nxt: dict[int, bool] = {}
         for r in sorted(frontier):
-            for n in g.neighbours_of(r):
+            for n, how in g.linked_rows(r, statements=frontier[r]):
+                if n in nxt:
+                    nxt[n] = nxt[n] or (how == "link" and frontier[r])
+                    continue
                 if n in seen:
                     continue
                 seen.add(n)
                 si, rr = unpack_row(n)
                 if not masks[si][rr]:
                     continue
-                nxt.append(n)
-        nxt.sort()
+                nxt[n] = how == "link" and frontier[r]
+        order = sorted(nxt)
         room = limit - len(added)
-        added += nxt[:room]
-        if len(added) >= limit or not nxt:
+        added += order[:room]
+        if len(added) >= limit or not order:
             break
-        frontier = nxt[:room]
+        frontier = {r: nxt[r] for r in order[:room]}
     return [index.shards[unpack_row(r)[0]].passage_ids[unpack_row(r)[1]] for r in added]
 
 

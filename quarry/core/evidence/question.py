@@ -5,6 +5,7 @@ evidence, and which answers only echo another at a lower authority."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from functools import lru_cache
 
 from quarry.core.evidence.graph import PassageFacts
 from quarry.core.evidence.rules import ResolutionState
@@ -12,9 +13,37 @@ from quarry.core.evidence.subjects import same_subject
 from quarry.core.records import Envelope, Passage
 from quarry.core.text.tokenizer import tokenize
 
+_STANDS_IN = ("superseded_by", "condition_ended")
+_TEXT_MARGIN = 1  # on words in the text alone, a passage sharing fewer than the best less this does not answer
+
 __all__ = ["ON_QUESTION", "can_answer", "question_scope", "speaks_to", "without_echoes"]
 
 ON_QUESTION = 2  # words a passage's statements (or title and headings) share with the question
+# Words that say how a value is measured, never what it is of: "per", "each", "every".
+_MEASURE_WORDS = frozenset(tokenize("per each every"))
+
+
+@lru_cache(maxsize=4096)
+def _measures(stem: str) -> bool:
+    """Whether a stem only names a period or a rate ("day", "week", "per"; pint's time
+    units): the measure words a statement's value may carry (:func:`_stated`)."""
+    if stem in _MEASURE_WORDS:
+        return True
+    from quarry.core.evidence.quantities import _pint_base, _pint_name
+    name = _pint_name(stem) if len(stem) >= 3 else None
+    base = _pint_base(name) if name else None
+    return base is not None and base[0] == "duration"
+
+
+def _stated(s) -> frozenset[str]:
+    """A statement's stems that can put it on a question: its words and predicate, less the
+    words of its own value's measure ("3 working *days*", "GBP 4 *per* pallet *per week*":
+    every duration in days shares them with a question asking "how many days per week").
+    Period words that are not the value's measure stay: they say what it is of ("50% in the
+    second *week* of classes", "4 weeks of sick pay after three *years*")."""
+    stems = frozenset(tokenize(" ".join((*s.words, s.predicate))))
+    own = frozenset(t for t in tokenize(str(s.value)) if _measures(t)) | _MEASURE_WORDS
+    return stems - own
 
 
 def can_answer(env: Envelope, asked: frozenset[str]) -> bool:
@@ -38,7 +67,7 @@ def _overlaps(q: frozenset[str], p: Passage, f: PassageFacts) -> tuple[int, int]
     its statements' words and predicate; its title, heading trail, condition, events and
     text). Word overlap with the question, never a relevance score or a rank."""
     e = p.envelope
-    stated = max((len(q & frozenset(tokenize(" ".join((*s.words, s.predicate))))) for s in f.statements), default=0)
+    stated = max((len(q & _stated(s)) for s in f.statements), default=0)
     about = frozenset(tokenize(" ".join([e.title, *p.heading_path, e.condition or "", *(ev.what for ev in e.events),
                                          p.text])))
     return stated, len(q & about)
@@ -71,6 +100,12 @@ def question_scope(st: ResolutionState, facts: Mapping[str, PassageFacts], query
         return set(alive), set(st.by_id)
     q = frozenset(tokenize(query))
     over = {pid: _overlaps(q, p, facts[pid]) for pid, p in st.by_id.items()}
+    # what superseded a passage on the question, or proved its condition ended, stands in
+    # its place: it speaks to the question in words as far as the passage it defeated did
+    # (not in statements: the values it states are its own)
+    for pid, r in sorted(st.rejected.items()):
+        if r.by in over and r.reason in _STANDS_IN:
+            over[r.by] = (over[r.by][0], max(over[r.by][1], over[pid][1]))
     # the tier is chosen over the survivors and the passages left in unresolved conflicts:
     # when what speaks to the question is disputed, the dispute is reported, and a passage
     # that only mentions the question's words does not answer in its place
@@ -82,6 +117,13 @@ def question_scope(st: ResolutionState, facts: Mapping[str, PassageFacts], query
     else:
         on = {pid for pid, o in over.items() if o[tier] >= ON_QUESTION}
         answers = on & set(alive)
+        if tier == 0 and answers:  # a rule stated without a value ("payments are paused") that
+            # speaks to more of the question than every value stated on it answers too
+            most = max(over[pid][1] for pid in answers)
+            answers |= {pid for pid in alive if over[pid][1] > most}
+        if tier == 1:  # words in the text only: those sharing about as many as the best answer
+            best = max(over[pid][1] for pid in pool if pid in on)
+            answers = {pid for pid in answers if over[pid][1] >= best - _TEXT_MARGIN}
         st.on_tier = set(on)
         # the question's evidence grows from whatever speaks to it by either test
         on |= {pid for pid, o in over.items() if o[0] >= ON_QUESTION or o[1] >= ON_QUESTION}

@@ -58,6 +58,7 @@ from quarry.core.evidence.rules import (
     ResolutionState, rank_of, effective_dates, start_of, stopping_conditions, supersession,
 )
 from quarry.core.evidence.statements import statements
+from quarry.core.evidence.subjects import same_subject
 from quarry.core.index.filters import validity
 from quarry.core.records import (
     Decision, Passage, Principal, RejectedEvidence, RelatedEvidence, SelectedEvidence, UnresolvedConflict,
@@ -125,8 +126,10 @@ def resolve(
     asks = frozenset(tokenize(query)) if query is not None else frozenset()
     proving = {doc_key(by_id[pid].envelope) for pid in alive if any(n.startswith("proves") for n in st.governs.get(pid, ()))
                and not any(len(asks & frozenset(tokenize(ev.what))) >= ON_QUESTION for ev in by_id[pid].envelope.events)}
-    if any(doc_key(by_id[pid].envelope) not in proving for pid in answers):
-        answers = {pid for pid in answers if doc_key(by_id[pid].envelope) not in proving}
+    others = {pid for pid in answers if doc_key(by_id[pid].envelope) not in proving}
+    if others:  # a proving record answers only where nothing takes the ended passage's place
+        answers = {pid for pid in answers if doc_key(by_id[pid].envelope) not in proving
+                   or not _taken_over(doc_key(by_id[pid].envelope), others, st, facts)}
     if answers and query is not None:  # a lower authority stating the same value for the same subject only agrees
         answers = without_echoes(answers, st, facts)
     governing, supporting = [], []
@@ -152,6 +155,23 @@ def resolve(
         for pid in sorted(shown - placed))
     return Decision(valid_at=day, governing=tuple(governing), supporting=tuple(supporting), rejected=rejected,
                     unresolved=unresolved, related=related)
+
+
+def _taken_over(proof: str, others: set[str], st: ResolutionState, facts: Mapping[str, PassageFacts]) -> bool:
+    """Whether another answer takes the place of what the record ``proof`` proved ended: it
+    states a value for a subject a passage ended by that proof stated (the general cutoff
+    after an exception's condition ended). A record proving a link or an event only
+    supports such an answer; where the ended passage stated no value, or nothing states
+    another for its subject, the proof itself is the answer ("the allowance ended when
+    the works finished")."""
+    ended = [pid for pid, r in st.rejected.items() if r.reason == "condition_ended" and r.by is not None
+             and doc_key(st.by_id[r.by].envelope) == proof]
+    gone = [s for pid in ended for s in facts[pid].statements]
+    if not ended:
+        return True
+    if not gone:
+        return False  # it stated no value: no other value takes its place
+    return any(same_subject(x, y) for x in gone for o in sorted(others) for y in facts[o].statements)
 
 
 CONTRADICTION_TERMS = ("superseded", "exception", "effective", "revoked", "completed")

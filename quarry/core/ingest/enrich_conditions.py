@@ -144,6 +144,23 @@ def _conditions_in(s: str) -> list[tuple[int, str]]:
     return out
 
 
+# Where a long condition's noun phrase gives way to where or how it happens: "the switch of
+# building permits | to the new permitting system".
+_TRAILING_PP = re.compile(r"\s(?:to|into|onto|from|at|for|with|on|in|by|via|across)\s", re.IGNORECASE)
+
+
+def _shortened(cond: str) -> str:
+    """A condition longer than ``_MAX_COND_WORDS`` cut before its first trailing
+    prepositional phrase (not "of": "the switch of building permits" keeps what switches),
+    so a long noun phrase still names the thing; a short one is kept whole ("until the
+    move to Leeds completes" names where)."""
+    if len(cond.split()) <= _MAX_COND_WORDS + 1:
+        return cond
+    head = _TRAILING_PP.split(cond, maxsplit=1)[0]
+    completes = " completes" if cond.endswith(" completes") and not head.endswith(" completes") else ""
+    return head + completes if len(head.split()) >= 3 else cond
+
+
 def find_condition(sents: list[str], pipeline: str = DEFAULT_PIPELINE) -> str | None:
     """The first stopping condition the sentences state (see the module doc), normalised."""
     for raw in sents:
@@ -156,6 +173,7 @@ def find_condition(sents: list[str], pipeline: str = DEFAULT_PIPELINE) -> str | 
         # a fronted "Until X, <rule>" limits the rule that follows, whatever its verb
         if (m := _FRONT_UNTIL.match(s)) and not _OPEN_ENDED.match(s):
             found.append((0, f"until {_clause(m.group('cond'))}"))
+        found = [(at, _shortened(c)) for at, c in found]
         found = [(at, c) for at, c in found
                  if c != "until" and not _WHEN.match(c[6:]) and len(c.split()) <= _MAX_COND_WORDS + 1]
         if not found:

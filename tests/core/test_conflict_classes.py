@@ -43,3 +43,9 @@ def test_a_clock_time_is_a_start_or_an_end():
     assert not clash("The pool opens at 07:00.", "The pool closes at 21:00.")
     # the end of a span is no cutoff
     assert not clash("The cutoff for lab bookings is 16:00.", "The lab test ran from 09:00 to 11:00.")
+
+
+def test_a_day_count_word_between_number_and_unit_keeps_the_span():
+    # in a table cell the parser may attach the number to the bar; the span is still read
+    values = [s.value for s in statements("| Garden sheds (one- and two-storey) | 12 business days |")]
+    assert "12 day" in values

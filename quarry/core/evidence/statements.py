@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 
 from quarry.core.evidence.anchors import predicate_key, table_anchor, value_anchor
-from quarry.core.evidence.quantities import CURRENCY_CODES, TIMEZONES, Value, is_code_token, sentence_values
+from quarry.core.evidence.quantities import CURRENCY_CODES, DAY_COUNT_WORDS, TIMEZONES, Value, is_code_token, sentence_values
 from quarry.core.evidence.sentences import numeric_sentences_with_headers
 from quarry.core.evidence.statement import Statement
 from quarry.core.evidence.subjects import CANON, GENERIC_WORDS, concept
@@ -118,9 +118,6 @@ def _equivalents(doc, values: list[Value]) -> dict[int, int]:
     return out
 
 
-# How a span of days is counted ("10 working days", "5 business days", "30 calendar days",
-# "3 clear days"): part of the value, never what the value is of.
-DAY_COUNT_WORDS = frozenset("working business calendar banking clear consecutive full whole school".split())
 _PERIOD_NOUNS = frozenset("hour day night week fortnight month quarter year".split())
 
 

@@ -24,7 +24,7 @@ from functools import lru_cache
 
 from quarry.core.text.nlp import find_dates
 
-__all__ = ["CURRENCY_CODES", "TIMEZONES", "Value", "is_code_token", "sentence_values"]
+__all__ = ["CURRENCY_CODES", "DAY_COUNT_WORDS", "TIMEZONES", "Value", "is_code_token", "sentence_values"]
 
 TIMEZONES = frozenset("cet cest utc gmt et est edt pt pst bst uk".split())
 CURRENCY_CODES = frozenset(
@@ -32,6 +32,9 @@ CURRENCY_CODES = frozenset(
 _CURRENCY_SIGNS = {"€": "EUR", "$": "USD", "£": "GBP", "¥": "JPY", "₹": "INR", "₩": "KRW"}
 _CURRENCY_WORDS = {"euro": "EUR", "euros": "EUR", "dollar": "USD", "dollars": "USD", "pound": "GBP",
                    "pounds": "GBP", "franc": "CHF", "francs": "CHF", "yen": "JPY"}
+# How a span of days is counted ("10 working days", "5 business days", "30 calendar days",
+# "3 clear days"): part of the value, never what the value is of.
+DAY_COUNT_WORDS = frozenset("working business calendar banking clear consecutive full whole school".split())
 _MERIDIEM = frozenset({"am", "pm", "a.m.", "p.m.", "a.m", "p.m"})
 _ORDINAL = re.compile(r"(\d{1,2})(?:st|nd|rd|th)", re.IGNORECASE)
 
@@ -338,6 +341,9 @@ def sentence_values(doc, *, tenant: str) -> list[Value]:
             continue
         if j < len(doc) and doc[j].tag_ == "HYPH":
             j += 1  # "30-day"
+        if j + 1 < len(doc) and doc[j].lower_ in DAY_COUNT_WORDS and (u := _unit_at(doc, j + 1)) is not None \
+                and _pint_base(u[0]) and _pint_base(u[0])[0] == "duration":
+            j += 1  # "15 business days", whatever the parse attaches the number to (a table cell)
         if j >= len(doc):
             got = None
         elif doc[j].text in ("%", "percent", "per cent"):

@@ -26,11 +26,12 @@ time: ``import quarry.core`` stays light.
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 from collections.abc import Sequence
 from functools import lru_cache
 
 from quarry.core.evidence.anchors import predicate_key, table_anchor, value_anchor
-from quarry.core.evidence.quantities import CURRENCY_CODES, TIMEZONES, Value, is_code_token, sentence_values
+from quarry.core.evidence.quantities import CURRENCY_CODES, DAY_COUNT_WORDS, TIMEZONES, Value, is_code_token, sentence_values
 from quarry.core.evidence.sentences import numeric_sentences_with_headers
 from quarry.core.evidence.statement import Statement
 from quarry.core.evidence.subjects import CANON, GENERIC_WORDS, concept
@@ -115,6 +116,79 @@ def _equivalents(doc, values: list[Value]) -> dict[int, int]:
             if a < min(w.tokens) and max(w.tokens) < b:
                 out[k] = main
     return out
+
+
+_PERIOD_NOUNS = frozenset("hour day night week fortnight month quarter year".split())
+
+
+def _unit_phrase(doc, values: list[Value]) -> set[int]:
+    """Tokens of the values' own phrases that are not in their spans: a day-count word on a
+    span's unit noun ("10 *working* days") and a rate's period on it ("20 days *a year*",
+    "4 hours *each night*") with its determiner. They say how the value is counted."""
+    out: set[int] = set()
+    for v in values:
+        if not v.unit.startswith("duration"):
+            continue
+        for i in v.tokens:
+            for c in doc[i].children:
+                if c.i in v.tokens:
+                    continue
+                if c.dep_ in ("amod", "compound") and c.lower_ in DAY_COUNT_WORDS:
+                    out.add(c.i)
+                elif c.dep_ == "npadvmod" and c.lemma_.lower() in _PERIOD_NOUNS and any(
+                        d.dep_ == "det" for d in c.children):
+                    out |= {c.i} | {d.i for d in c.children if d.dep_ == "det"}
+    return out
+
+
+# A clock time is when something starts or when it ends: "from 06:00 to 22:00", "opens at 7",
+# "closes at 23:00". The role is the statement's predicate ("start", "end"), so an opening
+# time never conflicts with a closing time, and the end of a span is no cutoff ("the
+# canary ran from 09:00 to 11:00" states no deadline).
+_START_VERBS = frozenset("begin start open commence".split())
+_END_VERBS = frozenset("end finish stop close cease shut".split())
+# "from" and "until" bound a time span; "before", "after" and "by" set a cutoff (no role).
+_START_PREPS = frozenset({"from", "since"})
+_END_PREPS = frozenset({"until", "till"})
+_RANGE_WORDS = frozenset({"to", "-", "–", "—", "until", "till", "and", "through"})
+
+
+def _clock_roles(doc, values: list[Value]) -> dict[int, str]:
+    """"start" or "end" for each clock time (by index) the sentence gives a role: the first
+    and second value of a range ("06:00 to 22:00", "between 07:00 and 19:00", "06:30-10:30"),
+    else the preposition or the start or end verb that governs it ("from 2 pm", "until
+    noon", "starts at 23:00", "closes at 11 pm")."""
+    out: dict[int, str] = {}
+    clocks = [k for k, v in enumerate(values) if v.unit == "time_of_day"]
+    for a, b in zip(clocks, clocks[1:]):
+        lo, hi = max(values[a].tokens), min(values[b].tokens)
+        between = [t for t in doc[lo + 1:hi]]
+        if between and len(between) <= 2 and all(t.lower_ in _RANGE_WORDS for t in between) \
+                and a not in out and b not in out:
+            out[a], out[b] = "start", "end"
+    for k in clocks:
+        if k in out:
+            continue
+        tok = doc[min(values[k].tokens)]
+        for _ in range(3):
+            if tok.head.i == tok.i:
+                break
+            tok = tok.head
+            if tok.pos_ == "ADP" and tok.lower_ in _START_PREPS | _END_PREPS:
+                out[k] = "start" if tok.lower_ in _START_PREPS else "end"
+                break
+            if tok.pos_ in ("VERB", "AUX", "ADJ"):
+                lem = tok.lemma_.lower()
+                if lem in _START_VERBS:
+                    out[k] = "start"
+                elif lem in _END_VERBS:
+                    out[k] = "end"
+                break
+    return out
+
+
+def _role_predicate(role: str) -> str:
+    return role
 
 
 def _table_cells(doc) -> list[tuple[int, int]]:
@@ -219,7 +293,7 @@ def _sentence_statements(doc, entities: Sequence[str], header: Sequence[str] = (
     out = []
     scope_names, scope_ids = _scope_of(doc, entities)
     values = sentence_values(doc, tenant=tenant)
-    value_ids = {i for w in values for i in w.tokens}
+    value_ids = {i for w in values for i in w.tokens} | _unit_phrase(doc, values)
     equiv = _equivalents(doc, values)
     cells = _table_cells(doc) if doc.text.lstrip().startswith("|") else []
     # entities named inside an equivalent's parenthesis scope that value only
@@ -285,6 +359,9 @@ def _sentence_statements(doc, entities: Sequence[str], header: Sequence[str] = (
                 made[k] = Statement(subject=m.subject, predicate=m.predicate, value=v.value, unit=v.unit,
                                     magnitude=v.magnitude, scope=tuple(names), words=m.words,
                                     context=m.context, clause=m.clause, qualifiers=m.qualifiers)
+    for k, role in _clock_roles(doc, values).items():
+        if k in made:
+            made[k] = replace(made[k], predicate=_role_predicate(role))
     return [made[k] for k in sorted(made)]
 
 

@@ -196,6 +196,17 @@ def _same_bag(a: Statement, b: Statement) -> bool:
     return False
 
 
+def _share_a_head(a: Statement, b: Statement) -> bool:
+    """What the overlap rule may match on: the two statements' subject and predicate keys
+    (:func:`_bag`) share one, or a side has no subject of its own and its predicate or
+    context key is the other's subject or predicate. Context words alone (a clause after
+    the value, "paid into the salary account outside the payroll run") make no subject."""
+    ba, bb = _bag(a), _bag(b)
+    if ba & bb:
+        return True
+    return (not a.subject and bool(context_keys(a) & bb)) or (not b.subject and bool(context_keys(b) & ba))
+
+
 def same_subject(a: Statement, b: Statement, similarity: Callable[[str, str], float] | None = None,
                  thresholds: Thresholds = DEFAULT_THRESHOLDS) -> bool:
     """The statements are about one thing: their concept bags (predicate and subject, as
@@ -211,7 +222,9 @@ def same_subject(a: Statement, b: Statement, similarity: Callable[[str, str], fl
     if contrasting(a, b, similarity, thresholds):
         return False
     overlap = context_overlap(a, b)
-    if overlap >= thresholds.overlap and len(context_keys(a) & context_keys(b)) >= thresholds.min_shared:
+    shared = len(context_keys(a) & context_keys(b))
+    if overlap >= thresholds.overlap and shared >= thresholds.min_shared and (
+            shared > thresholds.min_shared or _share_a_head(a, b)):
         return True
     return (similarity is not None and overlap >= thresholds.min_overlap and bool(a.clause and b.clause)
             and similarity(a.clause, b.clause) >= thresholds.similarity)

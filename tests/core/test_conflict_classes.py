@@ -1,0 +1,51 @@
+"""Conflict decisions by class (issue 20): words of the value's own phrase never make two
+statements one subject, and the same fact stated in other words still conflicts. Every
+sentence here is invented for the test (no corpus wording)."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import pytest
+
+from quarry.core.evidence.conflict import conflict
+from quarry.core.evidence.statements import statements as statements_of
+
+pytestmark = pytest.mark.unit
+
+statements = partial(statements_of, tenant="conflict-classes")
+
+
+def clash(a: str, b: str) -> bool:
+    return conflict(statements(a), statements(b)) is not None
+
+
+def test_day_count_words_and_a_rate_are_part_of_the_value_not_its_subject():
+    # "working days", "business days", "a year" say how the value is counted, not what it is of
+    s, = statements("Volunteering is capped at 3 working days a year.")
+    assert "working" not in s.context and "year" not in s.context and "working" not in s.subject
+    assert not clash("Volunteering is capped at 3 working days a year.",
+                     "Lost library cards are replaced within 5 working days.")
+    assert not clash("Grant payments are released within 10 business days of signature.",
+                     "Membership cards are posted within 4 business days.")
+    # the same subject still conflicts
+    assert clash("Library cards are replaced within 5 working days.",
+                 "Replacement of a library card takes 8 working days.")
+
+
+def test_a_clock_time_is_a_start_or_an_end():
+    # a range's ends and a start or end verb or preposition give the time its role
+    assert clash("The museum is open from 10:00 to 18:00 on Sundays.", "The museum closes at 17:00 on Sundays.")
+    assert clash("Boarding for the ferry begins at 14:00.", "Ferry passengers can board from 13:00.")
+    assert not clash("The museum is open from 10:00 to 18:00 on Sundays.", "The museum closes at 18:00 on Sundays.")
+    # an opening time never conflicts with a closing time
+    assert not clash("Lending desk hours are between 08:30 and 16:00.", "The lending desk shuts at 4 pm.")
+    assert not clash("The pool opens at 07:00.", "The pool closes at 21:00.")
+    # the end of a span is no cutoff
+    assert not clash("The cutoff for lab bookings is 16:00.", "The lab test ran from 09:00 to 11:00.")
+
+
+def test_a_day_count_word_between_number_and_unit_keeps_the_span():
+    # in a table cell the parser may attach the number to the bar; the span is still read
+    values = [s.value for s in statements("| Garden sheds (one- and two-storey) | 12 business days |")]
+    assert "12 day" in values

@@ -49,3 +49,20 @@ def test_a_day_count_word_between_number_and_unit_keeps_the_span():
     # in a table cell the parser may attach the number to the bar; the span is still read
     values = [s.value for s in statements("| Garden sheds (one- and two-storey) | 12 business days |")]
     assert "12 day" in values
+
+
+def test_an_answer_is_about_what_its_question_asks():
+    # an FAQ answer names no subject: the question before it (own line or same paragraph) does
+    faq = "# Help desk\n\n**How long does a visa renewal take?**\nAllow 12 working days from the interview."
+    assert clash(faq, "Visa renewals are completed within 8 working days.")
+    assert not clash(faq, "Passport photos are printed within 8 working days.")
+    inline = "- **How long is the warranty on a kettle?** Two years from delivery."
+    assert clash(inline, "Kettles carry a warranty of three years.")
+    assert not clash(inline, "Toasters carry a warranty of three years.")
+    # each answer belongs to the question right before it
+    two = ("**How long does a visa renewal take?** Allow 12 working days.\n\n"
+           "**How long is a passport photo valid?** Six months from the shoot.")
+    s1, s2 = statements(two)
+    assert "visa" in s1.subject and "visa" not in s2.subject and "photo" in s2.subject
+    # a question in the middle of a paragraph that is not an answer's question keeps no topic across lines
+    assert "parcel" not in statements("Did the parcel arrive? We hope so.\n\nRefunds take 5 days.")[0].subject

@@ -8,9 +8,9 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from quarry.core.text.units import line_sentences
+from quarry.core.text.units import line_sentences, logical_lines, sentence_spans
 
-__all__ = ["may_state_value", "numeric_sentences_with_headers", "passage_sentences"]
+__all__ = ["may_state_value", "numeric_sentences_with_headers", "numeric_sentences_with_topics", "passage_sentences"]
 
 _NUMBER_WORDS = frozenset("one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
                           "sixteen seventeen eighteen nineteen twenty thirty forty fifty sixty seventy eighty ninety "
@@ -44,7 +44,50 @@ def numeric_sentences_with_headers(text: str, *, tenant: str) -> list[tuple[str,
     """The sentences of ``text`` that may state a value (:func:`may_state_value`; the rest are
     never parsed), each with the column names of the table it is a row of (a row followed
     by a ``| --- |`` separator is a header)."""
+    return [(s, header) for s, header, _ in numeric_sentences_with_topics(text, tenant=tenant)]
+
+
+def _is_question(sentence: str) -> bool:
+    return sentence.rstrip().rstrip("*_ ").endswith("?")
+
+
+def _heading(line: str) -> bool:
+    return line.lstrip().startswith("#")
+
+
+def _sentence_topics(text: str) -> list[str]:
+    """For each sentence of :func:`line_sentences` (same order), the question it answers, or
+    "": a question earlier in its own paragraph ("How long is the warranty? Two years from
+    delivery."), or a question that is a line of its own (a heading, an FAQ entry), which
+    stays the topic of the lines after it until the next heading or question line. The
+    answer to a question often names no subject: the question does."""
+    out: list[str] = []
+    carried = ""
+    for line in logical_lines(text):
+        sents = [line[a:b] for a, b in sentence_spans(line)]
+        if not sents:
+            continue
+        if _heading(line) or all(_is_question(s) for s in sents):
+            carried = sents[-1].lstrip("#-* ").strip() if _is_question(sents[-1]) else ""
+            out += [""] * len(sents)
+            continue
+        topic = carried
+        for s in sents:
+            if _is_question(s):
+                topic = s.lstrip("#-* ").strip()
+                out.append("")
+            else:
+                out.append(topic)
+    return out
+
+
+def numeric_sentences_with_topics(text: str, *, tenant: str) -> list[tuple[str, tuple[str, ...], str]]:
+    """:func:`numeric_sentences_with_headers`, each sentence also with the question it
+    answers (:func:`_sentence_topics`; "" for none)."""
     sents = passage_sentences(text, tenant=tenant)
+    topics = _sentence_topics(text)
+    if len(topics) != len(sents):
+        topics = [""] * len(sents)
     out, header = [], ()
     for k, s in enumerate(sents):
         row = s.lstrip().startswith("|")
@@ -54,7 +97,7 @@ def numeric_sentences_with_headers(text: str, *, tenant: str) -> list[tuple[str,
             header = _row_cells(s)
             continue
         if may_state_value(s):
-            out.append((s, header if row else ()))
+            out.append((s, header if row else (), "" if row else topics[k]))
     return out
 
 

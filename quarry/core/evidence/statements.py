@@ -32,7 +32,7 @@ from functools import lru_cache
 
 from quarry.core.evidence.anchors import predicate_key, table_anchor, value_anchor
 from quarry.core.evidence.quantities import CURRENCY_CODES, DAY_COUNT_WORDS, TIMEZONES, Value, is_code_token, sentence_values
-from quarry.core.evidence.sentences import numeric_sentences_with_headers
+from quarry.core.evidence.sentences import numeric_sentences_with_topics
 from quarry.core.evidence.statement import Statement
 from quarry.core.evidence.subjects import CANON, GENERIC_WORDS, concept
 from quarry.core.text.nlp import pipeline
@@ -365,6 +365,33 @@ def _sentence_statements(doc, entities: Sequence[str], header: Sequence[str] = (
     return [made[k] for k in sorted(made)]
 
 
+# Verbs that carry no predicate of their own in a question: "how long does it *take*", "how
+# much leave do I *get*", "how long do I *have* to appeal" (the verb after them does).
+_LIGHT_VERBS = frozenset("be do have take get make need".split())
+
+
+def _topic(doc) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """What a question asks a value of: the lemmas of its noun phrases (nouns and their
+    modifiers), and of its content verbs (light verbs left out)."""
+    nouns = [t for t in doc if t.pos_ in ("NOUN", "PROPN") or (
+        t.pos_ == "ADJ" and t.dep_ in ("amod", "compound") and t.head.pos_ in ("NOUN", "PROPN"))]
+    verbs = [t for t in doc if t.pos_ == "VERB" and t.lemma_.lower() not in _LIGHT_VERBS]
+    return tuple(dict.fromkeys(_lemmas(nouns, set()))), tuple(dict.fromkeys(_lemmas(verbs, set())))
+
+
+def _answering(s: Statement, topic: tuple[tuple[str, ...], tuple[str, ...]]) -> Statement:
+    """A statement of an answer, about what the question asks: the question's nouns join its
+    subject and its words its context; a verb predicate of the answer's own ("*allow* 5
+    days", "*expect* a month") is how the answer is phrased, not what is stated, so only a
+    relational noun ("the fee is ...") or a clock time's role stays the predicate."""
+    nouns, verbs = topic
+    if not nouns:
+        return s
+    keep = s.predicate if s.predicate in s.subject or s.predicate in ("start", "end") else ""
+    return replace(s, subject=tuple(dict.fromkeys((*nouns, *s.subject))), predicate=keep,
+                   context=tuple(dict.fromkeys((*nouns, *verbs, *s.context))))
+
+
 def statements_batch(texts: Sequence[str], entities: Sequence[Sequence[str]] = (),
                      nlp_name: str = DEFAULT_NLP, batch_size: int = 64, *, tenant: str) -> list[tuple[Statement, ...]]:
     """The value statements of each of ``tenant``'s texts, parsing all their numeric
@@ -375,15 +402,20 @@ def statements_batch(texts: Sequence[str], entities: Sequence[Sequence[str]] = (
     owners: list[int] = []
     sents: list[str] = []
     headers: list[tuple[str, ...]] = []
+    asked: list[str] = []
     for k, text in enumerate(texts):
-        for s, header in numeric_sentences_with_headers(text, tenant=tenant):
+        for s, header, topic in numeric_sentences_with_topics(text, tenant=tenant):
             owners.append(k)
             sents.append(s)
             headers.append(header)
+            asked.append(topic)
     out: list[list[Statement]] = [[] for _ in texts]
     with _LOCK:  # one pipeline per process: one stream through it at a time
-        for k, header, doc in zip(owners, headers, nlp.pipe(sents, batch_size=batch_size)):
-            out[k] += _sentence_statements(doc, entities[k] if entities else (), header, tenant=tenant)
+        questions = sorted({q for q in asked if q})
+        topics = dict(zip(questions, (_topic(d) for d in nlp.pipe(questions, batch_size=batch_size))))
+        for k, header, q, doc in zip(owners, headers, asked, nlp.pipe(sents, batch_size=batch_size)):
+            made = _sentence_statements(doc, entities[k] if entities else (), header, tenant=tenant)
+            out[k] += [_answering(s, topics[q]) for s in made] if q else made
     return [tuple(x) for x in out]
 
 

@@ -66,3 +66,19 @@ def test_an_answer_is_about_what_its_question_asks():
     assert "visa" in s1.subject and "visa" not in s2.subject and "photo" in s2.subject
     # a question in the middle of a paragraph that is not an answer's question keeps no topic across lines
     assert "parcel" not in statements("Did the parcel arrive? We hope so.\n\nRefunds take 5 days.")[0].subject
+
+
+def test_an_agent_noun_and_an_irregular_participle_share_their_verb_key():
+    from quarry.core.evidence.subjects import concept
+    # the verb an agent noun or an irregular form derives from, from the lemmatizer's tables
+    assert concept("visitor") == concept("visit") and concept("approver") == concept("approve")
+    assert concept("claimant") == concept("claim") and concept("lost") == concept("lose")
+    assert concept("kept") == concept("keep")  # an irregular form takes its lemma's synonym group
+    # words that are verbs or nouns of their own keep their own key
+    assert concept("order") != concept("ord") and concept("number") != concept("numb")
+    assert concept("ground") != concept("grind") and concept("member") == concept("members")
+    # an agent noun is no synonym of what its verb is grouped with ("holder" is not "retain")
+    assert concept("holder") != concept("retain")
+    assert clash("Each exhibition visitor may stay for 3 hours.", "An exhibition visit lasts 2 hours.")
+    assert clash("Each museum visitor may stay for 3 hours.", "Museum visits are limited to 2 hours.")
+    assert not clash("Museum visits are limited to 2 hours.", "Museum staff shifts are limited to 8 hours.")

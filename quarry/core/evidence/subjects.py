@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from quarry.core.evidence.statement import Statement
+from quarry.core.text.morphology import agent_base, form_base
 from quarry.core.text.tokenizer import stem
 
 __all__ = ["CANON", "GENERIC_WORDS", "DEFAULT_THRESHOLDS", "SYNONYMS", "Thresholds", "concept",
@@ -79,9 +80,16 @@ DEFAULT_THRESHOLDS = Thresholds()
 
 @lru_cache(maxsize=20_000)
 def concept(word: str) -> str:
-    """One key for a word and its derivations and synonyms: the synonym group's word,
-    Snowball-stemmed, without a derivational suffix or a final e or doubled consonant."""
-    w = stem(CANON.get(word, word))
+    """One key for a word and its derivations and synonyms: the synonym group's word (of an
+    irregular verb form's lemma: "kept" is "keep"), or the verb an agent noun derives from
+    ("visitor" is "visit"; :mod:`quarry.core.text.morphology`), Snowball-stemmed, without a
+    derivational suffix or a final e or doubled consonant."""
+    if word in CANON:
+        w = CANON[word]
+    else:
+        base = form_base(word)
+        w = CANON.get(base, base) if base != word else agent_base(word)
+    w = stem(w)
     for suf in _DERIVATIONAL:
         if w.endswith(suf) and len(w) - len(suf) >= 3:
             w = w[: -len(suf)]

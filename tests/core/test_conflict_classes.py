@@ -82,3 +82,16 @@ def test_an_agent_noun_and_an_irregular_participle_share_their_verb_key():
     assert clash("Each exhibition visitor may stay for 3 hours.", "An exhibition visit lasts 2 hours.")
     assert clash("Each museum visitor may stay for 3 hours.", "Museum visits are limited to 2 hours.")
     assert not clash("Museum visits are limited to 2 hours.", "Museum staff shifts are limited to 8 hours.")
+
+
+def test_who_receives_a_counted_entitlement_is_part_of_its_subject():
+    # "N days of X" hangs off the verb's object: the verb's subject (or give's dative) holds it
+    s, = statements("Volunteers receive 3 days of paid training leave.")
+    assert "volunteer" in s.subject
+    s, = statements("The charity gives apprentices 10 days of paid leave.")
+    assert "apprentice" in s.subject
+    assert not clash("Volunteers receive 3 days of paid leave.", "Permanent staff receive 5 days of paid leave.")
+    assert not clash("Trainees receive 2 weeks of study leave.", "| Study leave | 6 weeks for senior engineers |")
+    # the same holder, or no holder on one side, still conflicts
+    assert clash("Volunteers receive 3 days of paid leave.", "Volunteers get 5 days of paid leave.")
+    assert clash("Trainees receive 2 weeks of study leave.", "Study leave is 6 weeks.")

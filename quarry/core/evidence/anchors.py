@@ -75,7 +75,7 @@ def _args(verb, exclude: set[int], skip: Iterable = ()) -> list:
     for c in verb.children:
         if c.i in exclude or c.i in skip_ids:
             continue
-        if c.dep_ in ("nsubj", "nsubjpass", "dobj", "attr") and _nounish(c):
+        if c.dep_ in ("nsubj", "nsubjpass", "dobj", "attr", "dative") and _nounish(c):
             out += _phrase(c, exclude)
         elif c.dep_ in ("prep", "dative") and c.lower_ not in _TEMPORAL_PREPS:
             for g in c.children:
@@ -159,11 +159,15 @@ def _imperative_object(doc, tok, exclude: set[int]):
 
 
 def _holder(noun, exclude: set[int]) -> list:
-    """Who holds a relational noun: "migrated tenants" in "migrated tenants use the cutoff"."""
+    """Who holds a relational noun: "migrated tenants" in "migrated tenants use the cutoff";
+    of a noun the value counts ("3 days *of* leave"), who the verb gives the value to or
+    whose it is: "volunteers receive 3 days of leave", "gives apprentices 10 days of leave"."""
     if noun.dep_ in ("nsubj", "nsubjpass", "dobj", "attr", "pobj"):
-        verb = noun.head.head if noun.dep_ == "pobj" else noun.head
+        verb, inner = (noun.head.head if noun.dep_ == "pobj" else noun.head), noun
+        if noun.dep_ == "pobj" and verb.pos_ in ("NOUN", "NUM") and verb.dep_ in ("dobj", "attr", "nsubj", "nsubjpass"):
+            verb, inner = verb.head, verb  # the value's phrase is the verb's argument
         if verb.pos_ in ("VERB", "AUX") and verb.lemma_ != "be":
-            return _args(verb, exclude | {t.i for t in noun.subtree})
+            return _args(verb, exclude | {t.i for t in inner.subtree})
     return []
 
 

@@ -197,6 +197,28 @@ def _table_cells(doc) -> list[tuple[int, int]]:
     return [(x + 1, y - 1) for x, y in zip(bars, bars[1:]) if y - 1 >= x + 1]
 
 
+def _for_whom(doc, v: Value, have: set, cell: tuple[int, int] | None = None) -> list:
+    """Whom or what the value itself is for, as written after it: "6 weeks *for senior
+    engineers*", "30 days for refunds" (the object of a "for" on the value's own noun, with
+    its modifiers; in a table cell, whose parse is seldom a sentence's, the nouns after
+    the first "for" that follows the value in its cell): part of what the value is of."""
+    if cell is not None:
+        after = [t for t in doc[max(v.tokens) + 1:cell[1] + 1]]
+        at = next((k for k, t in enumerate(after) if t.lower_ == "for"), None)
+        if at is None or any(t.like_num for t in after[:at]):
+            return []
+        return [t for t in after[at + 1:] if t.pos_ in ("NOUN", "PROPN", "ADJ") and t not in have]
+    out = []
+    for i in v.tokens:
+        for c in doc[i].children:
+            if c.dep_ == "prep" and c.lower_ == "for" and c.i not in v.tokens:
+                for g in c.children:
+                    if g.dep_ == "pobj" and g.pos_ in ("NOUN", "PROPN") and g.i not in v.tokens:
+                        out += [t for t in (*g.children, g) if t.dep_ in ("compound", "amod", "pobj")
+                                and t.pos_ in ("NOUN", "PROPN", "ADJ") and t not in have]
+    return out
+
+
 def _lemmas(toks, skip: set[int]) -> list[str]:
     out = []
     for t in toks:
@@ -318,6 +340,7 @@ def _sentence_statements(doc, entities: Sequence[str], header: Sequence[str] = (
         # "25 vacation days", "10 sick days": what the counted noun is qualified by is part of the subject
         toks = toks + [c for i in v.tokens for c in doc[i].children
                        if c.dep_ in ("compound", "amod") and c.i not in v.tokens and c.pos_ in ("NOUN", "ADJ")]
+        toks = toks + _for_whom(doc, v, set(toks), cell)
         if isinstance(pred, str):
             predicate, subject = pred, _lemmas(toks, scope_ids | value_ids)
             pred_tok = None

@@ -95,3 +95,18 @@ def test_who_receives_a_counted_entitlement_is_part_of_its_subject():
     # the same holder, or no holder on one side, still conflicts
     assert clash("Volunteers receive 3 days of paid leave.", "Volunteers get 5 days of paid leave.")
     assert clash("Trainees receive 2 weeks of study leave.", "Study leave is 6 weeks.")
+
+
+def test_the_heading_a_passage_sits_under_names_its_subject():
+    from quarry.core.evidence.statements import statements_batch
+    texts = ["The office issues the permit within 3 days and posts it to you.",
+             "Parking permits are issued within 5 days.", "Allow 6 days from the booking."]
+    under = statements_batch(texts, tenant="conflict-classes",
+                             headings=["Resident parking permits", "", "How long does a ferry refund take?"])
+    bare = statements_batch(texts, tenant="conflict-classes")
+    assert conflict(under[0], under[1]) is not None and conflict(bare[0], bare[1]) is None
+    # a question heading is what its answer is about
+    assert "ferry" in under[2][0].subject and conflict(under[2], statements("Ferry refunds take 2 days.")) is not None
+    # a heading that does not name the statement's subject adds nothing
+    (other,), = statements_batch(["Refunds take 5 days."], tenant="conflict-classes", headings=["Parking permits"])
+    assert "parking" not in other.subject

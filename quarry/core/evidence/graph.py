@@ -73,7 +73,8 @@ def passage_facts(passages: Sequence[Passage]) -> list[PassageFacts]:
     if len(tenants) > 1:
         raise ValueError(f"passage_facts reads one tenant's passages, got {sorted(tenants)}")
     stated = statements_batch([p.text for p in passages], [p.envelope.entities for p in passages],
-                              tenant=next(iter(tenants), ""))
+                              tenant=next(iter(tenants), ""),
+                              headings=[p.heading_path[-1] if p.heading_path else "" for p in passages])
     return [PassageFacts(p.passage_id, tuple(s), instruction_shaped(p.text)) for p, s in zip(passages, stated)]
 
 

@@ -55,14 +55,16 @@ def _heading(line: str) -> bool:
     return line.lstrip().startswith("#")
 
 
-def _sentence_topics(text: str) -> list[str]:
+def _sentence_topics(text: str, heading: str = "") -> list[str]:
     """For each sentence of :func:`line_sentences` (same order), the question it answers, or
     "": a question earlier in its own paragraph ("How long is the warranty? Two years from
     delivery."), or a question that is a line of its own (a heading, an FAQ entry), which
     stays the topic of the lines after it until the next heading or question line. The
-    answer to a question often names no subject: the question does."""
+    answer to a question often names no subject: the question does. ``heading``, the heading
+    the passage sits under (its text does not hold it), is the first topic when it is a
+    question."""
     out: list[str] = []
-    carried = ""
+    carried = heading.lstrip("#-* ").strip() if _is_question(heading) else ""
     for line in logical_lines(text):
         sents = [line[a:b] for a, b in sentence_spans(line)]
         if not sents:
@@ -81,11 +83,11 @@ def _sentence_topics(text: str) -> list[str]:
     return out
 
 
-def numeric_sentences_with_topics(text: str, *, tenant: str) -> list[tuple[str, tuple[str, ...], str]]:
+def numeric_sentences_with_topics(text: str, *, tenant: str, heading: str = "") -> list[tuple[str, tuple[str, ...], str]]:
     """:func:`numeric_sentences_with_headers`, each sentence also with the question it
     answers (:func:`_sentence_topics`; "" for none)."""
     sents = passage_sentences(text, tenant=tenant)
-    topics = _sentence_topics(text)
+    topics = _sentence_topics(text, heading)
     if len(topics) != len(sents):
         topics = [""] * len(sents)
     out, header = [], ()

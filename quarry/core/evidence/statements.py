@@ -415,30 +415,53 @@ def _answering(s: Statement, topic: tuple[tuple[str, ...], tuple[str, ...]]) -> 
                    context=tuple(dict.fromkeys((*nouns, *verbs, *s.context))))
 
 
+def _named_by_heading(s: Statement, topic: tuple[tuple[str, ...], tuple[str, ...]]) -> Statement:
+    """A statement under a heading that names its subject in full ("Parking permits" over
+    "the office issues the permit within 3 days"): a subject noun the heading's nouns hold
+    takes the heading's other nouns (its modifiers) into the subject and the context."""
+    nouns, _ = topic
+    if not set(s.subject) & set(nouns) or set(nouns) <= set(s.subject):
+        return s
+    return replace(s, subject=tuple(dict.fromkeys((*nouns, *s.subject))),
+                   context=tuple(dict.fromkeys((*nouns, *s.context))))
+
+
 def statements_batch(texts: Sequence[str], entities: Sequence[Sequence[str]] = (),
-                     nlp_name: str = DEFAULT_NLP, batch_size: int = 64, *, tenant: str) -> list[tuple[Statement, ...]]:
+                     nlp_name: str = DEFAULT_NLP, batch_size: int = 64, *, tenant: str,
+                     headings: Sequence[str] = ()) -> list[tuple[Statement, ...]]:
     """The value statements of each of ``tenant``'s texts, parsing all their numeric
-    sentences in one ``nlp.pipe`` stream (the build-time API)."""
+    sentences in one ``nlp.pipe`` stream (the build-time API); ``headings`` (one per text,
+    or none) are the headings the texts sit under: a question is what its answers are about
+    (:func:`_answering`), another heading may name a subject in full (:func:`_named_by_heading`)."""
     if entities and len(entities) != len(texts):
         raise ValueError(f"entities must be empty or one sequence per text: {len(entities)} for {len(texts)} texts")
+    if headings and len(headings) != len(texts):
+        raise ValueError(f"headings must be empty or one per text: {len(headings)} for {len(texts)} texts")
     nlp = load_nlp(nlp_name)
     owners: list[int] = []
     sents: list[str] = []
     headers: list[tuple[str, ...]] = []
     asked: list[str] = []
+    titled: list[str] = []
     for k, text in enumerate(texts):
-        for s, header, topic in numeric_sentences_with_topics(text, tenant=tenant):
+        heading = headings[k].strip() if headings else ""
+        for s, header, topic in numeric_sentences_with_topics(text, tenant=tenant, heading=heading):
             owners.append(k)
             sents.append(s)
             headers.append(header)
             asked.append(topic)
+            titled.append("" if topic or heading.endswith("?") else heading)
     out: list[list[Statement]] = [[] for _ in texts]
     with _LOCK:  # one pipeline per process: one stream through it at a time
-        questions = sorted({q for q in asked if q})
-        topics = dict(zip(questions, (_topic(d) for d in nlp.pipe(questions, batch_size=batch_size))))
-        for k, header, q, doc in zip(owners, headers, asked, nlp.pipe(sents, batch_size=batch_size)):
+        phrases = sorted({q for q in (*asked, *titled) if q})
+        topics = dict(zip(phrases, (_topic(d) for d in nlp.pipe(phrases, batch_size=batch_size))))
+        for k, header, q, h, doc in zip(owners, headers, asked, titled, nlp.pipe(sents, batch_size=batch_size)):
             made = _sentence_statements(doc, entities[k] if entities else (), header, tenant=tenant)
-            out[k] += [_answering(s, topics[q]) for s in made] if q else made
+            if q:
+                made = [_answering(s, topics[q]) for s in made]
+            elif h:
+                made = [_named_by_heading(s, topics[h]) for s in made]
+            out[k] += made
     return [tuple(x) for x in out]
 
 

@@ -89,6 +89,11 @@ def concept(word: str) -> str:
     else:
         base = form_base(word)
         w = CANON.get(base, base) if base != word else agent_base(word)
+    return _reduced(w)
+
+
+def _reduced(w: str) -> str:
+    """The Snowball stem of ``w`` without a derivational suffix, final e or doubled consonant."""
     w = stem(w)
     for suf in _DERIVATIONAL:
         if w.endswith(suf) and len(w) - len(suf) >= 3:
@@ -100,7 +105,8 @@ def concept(word: str) -> str:
     return w
 
 
-_HEAD_KEYS = frozenset(concept(w) for w in _GENERIC_HEADS)
+# (no generic head is an agent noun or an irregular verb form: the lemma tables stay unloaded at import)
+_HEAD_KEYS = frozenset(_reduced(CANON.get(w, w)) for w in _GENERIC_HEADS)
 
 
 def _bag(s: Statement) -> frozenset[str]:

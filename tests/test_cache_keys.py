@@ -48,7 +48,6 @@ REGISTRY: dict[str, str] = {
     "core/evidence/quantities.py:_pint_base": WORD,
     "core/evidence/quantities.py:_pint_name": WORD,
     "core/text/morphology.py:_tables": WORD,  # the spaCy pipeline's lemma tables, by pipeline name
-    "core/text/morphology.py:verb_base": WORD,
     "core/evidence/question.py:_measures": WORD,
     "core/evidence/quantities.py:_clock": TENANT,  # (text, ..., tenant); tested below
     "core/evidence/statements.py:_statements_cached": TENANT,  # (text, ..., tenant); tested below

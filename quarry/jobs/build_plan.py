@@ -14,7 +14,6 @@ from __future__ import annotations
 import functools
 import json
 import math
-import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -146,19 +145,22 @@ def _sum_by_tenant(df, cols: list[str]) -> dict[str, dict[str, int]]:
 DRIVER_THREADS = 16  # tenants written or published at once by the driver (file or object-store round trips)
 
 
-def for_each_tenant(job: BuildJob, stage: str, tenants: Sequence[str], fn: Callable[[str], None],
-                    threads: int | None = None) -> None:
-    """``fn(tenant)`` for every tenant, on a pool of driver threads: each tenant's manifest,
-    lease and ``CURRENT`` are a few small reads and writes, so with 100,000 tenants the
-    round trips, not the bytes, are the cost. A progress line every 15 s; the first error
+def for_each_tenant(job: BuildJob, stage: str, tenants: Sequence[str], fn: Callable[[str], Any],
+                    threads: int | None = None) -> list[Any]:
+    """``[fn(tenant) for tenant in tenants]`` on a pool of driver threads: each tenant's
+    manifest, lease and ``CURRENT`` are a few small reads and writes, so with 100,000 tenants
+    the round trips, not the bytes, are the cost. A progress line every 15 s; the first error
     is raised once the pool has drained."""
     n, t0, last = len(tenants), time.monotonic(), time.monotonic()
+    out: list[Any] = []
     with ThreadPoolExecutor(max_workers=max(1, min(threads or DRIVER_THREADS, n or 1)),
                             thread_name_prefix=f"quarry-{stage}") as pool:
-        for i, _ in enumerate(pool.map(fn, tenants), 1):
+        for i, r in enumerate(pool.map(fn, tenants), 1):
+            out.append(r)
             if time.monotonic() - last >= 15.0 and i < n:
                 last = time.monotonic()
                 job.prog.line(f"{stage:<13} ... tenants {i}/{n}  {last - t0:.0f}s")
+    return out
 
 
 def read_sources(job: BuildJob):
@@ -346,15 +348,8 @@ def build_shards(job: BuildJob, ctxd, embedded, stats: TenantStats, n_shards: di
     after another and returns one ShardInfo row each."""
     job.start("build")
     tenants = sorted(stats.totals)
-    generations: dict[str, int] = {}
-    lock = threading.Lock()
-
-    def next_gen(t: str) -> None:
-        g = layout.next_generation(job.root, t)
-        with lock:
-            generations[t] = g
-
-    for_each_tenant(job, "build", tenants, next_gen)
+    generations = dict(zip(tenants, for_each_tenant(job, "build", tenants,
+                                                   lambda t: layout.next_generation(job.root, t))))
     infos: dict[str, list[ShardInfo]] = {t: [] for t in tenants}
     dims: dict[str, int] = {}
     dim = int(job.embedder.dim)

@@ -13,11 +13,12 @@ once per task or batch.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import pickle
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -308,11 +309,6 @@ def partial_term_stats(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame
         yield pd.DataFrame({"tenant": list(partial), "stats": [stats_to_bytes(s) for s in partial.values()]})
 
 
-def merge_term_stats(key, pdf):  # no type hints: Spark would try to infer the UDF kind from them
-    """One tenant's partials (a frame with a ``stats`` column) -> its tenant-wide TermStats row."""
-    return pd.DataFrame([_merged_stats_row(str(key[0]), pdf["stats"])])
-
-
 def _merged_stats_row(tenant: str, blobs) -> dict[str, Any]:
     total = TermStats()
     for b in blobs:
@@ -321,29 +317,24 @@ def _merged_stats_row(tenant: str, blobs) -> dict[str, Any]:
             "terms": len(total.df), "stats": stats_to_bytes(total)}
 
 
+def _rows(batches: Iterator[pd.DataFrame], cols: Sequence[str]) -> Iterator[tuple]:
+    for pdf in batches:
+        yield from zip(*(pdf[c] for c in cols))
+
+
+def _in_frames(rows: Iterator[dict[str, Any]], columns: list[str], n: int = 1024) -> Iterator[pd.DataFrame]:
+    while chunk := list(itertools.islice(rows, n)):
+        yield pd.DataFrame(chunk, columns=columns)
+
+
 def merge_sorted_term_stats(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
     """mapInPandas over the partials, hash-partitioned and sorted by tenant: each tenant's
-    partials arrive one after another (possibly across batches), and each tenant's merged row
-    is emitted when its last partial has passed. One Python call per partition, not one per
-    tenant (a ``groupBy(tenant).applyInPandas`` paid Spark's per-group cost 10,000 times
-    for 10,000 small tenants)."""
-    cur: str | None = None
-    blobs: list[bytes] = []
-    out: list[dict[str, Any]] = []
-    for pdf in batches:
-        for tenant, b in zip(pdf["tenant"], pdf["stats"]):
-            if tenant != cur:
-                if cur is not None:
-                    out.append(_merged_stats_row(cur, blobs))
-                cur, blobs = str(tenant), []
-            blobs.append(b)
-        if len(out) >= 1024:
-            yield pd.DataFrame(out, columns=_STATS_COLUMNS)
-            out = []
-    if cur is not None:
-        out.append(_merged_stats_row(cur, blobs))
-    if out:
-        yield pd.DataFrame(out, columns=_STATS_COLUMNS)
+    partials arrive one after another (possibly across batches) and merge into its row. One
+    Python call per partition, not one per tenant (a ``groupBy(tenant).applyInPandas`` paid
+    Spark's per-group cost 10,000 times for 10,000 small tenants)."""
+    merged = (_merged_stats_row(str(tenant), [b for _, b in rows])
+              for tenant, rows in itertools.groupby(_rows(batches, ("tenant", "stats")), key=lambda r: r[0]))
+    yield from _in_frames(merged, _STATS_COLUMNS)
 
 
 _STATS_COLUMNS = [c.split()[0] for c in TENANT_STATS_SCHEMA.split(", ")]
@@ -353,49 +344,36 @@ _STATS_COLUMNS = [c.split()[0] for c in TENANT_STATS_SCHEMA.split(", ")]
 
 
 SHARD_KIND_STATS, SHARD_KIND_PARENT, SHARD_KIND_PASSAGE = 0, 1, 2
-SHARD_ROWS_SCHEMA = "tenant string, shard int, kind int, payload string, embedding binary, stats binary"
 _INFO_COLUMNS = [c.split()[0] for c in SHARD_INFO_SCHEMA.split(", ")]
 
 
 def build_sorted_shards(batches: Iterator[pd.DataFrame], *, root: str, generations: Mapping[str, int],
                         dim: int, approx_threshold: int) -> Iterator[pd.DataFrame]:
-    """mapInPandas over every shard's rows in one frame (``SHARD_ROWS_SCHEMA``: the tenant's
-    statistics row, the shard's parent sections and its passages with their embeddings),
-    hash-partitioned by (tenant, shard) and sorted by (tenant, shard, kind). A shard's rows
-    arrive one after another, its statistics row first; the shard is built and uploaded
-    (:func:`build_one_shard`) when its last row has passed, so a task holds one shard at a
-    time and many small tenants share one Python call (a ``cogroup().applyInPandas`` paid
-    Spark's per-group cost once per shard). Yields one ShardInfo row per shard."""
-    key: tuple[str, int] | None = None
-    acc: dict[str, list] = {}
-    out: list[dict[str, Any]] = []
+    """mapInPandas over every shard's rows in one frame (tenant, shard, kind, payload,
+    embedding, stats: the tenant's statistics row, the shard's parent sections and its
+    passages with their embeddings), hash-partitioned by (tenant, shard) and sorted by
+    (tenant, shard, kind). A shard's rows arrive one after another; the shard is built and
+    uploaded (:func:`build_one_shard`) when its last row has passed, so a task holds one
+    shard at a time and many small tenants share one Python call (a
+    ``cogroup().applyInPandas`` paid Spark's per-group cost once per shard). Yields one
+    ShardInfo row per shard."""
+    cols = ("tenant", "shard", "kind", "payload", "embedding", "stats")
 
-    def flush() -> None:
-        out.append(build_one_shard(key, acc["stats"], acc["parents"], acc["passages"], acc["emb"],
-                                   root=root, generations=generations, dim=dim, approx_threshold=approx_threshold))
+    def built() -> Iterator[dict[str, Any]]:
+        for (tenant, shard), rows in itertools.groupby(_rows(batches, cols), key=lambda r: (str(r[0]), int(r[1]))):
+            stats, parents, passages, emb = [], [], [], []
+            for _, _, kind, payload, e, st in rows:
+                if kind == SHARD_KIND_STATS:
+                    stats.append(st)
+                elif kind == SHARD_KIND_PARENT:
+                    parents.append(payload)
+                else:
+                    passages.append(payload)
+                    emb.append(e)
+            yield build_one_shard((tenant, shard), stats, parents, passages, emb, root=root,
+                                  generations=generations, dim=dim, approx_threshold=approx_threshold)
 
-    for pdf in batches:
-        for tenant, shard, kind, payload, emb, stats in zip(pdf["tenant"], pdf["shard"], pdf["kind"],
-                                                             pdf["payload"], pdf["embedding"], pdf["stats"]):
-            k = (str(tenant), int(shard))
-            if k != key:
-                if key is not None:
-                    flush()
-                key, acc = k, {"stats": [], "parents": [], "passages": [], "emb": []}
-            if kind == SHARD_KIND_STATS:
-                acc["stats"].append(stats)
-            elif kind == SHARD_KIND_PARENT:
-                acc["parents"].append(payload)
-            else:
-                acc["passages"].append(payload)
-                acc["emb"].append(emb)
-        if out:
-            yield pd.DataFrame(out, columns=_INFO_COLUMNS)
-            out = []
-    if key is not None:
-        flush()
-    if out:
-        yield pd.DataFrame(out, columns=_INFO_COLUMNS)
+    yield from _in_frames(built(), _INFO_COLUMNS, n=64)
 
 
 def build_one_shard(key, stats_blobs, parent_jsons, passage_jsons, embeddings, *, root: str,

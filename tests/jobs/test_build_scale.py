@@ -38,7 +38,7 @@ def test_partial_stats_merge_to_the_tenant_wide_stats():
     assert sorted(r.tenant for r in parts) == ["a", "a", "b", "b"]
     for tenant in ("a", "b"):
         mine = pd.DataFrame([{"tenant": r.tenant, "stats": r.stats} for r in parts if r.tenant == tenant])
-        merged = stages.merge_term_stats((tenant,), mine).iloc[0]
+        merged = next(stages.merge_sorted_term_stats(iter([mine[:1], mine[1:]]))).iloc[0]
         want = TermStats.from_tokens([tokenize(lexical_text(p)) for p in ps[tenant]])
         got = stages.stats_from_bytes(merged["stats"])
         assert got == want and merged["n_docs"] == want.n_docs and merged["terms"] == len(want.df)

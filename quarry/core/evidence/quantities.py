@@ -24,7 +24,7 @@ from functools import lru_cache
 
 from quarry.core.text.nlp import find_dates
 
-__all__ = ["CURRENCY_CODES", "DAY_COUNT_WORDS", "TIMEZONES", "Value", "is_code_token", "sentence_values"]
+__all__ = ["CURRENCY_CODES", "DAY_COUNT_WORDS", "TIMEZONES", "Value", "is_code_token", "names_duration", "sentence_values"]
 
 TIMEZONES = frozenset("cet cest utc gmt et est edt pt pst bst uk".split())
 CURRENCY_CODES = frozenset(
@@ -150,6 +150,13 @@ def _number_run(doc, i: int) -> tuple[float, int] | None:
         else:
             break
     return total + current, last
+
+
+def names_duration(word: str) -> bool:
+    """Whether ``word`` (a word or its stem, 3 letters or more) is pint's name of a unit of time."""
+    name = _pint_name(word) if len(word) >= 3 else None
+    base = _pint_base(name) if name else None
+    return base is not None and base[0] == "duration"
 
 
 def _duration_unit(doc, j: int) -> tuple[str, int, float, bool] | None:

@@ -29,10 +29,9 @@ def _measures(stem: str) -> bool:
     units): the measure words a statement's value may carry (:func:`_stated`)."""
     if stem in _MEASURE_WORDS:
         return True
-    from quarry.core.evidence.quantities import _pint_base, _pint_name
-    name = _pint_name(stem) if len(stem) >= 3 else None
-    base = _pint_base(name) if name else None
-    return base is not None and base[0] == "duration"
+    from quarry.core.evidence.quantities import names_duration  # pint loads on first use, not at import
+
+    return names_duration(stem)
 
 
 def _stated(s) -> frozenset[str]:

@@ -13,7 +13,7 @@ from functools import lru_cache
 
 from quarry.core.text.nlp import DEFAULT_PIPELINE, pipeline
 
-__all__ = ["agent_base", "form_base", "verb_base"]
+__all__ = ["agent_base", "form_base"]
 
 # Suffixes that make an agent noun of a verb: "visit-or", "approv-er", "claim-ant".
 _AGENT_SUFFIXES = ("er", "or", "ant")
@@ -31,13 +31,6 @@ def _tables(name: str) -> tuple[frozenset[str], frozenset[str], dict[str, str]]:
     nouns = frozenset(index.get("noun", ())) - frozenset(index.get("adj", ()))
     forms = {form: lemmas[0] for form, lemmas in exc.get("verb", {}).items() if lemmas}
     return verbs, nouns, forms
-
-
-@lru_cache(maxsize=20_000)
-def verb_base(word: str, name: str = DEFAULT_PIPELINE) -> str:
-    """The verb ``word`` derives from, or ``word``: :func:`form_base`, else :func:`agent_base`."""
-    base = form_base(word, name)
-    return base if base != word else agent_base(word, name)
 
 
 def form_base(word: str, name: str = DEFAULT_PIPELINE) -> str:

@@ -36,11 +36,6 @@ def doc(doc_id: str, text: str, **kw) -> SourceDocument:
     return SourceDocument(**base)
 
 
-def _shard_dir(root: str) -> str:
-    index = TenantIndex.load(root, "t")
-    return index.base_shards[0].dir
-
-
 def test_vectors_are_written_loaded_and_absent_without_an_encoder(tmp_path):
     docs = [doc("boats", "# Boats\n\n" + KAYAK), doc("lake", "# Lake\n\n" + CANOE)]
     with_vec, without = str(tmp_path / "a"), str(tmp_path / "b")
@@ -156,3 +151,16 @@ def test_a_delta_writes_vectors_and_reuses_the_previous_rows(tmp_path):
     sh2 = TenantIndex.load(r, "t").delta.shard
     by_id = {x.passage_id: x for x in sh2.facts()}
     assert np.allclose(by_id[f.passage_id].vectors, f.vectors)
+
+
+def test_compaction_keeps_the_stored_vectors(tmp_path):
+    from quarry.core.changes.compact import compact
+
+    r = str(tmp_path)
+    build_corpus([doc("boats", "# Boats\n\n" + KAYAK)], r, EMB)
+    apply_local(r, "t", [Change(op="upsert", tenant="t", doc_id="lake", document=doc("lake", "# Lake\n\n" + CANOE),
+                                at=dt.datetime(2026, 2, 1, 12))], EMB)
+    before = {f.passage_id: f.vectors for sh in TenantIndex.load(r, "t").shards for f in sh.facts() if f.statements}
+    assert compact(r, "t") is not None
+    after = {f.passage_id: f.vectors for sh in TenantIndex.load(r, "t").shards for f in sh.facts() if f.statements}
+    assert set(after) == set(before) and all(np.allclose(after[p], before[p]) for p in before)

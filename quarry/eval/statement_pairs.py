@@ -34,6 +34,7 @@ from quarry.core.evidence.statements import DEFAULT_NLP, statements_batch
 from quarry.core.evidence.subjects import DEFAULT_THRESHOLDS, Thresholds
 
 PARTS = ("all", "tune", "holdout")
+_TEXTS = {"clause": None, "subject": lambda s: " ".join((*s.subject, s.predicate))}
 SPLIT_SEED = "quarry-statement-pairs-1"
 
 
@@ -102,31 +103,33 @@ def select(pairs: Sequence[Pair], part: str) -> list[Pair]:
     return [p for p in pairs if part == "all" or part_of(p.id) == part]
 
 
-def embedder_similarity(stated: Sequence[Sequence[Statement]], spec: str):
-    """A cosine similarity over the statements' masked sentences under embedder ``spec``
-    (:func:`quarry.core.embed.factory.build_embedder`), encoded once each."""
+def embedder_similarity(stated: Sequence[Sequence[Statement]], spec: str, text=None):
+    """The similarity the resolver builds from stored statement vectors
+    (:func:`quarry.core.evidence.vectors.clause_similarity`), over the statements' texts
+    under embedder ``spec`` (:func:`quarry.core.embed.factory.build_embedder`), float16
+    as stored. ``text`` maps a statement to what is encoded (default: its masked clause;
+    the clause is still the key the rule looks up)."""
     from quarry.core.embed.factory import build_embedder
+    from quarry.core.evidence.graph import PassageFacts
+    from quarry.core.evidence.vectors import attach, clause_similarity, encode_facts
 
     emb = build_embedder(spec)
-    clauses = sorted({s.clause for ss in stated for s in ss if s.clause})
-    row = dict(zip(clauses, emb.encode(clauses))) if clauses else {}
-
-    def similarity(a: str, b: str) -> float:
-        for t in (a, b):
-            if t not in row:
-                row[t] = emb.encode([t])[0]
-        return float(row[a] @ row[b])
-
-    return similarity
+    facts = [PassageFacts(str(k), tuple(ss)) for k, ss in enumerate(stated)]
+    if text is None:
+        return clause_similarity(attach(facts, encode_facts(facts, emb.encode)))
+    alt = [PassageFacts(f.passage_id, tuple(Statement(**{**s.__dict__, "clause": text(s)}) for s in f.statements))
+           for f in facts]
+    vecs = encode_facts(alt, emb.encode)
+    return clause_similarity(attach(facts, vecs))
 
 
 def evaluate(pairs: Sequence[Pair], nlp_name: str = DEFAULT_NLP, embedder: str | None = None,
-             thresholds: Thresholds = DEFAULT_THRESHOLDS, stated=None, similarity=None) -> Report:
+             thresholds: Thresholds = DEFAULT_THRESHOLDS, stated=None, similarity=None, text=None) -> Report:
     t0 = time.perf_counter()
     if stated is None:
         stated = statements_batch([t for p in pairs for t in (p.a, p.b)], nlp_name=nlp_name, tenant="statement-pairs")
     if similarity is None and embedder:
-        similarity = embedder_similarity(stated, embedder)
+        similarity = embedder_similarity(stated, embedder, text)
     fp, fn, tp = [], [], 0
     for k, p in enumerate(pairs):
         got = conflict(stated[2 * k], stated[2 * k + 1], similarity, thresholds) is not None
@@ -143,22 +146,24 @@ def evaluate(pairs: Sequence[Pair], nlp_name: str = DEFAULT_NLP, embedder: str |
                   time.perf_counter() - t0, count_by_why(pairs, set(fp) | set(fn)))
 
 
-def sweep(pairs: Sequence[Pair], nlp_name: str = DEFAULT_NLP, embedder: str | None = None
+def sweep(pairs: Sequence[Pair], nlp_name: str = DEFAULT_NLP, embedder: str | None = None, text=None
           ) -> list[tuple[Thresholds, Report]]:
     """Every grid :class:`.subjects.Thresholds` with its report, best F1 first (ties: the
     higher thresholds, which accept fewer pairs)."""
     stated = statements_batch([t for p in pairs for t in (p.a, p.b)], nlp_name=nlp_name, tenant="statement-pairs")
-    similarity = embedder_similarity(stated, embedder) if embedder else None
-    overlaps = [x / 20 for x in range(1, 21)] + [1.01]
-    sims = [x / 20 for x in range(10, 21)] + [1.01] if similarity else [1.01]
+    similarity = embedder_similarity(stated, embedder, text) if embedder else None
+    overlaps = [x / 20 for x in range(1, 11)] + [1.01]
+    sims = [x / 20 for x in range(8, 21)] + [1.01] if similarity else [1.01]
     mins = [0.0, 0.1, 0.2, 0.3] if similarity else [0.0]
-    synonyms = [x / 10 for x in range(4, 10)] + [1.01] if similarity else [1.01]
+    # the stored vectors are the clauses' only: no word pair has one, so no synonym threshold
+    synonyms = [1.01]
+    vetoes = [-1.0, 0.1, 0.2, 0.3, 0.4] if similarity else [-1.0]
     out = []
-    for o, sm, mo, sy, ms in itertools.product(overlaps, sims, mins, synonyms, (1, 2, 3)):
-        th = Thresholds(overlap=o, min_overlap=mo, similarity=sm, synonym=sy, min_shared=ms)
+    for o, sm, mo, sy, ms, ve in itertools.product(overlaps, sims, mins, synonyms, (1, 2, 3), vetoes):
+        th = Thresholds(overlap=o, min_overlap=mo, similarity=sm, synonym=sy, min_shared=ms, veto=ve)
         out.append((th, evaluate(pairs, nlp_name, thresholds=th, stated=stated, similarity=similarity)))
     out.sort(key=lambda x: (-x[1].f1, -x[0].min_shared, -x[0].overlap, -x[0].similarity, -x[0].min_overlap,
-                            -x[0].synonym))
+                            -x[0].synonym, x[0].veto))
     return out
 
 
@@ -187,18 +192,21 @@ def main(argv: Sequence[str] | None = None) -> int:
                          "(default, hashing or a model directory); default: the lemma rule only")
     ap.add_argument("--part", default="all", choices=PARTS, help="score all pairs, the tuning part or the held-out third")
     ap.add_argument("--sweep", action="store_true", help="score a grid of thresholds; print the best ten")
+    ap.add_argument("--text", default="clause", choices=("clause", "subject"),
+                    help="what a statement's vector encodes with --embedder: its masked clause (as the index "
+                         "stores) or its subject phrase and predicate")
     args = ap.parse_args(argv)
     try:
         pairs = select([p for f in args.pairs for p in load_pairs(f)], args.part)
         if len({p.id for p in pairs}) != len(pairs):
             raise ValueError("a pair id appears in two of the files")
         if args.sweep:
-            for th, r in sweep(pairs, nlp_name=args.nlp, embedder=args.embedder)[:10]:
+            for th, r in sweep(pairs, nlp_name=args.nlp, embedder=args.embedder, text=_TEXTS[args.text])[:10]:
                 print(f"overlap {th.overlap:.2f} min_overlap {th.min_overlap:.2f} similarity {th.similarity:.2f} "
-                      f"synonym {th.synonym:.2f} min_shared {th.min_shared}: "
+                      f"synonym {th.synonym:.2f} min_shared {th.min_shared} veto {th.veto:.2f}: "
                       f"P {r.precision:.3f} R {r.recall:.3f} F1 {r.f1:.3f}")
             return 0
-        report = evaluate(pairs, nlp_name=args.nlp, embedder=args.embedder)
+        report = evaluate(pairs, nlp_name=args.nlp, embedder=args.embedder, text=_TEXTS[args.text])
     except ValueError as e:
         print(f"statement_pairs: {e}", file=sys.stderr)
         return 2

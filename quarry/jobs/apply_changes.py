@@ -303,7 +303,8 @@ def apply_raw(s: ApplySettings, spark, raw, changes_uri: str) -> ApplyReport:
             dim = index.manifest.embedder.dim
             emb = np.stack(vecs) if vecs else np.zeros((0, dim), np.float32)
             tr.delta = publish_delta(index, result, DeltaRows(ps, pa, emb), changes[t],
-                                     build_embedder(spec).name, tr.contextualizer)
+                                     build_embedder(spec).name, tr.contextualizer,
+                                     statement_encoder=functools.partial(_statement_encoder, spec, s.batch_size))
             tr.upserted_passages = len(ps)
             tr.lag = lag_summary(TenantIndex.load(root, t).delta.state)
         done("publish")
@@ -314,6 +315,12 @@ def apply_raw(s: ApplySettings, spark, raw, changes_uri: str) -> ApplyReport:
     report.seconds = round(time.monotonic() - t0, 3)
     layout.write_json(layout.join(root, "_runs", f"apply-{run_id}.json"), report.model_dump(mode="json"))
     return report
+
+
+def _statement_encoder(spec: str, batch_size: int):
+    """The delta shard's statement encoder: the embed stage's model, loaded on the driver
+    once per process (a delta is small; its earlier rows reuse their stored vectors)."""
+    return stages.get_embedder(spec, batch_size)[0].encode
 
 
 def llm_api_key(s: ApplySettings, llm_json: str | None) -> SecretStr | None:

@@ -370,7 +370,9 @@ def build_shards(job: BuildJob, ctxd, embedded, stats: TenantStats, n_shards: di
         rows = by_tenant_shard(passages.unionByName(parents).unionByName(stats_rows), job.par)
         built = (rows.sortWithinPartitions("tenant", "shard", "kind")
                  .mapInPandas(functools.partial(stages.build_sorted_shards, root=job.root, generations=generations,
-                                                dim=dim, approx_threshold=approx),
+                                                dim=dim, approx_threshold=approx, spec=job.settings.embedder,
+                                                batch_size=job.settings.batch_size,
+                                                torch_threads=int(job.sc.getConf().get("spark.task.cpus", "1"))),
                               stages.SHARD_INFO_SCHEMA)
                  .collect())
         for r in built:

@@ -348,7 +348,8 @@ _INFO_COLUMNS = [c.split()[0] for c in SHARD_INFO_SCHEMA.split(", ")]
 
 
 def build_sorted_shards(batches: Iterator[pd.DataFrame], *, root: str, generations: Mapping[str, int],
-                        dim: int, approx_threshold: int) -> Iterator[pd.DataFrame]:
+                        dim: int, approx_threshold: int, spec: str | None = None, batch_size: int = 64,
+                        torch_threads: int | None = None) -> Iterator[pd.DataFrame]:
     """mapInPandas over every shard's rows in one frame (tenant, shard, kind, payload,
     embedding, stats: the tenant's statistics row, the shard's parent sections and its
     passages with their embeddings), hash-partitioned by (tenant, shard) and sorted by
@@ -356,8 +357,16 @@ def build_sorted_shards(batches: Iterator[pd.DataFrame], *, root: str, generatio
     uploaded (:func:`build_one_shard`) when its last row has passed, so a task holds one
     shard at a time and many small tenants share one Python call (a
     ``cogroup().applyInPandas`` paid Spark's per-group cost once per shard). Yields one
-    ShardInfo row per shard."""
+    ShardInfo row per shard.
+
+    ``spec``: the embed stage's embedder spec; each statement's masked clause is encoded
+    with it (the worker's cached model, :func:`get_embedder`) into the shard's
+    ``evidence_vectors.npy``. None: no statement vectors."""
     cols = ("tenant", "shard", "kind", "payload", "embedding", "stats")
+    encode = None
+    if spec is not None:
+        def encode(texts):  # the model loads on the first shard that states anything
+            return get_embedder(spec, batch_size, torch_threads)[0].encode(list(texts))
 
     def built() -> Iterator[dict[str, Any]]:
         for (tenant, shard), rows in itertools.groupby(_rows(batches, cols), key=lambda r: (str(r[0]), int(r[1]))):
@@ -371,13 +380,15 @@ def build_sorted_shards(batches: Iterator[pd.DataFrame], *, root: str, generatio
                     passages.append(payload)
                     emb.append(e)
             yield build_one_shard((tenant, shard), stats, parents, passages, emb, root=root,
-                                  generations=generations, dim=dim, approx_threshold=approx_threshold)
+                                  generations=generations, dim=dim, approx_threshold=approx_threshold,
+                                  statement_encoder=encode)
 
     yield from _in_frames(built(), _INFO_COLUMNS, n=64)
 
 
 def build_one_shard(key, stats_blobs, parent_jsons, passage_jsons, embeddings, *, root: str,
-                    generations: Mapping[str, int], dim: int, approx_threshold: int) -> dict[str, Any]:
+                    generations: Mapping[str, int], dim: int, approx_threshold: int,
+                    statement_encoder=None) -> dict[str, Any]:
     """Build and upload one (tenant, shard) with ``core.index.build.build_and_upload_shard``
     into the tenant's new generation folder; its ShardInfo row.
 
@@ -395,7 +406,8 @@ def build_one_shard(key, stats_blobs, parent_jsons, passage_jsons, embeddings, *
     else:
         emb = np.zeros((0, dim), np.float32)
     info = build_and_upload_shard(tenant, shard, passages, parents, emb, stats,
-                                  layout.shard_dir(root, tenant, generations[tenant], shard), approx_threshold)
+                                  layout.shard_dir(root, tenant, generations[tenant], shard), approx_threshold,
+                                  statement_encoder=statement_encoder)
     return {
         "tenant": tenant, "shard": shard, "passages": info.passages, "parents": info.parents,
         "documents": info.documents, "dense_kind": info.dense_kind, "dim": int(emb.shape[1]) if emb.ndim == 2 else dim,

@@ -33,7 +33,8 @@ def reference_build(docs, root: str, tenant: str, *, contextualizer, embedder, s
         parents += pars
     emb = embedder.encode([passage_text_for_embedding(p) for p in passages])
     return build_tenant_index(root, tenant, passages, parents, emb, n_shards=max(1, math.ceil(len(mine) / shard_docs)),
-                              embedder_name=embedder.name, chunker_version=CHUNKER_VERSION)
+                              embedder_name=embedder.name, chunker_version=CHUNKER_VERSION,
+                              statement_encoder=embedder.encode)  # as the in-process build (build_corpus)
 
 
 def all_groups(docs, tenant: str) -> frozenset[str]:

@@ -72,7 +72,25 @@ def write_compacted(ci: CompactionInput) -> int:
         ix.root, ix.tenant, ci.passages, ci.parents, ci.embeddings, n_shards=len(ix.base_shards),
         embedder_name=m.embedder.name, chunker_version=m.chunker_version,
         source_watermark=m.source_watermark, extra=extra, publish=False,
+        statement_encoder=_statement_encoder(ix),
     )
+
+
+def _statement_encoder(index: TenantIndex):
+    """Statement vectors of the compacted shards: the vectors the folded shards store
+    (the same texts encode to the same vectors), the manifest's own model for any other;
+    None when no shard of the index stores vectors (the compacted one stores none either)."""
+    from quarry.core.evidence.vectors import VECTORS_FILE, known_vectors, reusing
+
+    if not any((sh.dir / VECTORS_FILE).exists() for sh in index.shards):
+        return None
+    known = known_vectors(f for sh in index.shards for f in sh.facts())
+
+    def model():
+        from quarry.core.embed.factory import embedder_for_index
+
+        return embedder_for_index(index.manifest).encode
+    return reusing(known, model)
 
 
 def publish_compacted(index: TenantIndex, generation: int) -> None:

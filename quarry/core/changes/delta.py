@@ -28,6 +28,7 @@ from quarry.core.ingest.chunking import ChunkSettings
 from quarry.core.ingest.contextualize import LLMSettings
 from quarry.core.embed.factory import check_embedder
 from quarry.core.embed.embedders import passage_text_for_embedding
+from quarry.core.evidence.vectors import known_vectors, reusing
 from quarry.core.index.build import build_and_upload_shard
 from quarry.core.index.lexical import TermStats, lexical_text
 from quarry.core.index.manifest import IndexManifest
@@ -134,10 +135,12 @@ class DeltaRows:
 
 
 def publish_delta(index: TenantIndex, result: FoldResult, fresh: DeltaRows, changes: Sequence[Change],
-                  embedder_name: str, contextualizer: dict | None = None) -> int:
+                  embedder_name: str, contextualizer: dict | None = None, statement_encoder=None) -> int:
     """Write the next delta for ``result.state`` over ``index``'s base and switch the
     watermark. ``fresh`` holds the passages of ``result.upserts`` (and only those).
-    Returns the delta's sequence number."""
+    ``statement_encoder`` (a callable returning the tenant embedder's ``encode``, built on
+    first need) encodes the delta shard's statement vectors; the previous delta's rows
+    reuse their stored vectors. Returns the delta's sequence number."""
     root, tenant = index.root, index.tenant
     live = result.state.live_delta()
     seq = layout.next_delta(root, tenant)
@@ -153,7 +156,10 @@ def publish_delta(index: TenantIndex, result: FoldResult, fresh: DeltaRows, chan
         if {(p.doc_id, p.envelope.version) for p in passages} - set(live):
             raise RuntimeError(f"{tenant}: delta passages outside the live delta versions")
         stats = _delta_stats(index, result.state, passages)
-        info = build_and_upload_shard(tenant, 0, passages, parents, emb, stats, layout.join(d, "shard"))
+        known = known_vectors(prev.shard.facts()) if prev is not None and prev.shard is not None else {}
+        encode = reusing(known, statement_encoder) if statement_encoder is not None else None
+        info = build_and_upload_shard(tenant, 0, passages, parents, emb, stats, layout.join(d, "shard"),
+                                      statement_encoder=encode)
         shard_ref = f"delta-{seq}/shard"
         shard_sums = {f"shard/{k}": v for k, v in info.checksums.items()}
     else:
@@ -235,5 +241,5 @@ def apply_local(root: str, tenant: str, changes: Sequence[Change], embedder, con
     emb = embedder.encode([passage_text_for_embedding(p) for p in passages]) if passages \
         else np.zeros((0, dim), np.float32)
     seq = publish_delta(index, result, DeltaRows(passages, parents, np.asarray(emb, np.float32)), changes,
-                        embedder.name, contextualizer_record)
+                        embedder.name, contextualizer_record, statement_encoder=lambda: embedder.encode)
     return seq, result

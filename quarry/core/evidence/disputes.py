@@ -25,18 +25,19 @@ def _specific(a: Envelope, b: Envelope, asked: frozenset[str] | None = None) -> 
     return bool((set(a.entities) & asked) - set(b.entities)) and not (set(b.entities) & asked) - set(a.entities)
 
 
-def _conflict_on(a: tuple, b: tuple, on: Callable[[object], bool] | None) -> bool:
+def _conflict_on(a: tuple, b: tuple, on: Callable[[object], bool] | None, similarity=None) -> bool:
     """``a`` and ``b`` state different values for one subject; given ``on``, and when
     either passage states something the question asks about, one of the two conflicting
     statements must be such a statement (a paraphrased question that shares no word with
     either passage's statements keeps every conflict)."""
     if on is None or not any(on(s) for s in (*a, *b)):
-        return conflict(a, b) is not None
-    return any(conflicts(sa, sb) for sa in a for sb in b if on(sa) or on(sb))
+        return conflict(a, b, similarity) is not None
+    return any(conflicts(sa, sb, similarity) for sa in a for sb in b if on(sa) or on(sb))
 
 
 def decide_conflicts(st: ResolutionState, facts: Mapping[str, PassageFacts], asked: frozenset[str] | None = None,
                      on: Callable[[object], bool] | None = None,
+                     similarity: Callable[[str, str], float] | None = None,
                      ) -> tuple[list[tuple[str, ...]], list[tuple[str, str]]]:
     """Decide conflicts among survivors; returns the undecided groups and every
     conflicting pair (decided or not).
@@ -52,7 +53,9 @@ def decide_conflicts(st: ResolutionState, facts: Mapping[str, PassageFacts], ask
     question about its entity. ``on`` tells a statement that speaks to the question (None:
     every statement does): a conflict between two passages on a subject the question does
     not ask about (their fees, when it asks about a turnaround time, and one of them states
-    the turnaround time) decides nothing here.
+    the turnaround time) decides nothing here. ``similarity`` compares two statements'
+    masked clauses (their stored vectors, :func:`.vectors.clause_similarity`; None: the
+    lexical rule alone).
     """
     alive = sorted(pid for pid in st.by_id if pid not in st.rejected)
     stated = {pid: facts[pid].statements for pid in alive}
@@ -62,7 +65,7 @@ def decide_conflicts(st: ResolutionState, facts: Mapping[str, PassageFacts], ask
         for b in alive[i + 1:]:
             ea, eb = st.by_id[a].envelope, st.by_id[b].envelope
             if doc_key(ea) == doc_key(eb) or not stated[a] or not stated[b] \
-                    or not _conflict_on(stated[a], stated[b], on):
+                    or not _conflict_on(stated[a], stated[b], on, similarity):
                 continue
             pairs.append((a, b))
             ia, ib = facts[a].instruction, facts[b].instruction

@@ -33,12 +33,15 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from quarry.core.evidence.conditions import condition_met, entity_stems, terms
 from quarry.core.evidence.conflict import conflicts
 from quarry.core.evidence.injection import instruction_shaped
 from quarry.core.evidence.statement import Statement
 from quarry.core.evidence.statements import statements_batch
-from quarry.core.evidence.subjects import subject_keys
+from quarry.core.evidence.subjects import DEFAULT_THRESHOLDS, subject_keys
+from quarry.core.evidence.vectors import clause_similarity
 from quarry.core.records import Envelope, Passage, Principal
 from quarry.core.text.tokenizer import tokenize
 
@@ -46,6 +49,7 @@ MAX_HOPS = 3  # links followed outward from the delivered passages
 MAX_NEIGHBOURS = 48  # passages the graph may add to one resolution
 PER_LINK = 2  # passages taken from one linked document
 PER_STATEMENT = 8  # conflicting passages taken for one statement
+NEAREST = 16  # statements compared by vector with one statement (besides its subject keys)
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,12 @@ class PassageFacts:
     passage_id: str
     statements: tuple = ()
     instruction: bool = False
+    # one unit row per statement under the tenant's embedder (``evidence_vectors.npy``), or
+    # None; not part of the JSON, equality or hash
+    vectors: object = field(default=None, compare=False, repr=False)
+
+    def with_vectors(self, vectors) -> "PassageFacts":
+        return PassageFacts(self.passage_id, self.statements, self.instruction, vectors)
 
     def to_json(self) -> str:
         return json.dumps({"p": self.passage_id, "s": [s.to_json() for s in self.statements],
@@ -142,6 +152,14 @@ class EvidenceGraph:
             for i, s in enumerate(self.facts[r].statements):
                 for k in subject_keys(s):
                     self.by_subject.setdefault(k, []).append((r, i))
+        # the statements' stored vectors (one tenant generation): the similarity the conflict
+        # rule compares clauses with, and a matrix for the nearest statements of a statement
+        self.similarity = clause_similarity(self.facts.values())
+        self.vector_of: list[tuple[int, int]] = [
+            (r, i) for r in sorted(self.facts) if self.facts[r].vectors is not None
+            for i in range(len(self.facts[r].statements))]
+        self.matrix = np.stack([self.facts[r].vectors[i] for r, i in self.vector_of]).astype(np.float32) \
+            if self.vector_of else None
 
     # -- edges ------------------------------------------------------------------------
     def _link(self, a: str, b: str, kind: str) -> None:
@@ -191,6 +209,17 @@ class EvidenceGraph:
             return -len(like & keys), -len(like & self.words_of(r)), r
         return sorted(self.rows_of.get(key, ()), key=score)[:n]
 
+    def nearest(self, row: int, i: int, n: int = NEAREST) -> list[tuple[int, int]]:
+        """The statements (row, index) whose vectors are nearest statement ``i`` of ``row``
+        (cosine at least the similarity threshold), nearest first, then by row; unmasked."""
+        f = self.facts.get(row)
+        if self.matrix is None or f is None or f.vectors is None or not np.any(f.vectors[i]):
+            return []
+        sims = self.matrix @ np.asarray(f.vectors[i], np.float32)
+        keep = np.flatnonzero(sims >= DEFAULT_THRESHOLDS.similarity)
+        keep = keep[np.lexsort((keep, -sims[keep]))][:n]
+        return [self.vector_of[k] for k in keep if self.vector_of[k][0] != row]
+
     def neighbours_of(self, row: int, statements: bool = True) -> list[int]:
         """Rows linked to ``row``, unmasked (the caller masks): deterministic order. With
         ``statements`` False, only the document links (supersession, version, condition)."""
@@ -224,13 +253,14 @@ class EvidenceGraph:
                     out += self._best_rows(other, like, PER_LINK)
         linked = list(dict.fromkeys(out))
         out = []
-        for s in (stated if statements else ()):
+        for j, s in enumerate(stated if statements else ()):
             found: list[int] = []
-            for k in sorted(subject_keys(s)):
-                for r, i in self.by_subject.get(k, ()):
-                    if r != row and r not in found and self.key_of.get(r) != key \
-                            and conflicts(s, self.facts[r].statements[i]):
-                        found.append(r)
+            # candidates: the statements sharing a subject key, then the nearest by vector
+            cands = [c for k in sorted(subject_keys(s)) for c in self.by_subject.get(k, ())] + self.nearest(row, j)
+            for r, i in cands:
+                if r != row and r not in found and self.key_of.get(r) != key \
+                        and conflicts(s, self.facts[r].statements[i], self.similarity):
+                    found.append(r)
             out += sorted(found)[:PER_STATEMENT]
         seen = set(linked)
         return [(r, "link") for r in linked] + [(r, "statement") for r in dict.fromkeys(out) if r not in seen]

@@ -59,6 +59,7 @@ from quarry.core.evidence.rules import (
 )
 from quarry.core.evidence.statements import statements
 from quarry.core.evidence.subjects import same_subject
+from quarry.core.evidence.vectors import clause_similarity
 from quarry.core.index.filters import validity
 from quarry.core.records import (
     Decision, Passage, Principal, RejectedEvidence, RelatedEvidence, SelectedEvidence, UnresolvedConflict,
@@ -103,7 +104,9 @@ def resolve(
     asked = None
     if query is not None:
         asked = named_entities(query, (e for p in by_id.values() for e in p.envelope.entities))
-    groups, pairs = decide_conflicts(st, facts, asked, speaks_to(query) if query is not None else None)
+    # the statements' stored vectors (the tenant's embedder, at build time) compare clauses
+    similarity = clause_similarity(facts.values())
+    groups, pairs = decide_conflicts(st, facts, asked, speaks_to(query) if query is not None else None, similarity)
     in_conflict = {pid for g in groups for pid in g}
     shown = set(by_id) if delivered is None else set(delivered) & set(by_id)
     for pid in sorted(by_id):  # an instruction to disregard the evidence never governs

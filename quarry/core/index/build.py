@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from quarry.core.evidence.graph import passage_facts
+from quarry.core.evidence.vectors import VECTORS_FILE, Encode, encode_facts
 from quarry.core.index import layout
 from quarry.core.index.filters import FilterColumns
 from quarry.core.index.lexical import TermStats, bm25_with_stats, lexical_text, term_stats
@@ -100,10 +101,15 @@ def build_and_upload_shard(
     uri: str,
     approx_threshold: int = APPROX_THRESHOLD,
     evidence_facts: bool = True,
+    statement_encoder: Encode | None = None,
 ) -> ShardInfo:
     """Build one shard in a temporary local folder and upload it to ``uri`` (a shard folder
     of a generation or a delta): the one way every job writes a shard. The files are a pure
-    function of the inputs: the same passages, embeddings and stats give identical bytes."""
+    function of the inputs: the same passages, embeddings and stats give identical bytes.
+
+    ``statement_encoder`` is the tenant's embedder's ``encode`` (the model the passages were
+    embedded with): with it, each statement's masked clause is encoded into
+    ``evidence_vectors.npy`` (:mod:`quarry.core.evidence.vectors`); without it no such file."""
     import faiss
     import pyarrow.parquet as pq
 
@@ -133,7 +139,10 @@ def build_and_upload_shard(
         pq.write_table(_passages_table(passages), out / "passages.parquet")
         pq.write_table(_parents_table(parents), out / "parents.parquet")
         if evidence_facts:  # statements and flags, the evidence graph's input (else derived at first load)
-            (out / "evidence.jsonl").write_text("".join(f.to_json() + "\n" for f in passage_facts(passages)))
+            facts = passage_facts(passages)
+            (out / "evidence.jsonl").write_text("".join(f.to_json() + "\n" for f in facts))
+            if statement_encoder is not None:
+                np.save(out / VECTORS_FILE, encode_facts(facts, statement_encoder))
         cols = FilterColumns.from_envelopes(tenant, [p.envelope for p in passages])
         np.savez(out / "filters.npz", **cols.to_arrays())
         (out / "shard.json").write_text(json.dumps({
@@ -178,6 +187,7 @@ def build_tenant_index(
     publish: bool = True,
     approx_threshold: int = APPROX_THRESHOLD,
     evidence_facts: bool = True,
+    statement_encoder: Encode | None = None,
 ) -> int:
     """In-process build of one tenant's new generation (the Spark job does the same steps
     distributed). Returns the generation number; publishes it unless ``publish=False``."""
@@ -196,6 +206,7 @@ def build_tenant_index(
             tenant, s, [passages[i] for i in rows], [x for x in parents if x.envelope.doc_id in docs],
             emb[rows] if rows else np.zeros((0, emb.shape[1] if emb.ndim == 2 else 0), np.float32),
             stats, layout.shard_dir(root, tenant, gen, s), approx_threshold, evidence_facts,
+            statement_encoder,
         ))
     dim = int(emb.shape[1]) if emb.ndim == 2 else 0
     write_manifest(root, make_manifest(

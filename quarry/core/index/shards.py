@@ -20,6 +20,7 @@ import numpy as np
 
 from quarry.core.changes.log import TenantState, parse_state
 from quarry.core.evidence.graph import PassageFacts, passage_facts
+from quarry.core.evidence.vectors import VECTORS_FILE, attach
 from quarry.core.index import disk_cache, layout
 from quarry.core.index.dense_gpu import GpuDense
 from quarry.core.index.filters import FilterColumns, RowOverlay
@@ -112,7 +113,8 @@ class Shard:
         vocab = len(self.bm25.vocab_dict) * _DICT_ENTRY_BYTES
         lists = sum(len(v) for v in self._lists.values()) * _LIST_ITEM_BYTES
         parents = len(self._parent_rows) * _DICT_ENTRY_BYTES if self._parent_rows is not None else 0
-        facts = len(self._facts) * _FACTS_ROW_BYTES if self._facts is not None else 0
+        facts = len(self._facts) * _FACTS_ROW_BYTES + sum(
+            f.vectors.nbytes for f in self._facts if f.vectors is not None) if self._facts is not None else 0
         return (int(self.passages.nbytes) + int(self.parents.nbytes) + self.filters.nbytes + vocab + lists
                 + parents + facts + len(self._words) * _DICT_ENTRY_BYTES * 4)
 
@@ -120,12 +122,15 @@ class Shard:
         return int(self.passages.num_rows)
 
     def facts(self) -> list:
-        """Per row: the passage's stored evidence facts (``core.evidence_graph``); a shard
-        built before facts were stored gets them from its text, once."""
+        """Per row: the passage's stored evidence facts (``core.evidence_graph``) with their
+        statement vectors when the shard stores them (``evidence_vectors.npy``); a shard
+        built before facts were stored gets them from its text, once (without vectors)."""
         if self._facts is None:
             path = self.dir / "evidence.jsonl"
             if path.exists():
-                self._facts = [PassageFacts.from_json(line) for line in path.read_text().splitlines() if line]
+                facts = [PassageFacts.from_json(line) for line in path.read_text().splitlines() if line]
+                vec_path = self.dir / VECTORS_FILE
+                self._facts = attach(facts, np.load(vec_path) if vec_path.exists() else None)
             else:
                 self._facts = passage_facts([self.passage(r) for r in range(len(self))])
         return self._facts

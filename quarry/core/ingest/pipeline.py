@@ -57,6 +57,6 @@ def build_corpus(
         out[tenant] = build_tenant_index(
             root, tenant, passages, parents, emb, n_shards=n_shards_for(len(tdocs), shard_docs),
             embedder_name=embedder.name, embedder_encoder=getattr(embedder, "encoder", None),
-            chunker_version=CHUNKER_VERSION, extra=extra,
+            chunker_version=CHUNKER_VERSION, extra=extra, statement_encoder=embedder.encode,
         )
     return out

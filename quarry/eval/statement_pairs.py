@@ -157,13 +157,12 @@ def sweep(pairs: Sequence[Pair], nlp_name: str = DEFAULT_NLP, embedder: str | No
     mins = [0.0, 0.1, 0.2, 0.3] if similarity else [0.0]
     # the stored vectors are the clauses' only: no word pair has one, so no synonym threshold
     synonyms = [1.01]
-    vetoes = [-1.0, 0.1, 0.2, 0.3, 0.4] if similarity else [-1.0]
     out = []
-    for o, sm, mo, sy, ms, ve in itertools.product(overlaps, sims, mins, synonyms, (1, 2, 3), vetoes):
-        th = Thresholds(overlap=o, min_overlap=mo, similarity=sm, synonym=sy, min_shared=ms, veto=ve)
+    for o, sm, mo, sy, ms in itertools.product(overlaps, sims, mins, synonyms, (1, 2, 3)):
+        th = Thresholds(overlap=o, min_overlap=mo, similarity=sm, synonym=sy, min_shared=ms)
         out.append((th, evaluate(pairs, nlp_name, thresholds=th, stated=stated, similarity=similarity)))
     out.sort(key=lambda x: (-x[1].f1, -x[0].min_shared, -x[0].overlap, -x[0].similarity, -x[0].min_overlap,
-                            -x[0].synonym, x[0].veto))
+                            -x[0].synonym))
     return out
 
 
@@ -203,7 +202,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.sweep:
             for th, r in sweep(pairs, nlp_name=args.nlp, embedder=args.embedder, text=_TEXTS[args.text])[:10]:
                 print(f"overlap {th.overlap:.2f} min_overlap {th.min_overlap:.2f} similarity {th.similarity:.2f} "
-                      f"synonym {th.synonym:.2f} min_shared {th.min_shared} veto {th.veto:.2f}: "
+                      f"synonym {th.synonym:.2f} min_shared {th.min_shared}: "
                       f"P {r.precision:.3f} R {r.recall:.3f} F1 {r.f1:.3f}")
             return 0
         report = evaluate(pairs, nlp_name=args.nlp, embedder=args.embedder, text=_TEXTS[args.text])

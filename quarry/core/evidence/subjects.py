@@ -73,12 +73,6 @@ class Thresholds:
     similarity: float = 0.55  # cosine of the masked sentences under the tenant's embedder
     synonym: float = 1.01  # cosine under which two subjects' own words contrast (above: synonyms)
     min_shared: int = 2  # context keys two statements must share for the overlap rule
-    # cosine of the masked sentences under which a lexical match is no one subject (-1: off). Measured with
-    # the stored-vector similarity on the tune part (python -m quarry.eval.statement_pairs
-    # eval/statement_pairs/dev.yaml eval/statement_pairs/dev2.yaml --part tune --embedder default, veto
-    # set by hand): no change up to 0.5, one false conflict fewer at 0.6 (P 0.857 -> 0.864), recall lost
-    # from 0.7 (R 0.614 -> 0.506): too little to turn on.
-    veto: float = -1.0
 
 
 DEFAULT_THRESHOLDS = Thresholds()
@@ -227,17 +221,6 @@ def _share_a_head(a: Statement, b: Statement) -> bool:
     return (not a.subject and bool(context_keys(a) & bb)) or (not b.subject and bool(context_keys(b) & ba))
 
 
-def _far_apart(a: Statement, b: Statement, similarity, thresholds: Thresholds) -> bool:
-    """The embedder's veto: both masked sentences have vectors and their cosine is under
-    ``thresholds.veto`` (off at -1)."""
-    if similarity is None or thresholds.veto <= -1.0 or not (a.clause and b.clause):
-        return False
-    knows = getattr(similarity, "knows", None)
-    if knows is not None and not (knows(a.clause) and knows(b.clause)):
-        return False
-    return similarity(a.clause, b.clause) < thresholds.veto
-
-
 def same_subject(a: Statement, b: Statement, similarity: Callable[[str, str], float] | None = None,
                  thresholds: Thresholds = DEFAULT_THRESHOLDS) -> bool:
     """The statements are about one thing: their concept bags (predicate and subject, as
@@ -246,7 +229,7 @@ def same_subject(a: Statement, b: Statement, similarity: Callable[[str, str], fl
     or, unless their subjects contrast (:func:`contrasting`), their contexts overlap by
     :class:`Thresholds` (:func:`context_overlap`), or overlap a little and their masked
     sentences are similar enough under ``similarity`` (the tenant's embedder)."""
-    if named_apart(a, b) or _far_apart(a, b, similarity, thresholds):
+    if named_apart(a, b):
         return False
     if a.subject and b.subject and _same_bag(a, b):
         return True

@@ -112,5 +112,4 @@ def clause_similarity(facts: Iterable) -> Callable[[str, str], float] | None:
             return 0.0
         return float(va @ vb)
 
-    similarity.knows = row.__contains__  # type: ignore[attr-defined]
     return similarity

@@ -110,3 +110,36 @@ def test_the_heading_a_passage_sits_under_names_its_subject():
     # a heading that does not name the statement's subject adds nothing
     (other,), = statements_batch(["Refunds take 5 days."], tenant="conflict-classes", headings=["Parking permits"])
     assert "parking" not in other.subject
+
+
+def _fee(subject, predicate, value, context, clause):
+    from quarry.core.evidence.statement import Statement
+    return Statement(subject=subject, predicate=predicate, value=f"USD {value}", unit="currency:USD",
+                     magnitude=float(value), context=context, clause=clause)
+
+
+def test_a_bare_cost_is_not_every_fee():
+    # a parse that found no subject but the predicate ("costs") still says in its context what
+    # the value is of: it is not the other fee's subject unless the contexts meet
+    from quarry.core.evidence.conflict import conflicts
+    boat = _fee(("cost",), "cost", 12, ("rowing", "boat", "hire", "cost"), "Rowing boat hire costs # .")
+    parking = _fee(("fee", "parking", "lakeside"), "cost", 4, ("lakeside", "parking", "fee"),
+                   "The lakeside parking fee is # .")
+    assert not conflicts(boat, parking)
+    # the same subject in the contexts still conflicts, and a bare cost with nothing else said
+    # is decided by the bags as before
+    hire = _fee(("fee", "hire", "boat"), "cost", 15, ("boat", "hire", "fee"), "The boat hire fee is # .")
+    assert conflicts(boat, hire)
+    bare = _fee(("cost",), "cost", 9, ("cost",), "It costs # .")
+    assert conflicts(bare, parking)
+
+
+def test_similar_sentences_must_share_more_than_the_predicate():
+    # two fee lines share only "cost": a similar sentence shape is not one subject
+    from quarry.core.evidence.conflict import conflicts
+    kiosk = _fee(("cost",), "cost", 30, ("kiosk", "licence", "cost"), "The kiosk licence costs # .")
+    row = _fee((), "", 80, ("garden", "shed", "base", "fee"), "Garden shed base fee # .")
+    assert not conflicts(kiosk, row, similarity=lambda a, b: 0.9)
+    # sharing a word of their own, the similarity still counts
+    kiosk_fee = _fee((), "", 45, ("kiosk", "licence", "fee"), "Kiosk licence fee # .")
+    assert conflicts(kiosk, kiosk_fee, similarity=lambda a, b: 0.9)

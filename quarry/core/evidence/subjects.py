@@ -199,10 +199,23 @@ def _verb_predicate(s: Statement) -> str:
     return s.predicate if s.predicate and s.predicate not in s.subject else ""
 
 
+def _of_something_else(s: Statement, other: Statement) -> bool:
+    """The statement's bag holds nothing but its predicate (a parse that found no subject:
+    "rowing boat hire *costs* USD 12"), yet its context names what the value is of,
+    and none of it is mentioned by ``other``: the bag says what is stated, not of what, so
+    it cannot make one subject with another's fee."""
+    if not s.predicate or not set(s.subject) - GENERIC_WORDS <= {s.predicate}:
+        return False
+    own = context_keys(s) - {concept(s.predicate)}
+    return bool(own) and not own & context_keys(other)
+
+
 def _same_bag(a: Statement, b: Statement) -> bool:
     ba, bb = _bag(a), _bag(b)
     if ba & bb and (ba <= bb or bb <= ba):
         big, small = (a, bb) if len(ba) > len(bb) else (b, ba)
+        if ba != bb and _of_something_else(b if big is a else a, big):
+            return False  # "(boat hire) costs USD 12" is in every bag with a fee: the contexts decide
         # the side that says more may add a subject word, not a verb of its own
         # ("orders below USD 20 are not accepted" says no more about the minimum order value)
         if ba == bb or big.predicate in big.subject or concept(big.predicate) in small:
@@ -240,5 +253,11 @@ def same_subject(a: Statement, b: Statement, similarity: Callable[[str, str], fl
     if overlap >= thresholds.overlap and shared >= thresholds.min_shared and (
             shared > thresholds.min_shared or _share_a_head(a, b)):
         return True
-    return (similarity is not None and overlap >= thresholds.min_overlap and bool(a.clause and b.clause)
-            and similarity(a.clause, b.clause) >= thresholds.similarity)
+    if similarity is None or overlap < thresholds.min_overlap or not (a.clause and b.clause):
+        return False
+    # similar sentences share more than what is stated of them: "the kiosk licence costs
+    # USD 30" and "garden shed base fee USD 80" share only "cost"
+    said = {concept(x.predicate) for x in (a, b) if x.predicate in CANON}
+    if not (context_keys(a) & context_keys(b)) - said:
+        return False
+    return similarity(a.clause, b.clause) >= thresholds.similarity

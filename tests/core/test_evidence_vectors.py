@@ -27,7 +27,7 @@ EMB = HashingEmbedder(dim=64)
 STAFF = Principal(tenant="t", subject="u", groups=frozenset({"all-staff"}))
 CREW = Principal(tenant="t", subject="u", groups=frozenset({"all-staff", "crew"}))
 KAYAK = "Kayak rentals cost EUR 20 per hour."
-CANOE = "Hiring a canoe costs EUR 25 per hour at the lake."
+CANOE = "Taking a kayak out on the lake is EUR 25 an hour."  # the lemma rule sees no one subject
 
 
 def doc(doc_id: str, text: str, **kw) -> SourceDocument:

@@ -7,18 +7,18 @@ counterfactuals re-resolve.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from quarry.core.embed.factory import embedder_for_index
+from quarry.core.embed.factory import EmbedderSpec, embedder_for_index
 from quarry.core.evidence import resolve as resolver  # looked up per call: tests swap in doubles
 from quarry.core.index import layout
 from quarry.core.index.shards import TenantIndex
 from quarry.core.rank.gate import load_second_stage
 from quarry.core.records import TOP_K_DEFAULT, Decision, Passage, Principal, SearchRequest, SearchResult
 from quarry.core.search.in_process import search
-from quarry.core.search.resolution import resolve_delivered
+from quarry.core.search.resolution import relevance_to, resolve_delivered
 from quarry.eval.case_model import EvidenceCase, FrozenModel, Split, outcome_id
 from quarry.eval.case_scoring import BOUNDARIES, decision_verdicts, holds_terms, matches, resolution_failures
 
@@ -52,10 +52,11 @@ def case_query(case: EvidenceCase) -> str:
 
 
 def resolve_evidence(passages: Sequence[Passage], principal: Principal, valid_at: dt.date,
-                     query: str | None) -> Decision:
+                     query: str | None, relevance: Mapping[str, float] | None = None) -> Decision:
     """The one call into ``quarry.core.evidence.resolve.resolve`` for evaluation (the runner and the
-    counterfactuals): ``query`` lets the resolver tell governing from related evidence."""
-    return resolver.resolve(list(passages), principal, valid_at, query=query)
+    counterfactuals): ``query`` lets the resolver tell governing from related evidence;
+    ``relevance`` are the passages' cosines to it (:func:`~quarry.core.search.resolution.relevance_to`)."""
+    return resolver.resolve(list(passages), principal, valid_at, query=query, relevance=relevance)
 
 
 # --------------------------------------------------------------------------- per-case outcome
@@ -111,6 +112,14 @@ class CaseContext:
     results: list[SearchResult] = field(default_factory=list)
     width: int = TOP_K_DEFAULT
     outcome_id: str = ""
+    query_vector: Any = None  # the case question's vector (the embedder's), for re-resolving
+
+    def relevance(self, passages: Sequence[Passage]) -> dict[str, float] | None:
+        """The passages' cosines to the case question (None without its vector or for a
+        hashing-embedder index, as :func:`~quarry.core.search.resolution.question_relevance`)."""
+        if self.query_vector is None or EmbedderSpec.from_manifest(self.index.manifest).hashing:
+            return None
+        return relevance_to(self.index, self.query_vector, passages)
 
     @property
     def label(self) -> str:
@@ -219,8 +228,9 @@ def run_case(case: EvidenceCase, index, embedder, settings, second_stage=None,
         first_lost=first_lost, precision=precision, abstained=abstained, asserted_by=asserted,
         failures=tuple(fails), leaks=tuple(leaks), decision=decision,
     )
+    qvec = embedder.encode([case_query(case)])[0] if embedder is not None else None
     return outcome, CaseContext(case, index, principal, list(evidence.values()), decision, results, width=k,
-                                outcome_id=oid)
+                                outcome_id=oid, query_vector=qvec)
 
 
 def _any_rel(relevant: frozenset[str], passage_id: str) -> bool:

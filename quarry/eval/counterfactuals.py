@@ -80,7 +80,7 @@ def _signature(d: Decision) -> tuple:
 
 
 def _resolve(ctx: CaseContext, passages: Sequence[Passage]) -> Decision:
-    return resolve_evidence(passages, ctx.principal, ctx.case.valid_at, case_query(ctx.case))
+    return resolve_evidence(passages, ctx.principal, ctx.case.valid_at, case_query(ctx.case), ctx.relevance(passages))
 
 
 def remove_source(ctx: CaseContext) -> CounterfactualResult:

@@ -130,7 +130,7 @@ def test_verdict_precedence_matches_the_record():
 def test_resolve_helper_passes_the_joined_queries(monkeypatch):
     seen = {}
 
-    def new(passages, principal, valid_at=None, authority=None, *, query=None, facts=None):
+    def new(passages, principal, valid_at=None, authority=None, *, query=None, facts=None, relevance=None):
         seen["query"] = query
         return Decision(valid_at=valid_at)
 

@@ -187,7 +187,7 @@ def test_minimum_evidence_missing_from_candidates_is_the_first_loss(hash_root):
     assert o.failures[0] == "treasury-accounts: not among the candidates"
 
 
-def select_all(passages, principal, valid_at=None, authority=None, *, query=None, facts=None):
+def select_all(passages, principal, valid_at=None, authority=None, *, query=None, facts=None, relevance=None):
     """A resolver that decides nothing (every passage supporting), like the placeholder."""
     return Decision(valid_at=valid_at or dt.date.today(), supporting=tuple(
         SelectedEvidence(passage_id=p.passage_id, reason="supporting") for p in passages))
@@ -247,7 +247,7 @@ def test_isolation_gate_fails_on_an_acl_leak(hash_root):
 # --------------------------------------------------------------------------- counterfactual checks
 
 
-def date_aware(passages, principal, valid_at=None, authority=None, *, query=None, facts=None):
+def date_aware(passages, principal, valid_at=None, authority=None, *, query=None, facts=None, relevance=None):
     """A minimal order-independent resolver: effective dates, explicit supersession,
     'until X' ended by a visible event whose description holds X's last word."""
     day = valid_at or dt.date.today()
@@ -275,7 +275,7 @@ def date_aware(passages, principal, valid_at=None, authority=None, *, query=None
         SelectedEvidence(passage_id=p.passage_id, reason="supporting") for p in ps if p.passage_id not in rejected))
 
 
-def first_wins(passages, principal, valid_at=None, authority=None, *, query=None, facts=None):
+def first_wins(passages, principal, valid_at=None, authority=None, *, query=None, facts=None, relevance=None):
     """Order-dependent on purpose: the first passage governs, every other one is rejected."""
     ps = list(passages)
     return Decision(valid_at=valid_at, governing=(SelectedEvidence(passage_id=ps[0].passage_id, reason="first"),),

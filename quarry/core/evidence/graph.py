@@ -104,6 +104,7 @@ class EvidenceSet:
     facts: Mapping[str, PassageFacts] = field(default_factory=dict)
     from_graph: tuple[str, ...] = ()  # ids the graph added
     follow_ups: tuple = ()  # quarry.core.search.records.FollowUp of the contradiction search
+    relevance: Mapping[str, float] = field(default_factory=dict)  # passage id -> cosine of its stored vector to the question's
 
 
 def best_passage(candidates: Sequence[Passage], like: frozenset[str]) -> str:

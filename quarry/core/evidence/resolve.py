@@ -31,9 +31,11 @@ The record then scopes to the question (``query``): surviving passages on it are
 ``governing``; what proves an event or a link the decision rests on is ``supporting``;
 rejections and conflicts are reported for the question's evidence; other delivered
 passages are ``related`` (``outdated`` when a rule rejects them). An entity-specific
-passage beats a general one only for a question naming its entity. Relevance scores and
-ranks never enter, and every choice sorts by stable keys, so the order passages arrive in
-never changes the decision. Reasons and details are built from ids, dates and codes only,
+passage beats a general one only for a question naming its entity. Ranks and the
+ranker's scores never enter; a passage's cosine to the question (``relevance``, from the
+stored vectors) can only add an answer the question's words missed (:mod:`.question`).
+Every choice sorts by stable keys, so the order passages arrive in never changes the
+decision. Reasons and details are built from ids, dates and codes only,
 never passage text, so they may go into traces. The evidence graph
 (:mod:`.graph`) supplies the linked passages, so the decision does not hinge on
 what the ranker delivered.
@@ -76,6 +78,7 @@ def resolve(
     query: str | None = None,
     facts: Mapping[str, PassageFacts] | None = None,
     delivered: Sequence[str] | None = None,
+    relevance: Mapping[str, float] | None = None,
 ) -> Decision:
     """Decide over ``passages`` at ``valid_at`` (default today) for ``principal``: only
     passages the principal may read take part, so an event in a record they cannot see
@@ -86,7 +89,9 @@ def resolve(
     question's evidence are ``related``. ``facts`` are the passages' stored statements
     (computed from the text where missing). ``delivered`` names the passages the search
     delivered (default: all); the others came from the evidence graph and appear only when
-    they take part in the decision. A pure function: no index, no search."""
+    they take part in the decision. ``relevance`` maps passage ids to their cosine to the
+    question (the index's stored vectors; :func:`quarry.core.search.resolution.question_relevance`):
+    it can add answers the question's words missed. A pure function: no index, no search."""
     day = valid_at or dt.date.today()
     by_id: dict[str, Passage] = {}
     for p in sorted(passages, key=lambda p: (p.passage_id, p.model_dump_json())):
@@ -119,7 +124,7 @@ def resolve(
     # and a record that starts (effective, else published) after valid_at cannot answer as of it
     candidates = [pid for pid in alive if (asked is None or can_answer(by_id[pid].envelope, asked))
                   and not ((start := start_of(by_id[pid].envelope)) is not None and start > day)]
-    answers, scope = question_scope(st, facts, query, candidates, shown, pairs, groups)
+    answers, scope = question_scope(st, facts, query, candidates, shown, pairs, groups, relevance)
 
     def sel(pid: str, reason: str) -> SelectedEvidence:
         return SelectedEvidence(passage_id=pid, reason=reason, validity=validity(by_id[pid].envelope, day))

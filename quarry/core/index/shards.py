@@ -388,6 +388,15 @@ class TenantIndex:
         loc = self._pid.get(passage_id)
         return None if loc is None else pack_row(*loc)
 
+    def passage_vector(self, passage_id: str) -> np.ndarray | None:
+        """The passage's stored dense vector (read back from its shard's FAISS index), or
+        None for an unknown id. Callers pass only ids the principal may read."""
+        loc = self._pid.get(passage_id)
+        if loc is None:
+            return None
+        si, r = loc
+        return np.asarray(self.shards[si].dense.reconstruct(int(r)), dtype=np.float32)
+
     def passage_at(self, gid: int) -> Passage:
         si, r = unpack_row(gid)
         return self.shards[si].passage(r)

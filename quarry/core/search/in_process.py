@@ -37,6 +37,8 @@ class InProcessStages:
         return self.second_stage is None
 
     async def first_stage(self, principal: Principal, request: SearchRequest, width: int | None) -> FirstStage:
+        if self.query_vector is None and self.embedder is not None:  # kept: resolution compares passages to it
+            self.query_vector = self.embedder.encode([request.query])[0]
         return first_stage(self.index, principal, request, self.embedder, self.settings, self.query_vector)
 
     async def retrieve(self, principal: Principal, request: SearchRequest, width: int | None,
@@ -61,9 +63,21 @@ class InProcessStages:
             return Delivery(expansion=expanded)
         shown = {e.passage_id for e in expanded.excerpts}
         delivered = [p for p in passages if p.passage_id in shown]
-        encode = self.embedder.encode if self.embedder is not None else None
+        encode = self._encoder(request.query)
         return Delivery(expansion=expanded, evidence=gather_evidence(self.index, principal, request, delivered,
                                                                      self.settings, encode))
+
+    def _encoder(self, query: str):
+        """The embedder's encode, reusing the search's own query vector for ``query``."""
+        if self.embedder is None:
+            return None
+        known, embedder = self.query_vector, self.embedder
+
+        def encode(texts: list[str]):
+            if known is not None and texts == [query]:
+                return [known]
+            return embedder.encode(texts)
+        return encode
 
     async def resolve(self, principal: Principal, request: SearchRequest, evidence: EvidenceSet) -> Resolution:
         return resolve_stage(request, evidence, principal)

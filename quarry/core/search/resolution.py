@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 
 from quarry.core.embed.embedders import Embedder
+from quarry.core.embed.factory import EmbedderSpec
 from quarry.core.evidence.graph import EvidenceSet, facts_for, neighbours
 from quarry.core.evidence.resolve import follow_up_queries
 from quarry.core.evidence.resolve import resolve as resolve_evidence
@@ -82,7 +83,32 @@ def gather_evidence(
     return EvidenceSet(passages=passages, delivered=tuple(ids),
                        facts=facts_for(index, [p.passage_id for p in passages]),
                        from_graph=tuple(p.passage_id for p in added if p.passage_id in set(linked)),
-                       follow_ups=tuple(follow_ups))
+                       follow_ups=tuple(follow_ups),
+                       relevance=question_relevance(index, request.query, passages, encode))
+
+
+def question_relevance(index: TenantIndex, query: str, passages: Sequence[Passage],
+                       encode: Callable[[list[str]], Sequence[np.ndarray]] | None) -> dict[str, float]:
+    """Each passage's cosine to the question: its stored dense vector (the index's, read
+    back, never re-encoded) against the question's (``encode``; the search's own encoding,
+    from the query cache when serving). Empty without an encoder, and for an index built
+    with the hashing embedder: it places texts by their words, which the question's tiers
+    already count, so its cosines say nothing of meaning."""
+    if encode is None or not passages or not query.strip() or EmbedderSpec.from_manifest(index.manifest).hashing:
+        return {}
+    return relevance_to(index, list(encode([query]))[0], passages)
+
+
+def relevance_to(index: TenantIndex, query_vector: np.ndarray, passages: Sequence[Passage]) -> dict[str, float]:
+    """Cosine of each passage's stored dense vector to ``query_vector``."""
+    q = np.asarray(query_vector, dtype=np.float32)
+    q = q / (np.linalg.norm(q) or 1.0)
+    out: dict[str, float] = {}
+    for p in passages:
+        v = index.passage_vector(p.passage_id)
+        if v is not None and v.shape == q.shape:
+            out[p.passage_id] = float(q @ (v / (np.linalg.norm(v) or 1.0)))
+    return out
 
 
 def resolve_stage(request: SearchRequest, evidence: EvidenceSet, principal: Principal,
@@ -90,7 +116,7 @@ def resolve_stage(request: SearchRequest, evidence: EvidenceSet, principal: Prin
     """The resolution stage: a pure function of the question and the evidence it is given
     (the Resolver deployment runs exactly this)."""
     decision = resolve_evidence(evidence.passages, principal, request.valid_at, authority, query=request.query,
-                                facts=evidence.facts, delivered=evidence.delivered)
+                                facts=evidence.facts, delivered=evidence.delivered, relevance=evidence.relevance)
     fus = evidence.follow_ups
     added = sum(len(f.found) for f in fus)
     note = (f"{len(decision.governing)} governing, {len(decision.supporting)} supporting, "

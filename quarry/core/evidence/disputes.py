@@ -4,6 +4,7 @@ conflict it is in; what stays undecided is reported as unresolved groups."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 
 from quarry.core.evidence.conflict import conflict, conflicts
@@ -23,6 +24,28 @@ def _specific(a: Envelope, b: Envelope, asked: frozenset[str] | None = None) -> 
     if not asked:
         return False
     return bool((set(a.entities) & asked) - set(b.entities)) and not (set(b.entities) & asked) - set(a.entities)
+
+
+# "EUR 10 instead of EUR 20", "15:00 rather than 16:00", "now 30 days, down from 45": the
+# value after such words is the one the sentence replaces
+_REPLACED = re.compile(r"\b(?:instead of|rather than|in place of|replacing|down from|up from|formerly|previously)\b"
+                       r"(?:\s+(?:the|a|an|its|our|standard|previous|old|usual|current))*\s+([^.;]{1,40})", re.I)
+_NUMBER = re.compile(r"\d+(?::\d\d)?(?:[.,]\d+)*")
+
+
+def _numbers(text: str) -> set[str]:
+    out = set()
+    for n in _NUMBER.findall(text):
+        n = n.replace(",", "")
+        out.add(n if ":" in n else format(float(n), "g"))
+    return out
+
+
+def replaces(text: str, other: tuple) -> bool:
+    """``text`` names a value of ``other``'s statements as the one it replaces ("the fee is
+    EUR 10 instead of EUR 20"): written against that value, it overrides it."""
+    named = set().union(*(_numbers(m.group(1)[:20]) for m in _REPLACED.finditer(text))) if text else set()
+    return bool(named) and any(_numbers(s.value) & named for s in other)
 
 
 def _conflict_on(a: tuple, b: tuple, on: Callable[[object], bool] | None, similarity=None) -> bool:
@@ -79,6 +102,11 @@ def decide_conflicts(st: ResolutionState, facts: Mapping[str, PassageFacts], ask
                     continue  # the exception is another entity's: it does not speak to this question
                 attacks[lose][win] = (f"scope: {doc_key(ew)} is specific to {','.join(ew.entities)} and in force at "
                                       f"{st.day.isoformat()}")
+            elif st.rank[a] == st.rank[b] and replaces(st.by_id[a].text, stated[b]) != replaces(
+                    st.by_id[b].text, stated[a]):
+                win, lose = (a, b) if replaces(st.by_id[a].text, stated[b]) else (b, a)
+                attacks[lose][win] = (f"override: {doc_key(st.by_id[win].envelope)} names the value of "
+                                      f"{doc_key(st.by_id[lose].envelope)} as the one it replaces")
             elif st.rank[a] == st.rank[b]:
                 attacks[a][b] = attacks[b][a] = "equal authority"
             else:

@@ -78,3 +78,15 @@ def test_what_ended_a_passage_is_as_close_as_the_passage_it_ended():
     d = resolve(ps, WHO, D(2026, 3, 1), query=QUESTION, relevance=rel)
     assert fees not in {g.passage_id for g in d.governing}
     assert {g.passage_id for g in d.governing} == {g.passage_id for g in plain.governing}
+
+
+def test_a_generic_head_word_does_not_put_a_conflict_on_the_question():
+    # "period" is in both the question ("trial period") and the dispute ("notice period"):
+    # the notice periods dispute nothing the question asks
+    ps, _ = prepare([
+        doc("trial", "# Trial\n\nThe volunteer trial lasts 8 weeks. During the trial the notice period is 1 week."),
+        doc("leave", "# Leave\n\nNotice periods are 3 days."),
+    ])
+    d = resolve(ps, WHO, D(2026, 3, 1), query="How long is the volunteer trial period?")
+    assert ids(ps, "trial") in {g.passage_id for g in d.governing}
+    assert not d.unresolved

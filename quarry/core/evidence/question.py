@@ -10,7 +10,7 @@ from functools import lru_cache
 
 from quarry.core.evidence.graph import PassageFacts
 from quarry.core.evidence.rules import ResolutionState
-from quarry.core.evidence.subjects import same_subject
+from quarry.core.evidence.subjects import _GENERIC_HEADS, GENERIC_WORDS, same_subject
 from quarry.core.records import Envelope, Passage
 from quarry.core.text.tokenizer import tokenize
 
@@ -24,6 +24,8 @@ _TEXT_MARGIN = 1  # on words in the text alone, a passage sharing fewer than the
 __all__ = ["ON_QUESTION", "can_answer", "question_scope", "speaks_to", "without_echoes"]
 
 ON_QUESTION = 2  # words a passage's statements (or title and headings) share with the question
+# Words that never tell two subjects apart: generic heads ("period", "window") and quantifiers.
+_GENERIC_STEMS = frozenset(tokenize(" ".join(sorted(GENERIC_WORDS | _GENERIC_HEADS))))
 # Words that say how a value is measured, never what it is of: "per", "each", "every".
 _MEASURE_WORDS = frozenset(tokenize("per each every"))
 
@@ -58,8 +60,9 @@ def can_answer(env: Envelope, asked: frozenset[str]) -> bool:
 
 def speaks_to(query: str):
     """Whether a statement speaks to the question: its subject words or predicate share a
-    stem with it. Conflicts are decided for the question only on such subjects."""
-    q = frozenset(tokenize(query))
+    stem with it, other than a word that never tells two subjects apart (a "period", a
+    "time", "each"). Conflicts are decided for the question only on such subjects."""
+    q = frozenset(tokenize(query)) - _GENERIC_STEMS
 
     def on(s) -> bool:
         return bool(q & frozenset(tokenize(" ".join((*s.words, s.predicate)))))

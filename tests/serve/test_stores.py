@@ -15,7 +15,7 @@ from quarry.core.records import Principal
 from quarry.core.agent.runs import principal_key
 from quarry.serve.stores.runstore import QuotaExceeded, RunNotFound, RunStore
 from quarry.serve.stores.runstore_actor import ActorRunStore, RunTable
-from quarry.serve.stores.tracestore import TraceWriter, find_trace, hour_of, read_traces
+from quarry.serve.stores.tracestore import TRACE_ID, TraceWriter, find_trace, hour_of, read_traces
 
 pytestmark = pytest.mark.slow  # the contract suite also runs against a real Redis server
 
@@ -296,6 +296,21 @@ def test_checkpoint_tolerates_a_torn_last_line(tmp_path):
 
 
 # -- traces ----------------------------------------------------------------------------------
+
+def test_a_trace_half_written_by_another_replica_is_waited_for_not_a_server_error(tmp_path):
+    w = TraceWriter(str(tmp_path), flush_ms=50)
+    tid = w.new_id(time.time())
+    w.close()
+    line = json.dumps({"trace_id": tid, "kind": "search", "tenant": "acme", "at": 1.0, "delivered": ["p"]},
+                      separators=(",", ":"))
+    m = TRACE_ID.fullmatch(tid)
+    f = tmp_path / "acme" / m.group(1) / f"{m.group(2)}.jsonl"
+    f.parent.mkdir(parents=True, exist_ok=True)
+    f.write_text(line[:-5])  # the writer is part-way through its append
+    assert find_trace(str(tmp_path), "acme", tid) is None  # not yet there; no JSONDecodeError
+    f.write_text(line + "\n")
+    assert find_trace(str(tmp_path), "acme", tid)["trace_id"] == tid
+
 
 def test_traces_are_appended_read_back_after_restart_and_filtered(tmp_path):
     w = TraceWriter(str(tmp_path), flush_ms=50)

@@ -32,18 +32,22 @@ from quarry.serve.settings import ServeSettings
 log = logging.getLogger("quarry.serve")
 
 
+_RETRY_WAITS_S = (0.1, 1.0)  # before the 2nd and 3rd try of a call whose replica died
+
+
 async def call_retrying(handle, method: str, *args: Any, tenant: str | None = None) -> Any:
-    """A deployment call retried once when the replica died under it, so a killed replica
+    """A deployment call retried (twice) when the replica died under it, so a killed replica
     does not turn into a 5xx. Only for read-only calls; Serve routes the retry to a live
     replica. ``tenant``: route by it (Serve model multiplexing: replicas already holding the
     tenant are preferred)."""
     if tenant:
         handle = handle.options(multiplexed_model_id=tenant)
-    try:
-        return await getattr(handle, method).remote(*args)
-    except (ActorDiedError, ActorUnavailableError, RayActorError):
-        await asyncio.sleep(0.1)
-        return await getattr(handle, method).remote(*args)
+    for wait_s in _RETRY_WAITS_S:
+        try:
+            return await getattr(handle, method).remote(*args)
+        except (ActorDiedError, ActorUnavailableError, RayActorError):
+            await asyncio.sleep(wait_s)  # the router may not know yet that the replica died
+    return await getattr(handle, method).remote(*args)
 
 
 async def _awaited(response):

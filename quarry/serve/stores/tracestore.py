@@ -67,6 +67,12 @@ def _object_store(root: str):
     return layout.fs_and_path(root)
 
 
+def _complete_lines(text: str) -> list[str]:
+    """The lines of an appended-to file a reader may parse: a writer on another replica
+    may be half-way through its batch, so a last line without its newline is not one yet."""
+    return text.split("\n")[:-1]
+
+
 def _lines(fs, path: str) -> list[str]:
     try:
         with fs.open(path, "r", encoding="utf-8") as f:
@@ -225,12 +231,15 @@ def find_trace(root: str, tenant: str, trace_id: str, wait_s: float = 0.0) -> di
             lines = (line for n in names for line in _lines(fs, n))
         elif path.exists():
             with open(path, encoding="utf-8") as f:
-                lines = f.read().splitlines()
+                lines = _complete_lines(f.read())
         else:
             lines = []
         for line in lines:
             if needle in line:
-                rec = json.loads(line)
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError:
+                    break  # a line another replica is still appending: read again
                 return rec if rec.get("tenant") == tenant else None
         if time.monotonic() >= deadline:
             return None

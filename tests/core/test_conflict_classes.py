@@ -143,3 +143,17 @@ def test_similar_sentences_must_share_more_than_the_predicate():
     # sharing a word of their own, the similarity still counts
     kiosk_fee = _fee((), "", 45, ("kiosk", "licence", "fee"), "Kiosk licence fee # .")
     assert conflicts(kiosk, kiosk_fee, similarity=lambda a, b: 0.9)
+
+
+def test_what_a_rate_is_per_is_said_and_a_date_is_not_a_subject():
+    # "USD 80 per further visit" says "visit" (the unit holds it); "from 1 October 2027" says when,
+    # never what: the same fee restated at a new amount conflicts with the one it replaces
+    assert clash("A site revisit fee of USD 60 is charged for each further visit.",
+                 "From 1 October 2027 the site revisit fee is USD 80 per further visit.")
+    s, = statements("From 1 October 2027 the site revisit fee is USD 80 per further visit.")
+    assert "october" not in s.subject
+    # a month named alone still tells two subjects apart
+    assert "june" in statements("The June payroll batch is due by 12:00.")[0].subject
+    # a rate per another thing is still another subject
+    assert not clash("A site revisit fee of USD 60 is charged for each further visit.",
+                     "The parking permit costs USD 80 per vehicle.")

@@ -302,3 +302,30 @@ def test_an_embedder_similarity_is_optional_and_bounded_by_contrasts():
     d, = statements("Guests can check in from 2 pm.")
     # both times are starts ("begins at", "from"): one subject without the embedder's help
     assert conflicts(c, d) and conflicts(c, d, similarity=lambda x, y: 0.1)
+
+
+ADD_ON_TABLE = ("Table: Security add-on price\n\n| Plan | Price |\n| --- | --- |\n"
+                "| Pro | EUR 6 per seat per month |\n| Business | included |\n")
+MSA_FEES = ("Table: Fees under this agreement\n\n| Item | Fee |\n| --- | --- |\n"
+            "| Pro plan | EUR 42 per seat per month |\n| Security add-on | EUR 6 per seat per month |\n")
+
+
+def test_a_table_caption_names_what_its_rows_are_values_of():
+    """"Table: Security add-on price" over "| Pro | EUR 6 |": the add-on's price for Pro,
+    not the Pro plan's price, so it conflicts with no other price of the Pro plan; a
+    caption that only names the predicate ("Fees"), a tail after "by", an entity and a cell
+    that names its own subject take nothing from it."""
+    (row,) = statements(ADD_ON_TABLE)
+    assert "security" in row.subject and "pro" in row.subject
+    assert not clash(ADD_ON_TABLE, MSA_FEES)
+    assert clash(ADD_ON_TABLE, ADD_ON_TABLE.replace("EUR 6", "EUR 9"))  # the same table, another price
+    plan, _ = statements(MSA_FEES)
+    assert plan.subject == ("pro", "plan")  # "fees" names the predicate (a cost): no subject word
+    (window,) = statements("Table: Filing windows by claim type\n\n| Claim type | Window |\n| --- | --- |\n"
+                           "| Professional | 90 days from the date of service |\n")
+    assert "claim" not in window.subject and "type" not in window.subject  # the tail after "by"
+    cutoff, note = statements("Table: Initech settlement cutoffs\n\n| Currency | Settlement cutoff | Notes |\n"
+                              "| --- | --- | --- |\n| EUR | 14:30 CET | payroll runs need the batch by 12:00 CET |\n",
+                              ["initech"])
+    assert "settlement" in cutoff.subject and "initech" not in cutoff.subject  # an entity is scope
+    assert "settlement" not in note.subject  # a cell that says what its value is of keeps its own subject

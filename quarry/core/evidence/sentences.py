@@ -10,7 +10,7 @@ from functools import lru_cache
 
 from quarry.core.text.units import line_sentences, logical_lines, sentence_spans
 
-__all__ = ["may_state_value", "numeric_sentences_with_headers", "numeric_sentences_with_topics", "passage_sentences"]
+__all__ = ["caption_head", "may_state_value", "numeric_sentences_with_headers", "numeric_sentences_with_topics", "passage_sentences"]
 
 _NUMBER_WORDS = frozenset("one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
                           "sixteen seventeen eighteen nineteen twenty thirty forty fifty sixty seventy eighty ninety "
@@ -44,7 +44,7 @@ def numeric_sentences_with_headers(text: str, *, tenant: str) -> list[tuple[str,
     """The sentences of ``text`` that may state a value (:func:`may_state_value`; the rest are
     never parsed), each with the column names of the table it is a row of (a row followed
     by a ``| --- |`` separator is a header)."""
-    return [(s, header) for s, header, _ in numeric_sentences_with_topics(text, tenant=tenant)]
+    return [(s, header) for s, header, _, _ in numeric_sentences_with_topics(text, tenant=tenant)]
 
 
 def _is_question(sentence: str) -> bool:
@@ -83,24 +83,40 @@ def _sentence_topics(text: str, heading: str = "") -> list[str]:
     return out
 
 
-def numeric_sentences_with_topics(text: str, *, tenant: str, heading: str = "") -> list[tuple[str, tuple[str, ...], str]]:
+def numeric_sentences_with_topics(text: str, *, tenant: str,
+                                  heading: str = "") -> list[tuple[str, tuple[str, ...], str, str]]:
     """:func:`numeric_sentences_with_headers`, each sentence also with the question it
-    answers (:func:`_sentence_topics`; "" for none)."""
+    answers (:func:`_sentence_topics`; "" for none) and, for a table row, the head of the
+    table's caption (``Table: Security add-on price`` above the table; "" for none): what
+    the table's values are of, before a "by", "for" or "from" (:func:`caption_head`)."""
     sents = passage_sentences(text, tenant=tenant)
     topics = _sentence_topics(text, heading)
     if len(topics) != len(sents):
         topics = [""] * len(sents)
-    out, header = [], ()
+    out, header, caption = [], (), ""
     for k, s in enumerate(sents):
         row = s.lstrip().startswith("|")
         if not row:
             header = ()
+            m = _CAPTION.match(s)
+            caption = caption_head(m.group(1)) if m else ""
         elif k + 1 < len(sents) and _TABLE_SEPARATOR.fullmatch(sents[k + 1].strip()):
             header = _row_cells(s)
             continue
         if may_state_value(s):
-            out.append((s, header if row else (), "" if row else topics[k]))
+            out.append((s, header if row else (), "" if row else topics[k], caption if row else ""))
     return out
+
+
+_CAPTION = re.compile(r"\s*Table:\s*(.+?)\s*$")
+# Where a caption's head ends: "Filing windows *by* claim type", "Copays by visit type *from* 1 July".
+_CAPTION_TAIL = re.compile(r"\s(?:by|for|from|per|until|since|after|before|in|on|at|with|under|as of)\s.*$", re.I)
+
+
+def caption_head(caption: str) -> str:
+    """What a table caption says its values are of: "Filing windows by claim type" ->
+    "Filing windows"; "Security add-on price" stays whole."""
+    return _CAPTION_TAIL.sub("", caption.strip()).strip()
 
 
 def may_state_value(sentence: str) -> bool:

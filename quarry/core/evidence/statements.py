@@ -25,13 +25,15 @@ time: ``import quarry.core`` stays light.
 
 from __future__ import annotations
 
+import calendar
 import threading
 from dataclasses import replace
 from collections.abc import Sequence
 from functools import lru_cache
 
 from quarry.core.evidence.anchors import predicate_key, table_anchor, value_anchor
-from quarry.core.evidence.quantities import CURRENCY_CODES, DAY_COUNT_WORDS, TIMEZONES, Value, is_code_token, sentence_values
+from quarry.core.evidence.quantities import (CURRENCY_CODES, DAY_COUNT_WORDS, TIMEZONES, Value, is_code_token,
+                                            names_duration, sentence_values)
 from quarry.core.evidence.sentences import numeric_sentences_with_topics
 from quarry.core.evidence.statement import Statement
 from quarry.core.evidence.subjects import CANON, GENERIC_WORDS, concept
@@ -219,10 +221,19 @@ def _for_whom(doc, v: Value, have: set, cell: tuple[int, int] | None = None) -> 
     return out
 
 
+_MONTHS = frozenset(m.lower() for m in (*calendar.month_name[1:], *calendar.month_abbr[1:]))
+
+
+def _in_calendar_date(t) -> bool:
+    """The month of a date ("from 1 *March* 2026", "*May* 31"): when a value applies, never
+    what it is of. A month named alone ("the March payroll") stays."""
+    return t.lower_.rstrip(".") in _MONTHS and any(c.like_num for c in t.children)
+
+
 def _lemmas(toks, skip: set[int]) -> list[str]:
     out = []
     for t in toks:
-        if t.i in skip or t.is_stop or t.is_punct or t.like_num or t.text == "|":
+        if t.i in skip or t.is_stop or t.is_punct or t.like_num or t.text == "|" or _in_calendar_date(t):
             continue
         lem = t.lemma_.lower() if t.text not in CURRENCY_CODES else t.text.lower()
         if lem in GENERIC_WORDS and lem not in CANON or not any(c.isalpha() for c in lem):
@@ -298,6 +309,21 @@ def _masked(doc, value_ids: set[int]) -> str:
     return "".join(out).strip()
 
 
+def _bare(doc, cell: tuple[int, int], value_ids: set[int]) -> bool:
+    """Whether a table cell holds only its value: no content word outside the value, its
+    unit phrase and the period it is counted per ("EUR 6 per seat per month", not "payroll
+    runs need the batch by 12:00")."""
+    return not any(t.i not in value_ids and not t.is_stop and not t.is_punct and any(c.isalpha() for c in t.text)
+                   and t.lower_ != "per" and not names_duration(t.lemma_.lower()) for t in doc[cell[0]:cell[1] + 1])
+
+
+def _caption_nouns(topic: tuple[tuple[str, ...], tuple[str, ...]], entities: Sequence[str]) -> tuple[str, ...]:
+    """The nouns a table caption's head names its values by, less words that say nothing of a
+    subject ("schedule", "period") and the passage's entities (scope, never a subject)."""
+    scope = {e.lower() for e in entities}
+    return tuple(n for n in topic[0] if n not in GENERIC_WORDS and n not in scope)
+
+
 def _unanchored(doc, v: Value, values: list[Value], k: int, skip: set[int], scope: tuple[str, ...]) -> Statement:
     """A value the parse attaches to no subject: no subject or predicate of its own, only
     the lemmas around it (``context``) and the masked sentence."""
@@ -309,9 +335,11 @@ def _unanchored(doc, v: Value, values: list[Value], k: int, skip: set[int], scop
                      context=context, clause=_masked(doc, value_ids), qualifiers=_qualifiers(doc, values, k))
 
 
-def _sentence_statements(doc, entities: Sequence[str], header: Sequence[str] = (), *, tenant: str) -> list[Statement]:
+def _sentence_statements(doc, entities: Sequence[str], header: Sequence[str] = (), *, tenant: str,
+                         caption: Sequence[str] = ()) -> list[Statement]:
     """The statements of one parsed sentence; ``header`` holds the column names of the
-    table a row sentence ("| Meals | GBP 35 per day |") belongs to."""
+    table a row sentence ("| Meals | GBP 35 per day |") belongs to, ``caption`` the lemmas
+    of the nouns its caption names the values by (:func:`_caption_nouns`)."""
     out = []
     scope_names, scope_ids = _scope_of(doc, entities)
     values = sentence_values(doc, tenant=tenant)
@@ -352,7 +380,12 @@ def _sentence_statements(doc, entities: Sequence[str], header: Sequence[str] = (
             predicate = predicate_key(pred)
             if pred.pos_ in ("VERB", "AUX") and pred.lemma_.lower() not in CANON and _limit_marked(doc, v):
                 predicate = CANON["limit"]  # "cartons can go up to 35 kg": a bound, whatever the verb
-        subject = list(dict.fromkeys(subject))
+        named: list[str] = []
+        if caption and cell is not None and _bare(doc, cell, value_ids):
+            # "Table: Security add-on price" over "| Pro | EUR 6 per seat per month |": a cell
+            # that holds only its value is a value of what the caption names, for the row
+            named = [n for n in caption if concept(n) != concept(predicate) and n not in subject]
+        subject = list(dict.fromkeys((*named, *subject)))
         if pred_tok is not None and pred_tok.pos_ in ("VERB", "AUX", "ADJ") and not [
                 s for s in subject if s != pred_tok.lemma_.lower()]:
             made[k] = _unanchored(doc, v, values, k, scope_ids | value_ids, main_scope)
@@ -368,7 +401,8 @@ def _sentence_statements(doc, entities: Sequence[str], header: Sequence[str] = (
         anchor_ids = {t.i for t in span_toks}
         made[k] = Statement(subject=tuple(subject), predicate=predicate, value=v.value, unit=v.unit,
                             magnitude=v.magnitude, scope=main_scope, words=words,
-                            context=_context(doc, values, k, scope_ids | value_ids, anchor_ids),
+                            context=tuple(dict.fromkeys((*named, *_context(doc, values, k, scope_ids | value_ids,
+                                                                           anchor_ids)))),
                             clause=_masked(doc, value_ids), qualifiers=_qualifiers(doc, values, k, anchor_ids))
     for k, v in enumerate(values):
         if k in equiv and equiv[k] in made:
@@ -443,20 +477,25 @@ def statements_batch(texts: Sequence[str], entities: Sequence[Sequence[str]] = (
     headers: list[tuple[str, ...]] = []
     asked: list[str] = []
     titled: list[str] = []
+    captions: list[str] = []
     for k, text in enumerate(texts):
         heading = headings[k].strip() if headings else ""
-        for s, header, topic in numeric_sentences_with_topics(text, tenant=tenant, heading=heading):
+        for s, header, topic, caption in numeric_sentences_with_topics(text, tenant=tenant, heading=heading):
             owners.append(k)
             sents.append(s)
             headers.append(header)
             asked.append(topic)
             titled.append("" if topic or heading.endswith("?") else heading)
+            captions.append(caption)
     out: list[list[Statement]] = [[] for _ in texts]
     with _LOCK:  # one pipeline per process: one stream through it at a time
-        phrases = sorted({q for q in (*asked, *titled) if q})
+        phrases = sorted({q for q in (*asked, *titled, *captions) if q})
         topics = dict(zip(phrases, (_topic(d) for d in nlp.pipe(phrases, batch_size=batch_size))))
-        for k, header, q, h, doc in zip(owners, headers, asked, titled, nlp.pipe(sents, batch_size=batch_size)):
-            made = _sentence_statements(doc, entities[k] if entities else (), header, tenant=tenant)
+        for k, header, q, h, c, doc in zip(owners, headers, asked, titled, captions,
+                                           nlp.pipe(sents, batch_size=batch_size)):
+            ents = entities[k] if entities else ()
+            made = _sentence_statements(doc, ents, header, tenant=tenant,
+                                        caption=_caption_nouns(topics[c], ents) if c else ())
             if q:
                 made = [_answering(s, topics[q]) for s in made]
             elif h:

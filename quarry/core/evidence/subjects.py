@@ -149,9 +149,16 @@ def named_apart(a: Statement, b: Statement) -> bool:
     return bool(own_a and own_b)
 
 
+def _rate_keys(s: Statement) -> frozenset[str]:
+    """The concept keys of what a rate's unit is per ("currency:USD/visit": visit), not a period."""
+    per = s.unit.split("/")[1:]
+    return frozenset(concept(w) for w in per if w and w != "duration")
+
+
 def own_subject_words(a: Statement, b: Statement) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """The subject words each statement has and the other never says."""
-    ka, kb = context_keys(a), context_keys(b)
+    """The subject words each statement has and the other never says (what a rate is per
+    is said: "USD 95 per further visit" says "visit")."""
+    ka, kb = context_keys(a) | _rate_keys(a), context_keys(b) | _rate_keys(b)
     own_a = tuple(w for w in a.subject if w not in GENERIC_WORDS and concept(w) not in _HEAD_KEYS | kb)
     own_b = tuple(w for w in b.subject if w not in GENERIC_WORDS and concept(w) not in _HEAD_KEYS | ka)
     return own_a, own_b

@@ -20,8 +20,9 @@ WHO = Principal(tenant="t", subject="u1", groups=frozenset({"all-staff"}))
 QUESTION = "What is the late return fee for a rented bike?"
 
 
-def doc(doc_id: str, text: str) -> SourceDocument:
-    return SourceDocument(doc_id=doc_id, tenant="t", acl=("all-staff",), doc_type="contract", text=text)
+def doc(doc_id: str, text: str, effective_from: dt.date | None = None) -> SourceDocument:
+    return SourceDocument(doc_id=doc_id, tenant="t", acl=("all-staff",), doc_type="contract", text=text,
+                          effective_from=effective_from)
 
 
 def decide(amendment: str):
@@ -56,3 +57,18 @@ def test_replacement_phrasings(text):
     (old,) = statements("Parking costs USD 9 an hour.", tenant="t")
     assert replaces(text, (old,))
     assert not replaces("Parking is USD 6 an hour.", (old,))
+
+
+def test_at_equal_authority_the_rule_that_took_effect_later_governs():
+    ps, _ = prepare([doc("rental-terms", "# Fees\n\nThe late return fee for a rented bike is EUR 18.",
+                         dt.date(2025, 1, 1)),
+                     doc("amendment", "# Amendment\n\nThe late return fee for a rented bike is EUR 12.",
+                         dt.date(2026, 3, 1))])
+    ids = {p.doc_id: p.passage_id for p in ps}
+    d = resolve(ps, WHO, dt.date(2026, 5, 1), query=QUESTION)
+    assert {g.passage_id for g in d.governing} == {ids["amendment"]} and not d.unresolved
+    assert {(r.passage_id, r.reason, r.by) for r in d.rejected} >= {
+        (ids["rental-terms"], "subordinate_to", ids["amendment"])}
+    # before the amendment takes effect the earlier rule governs (the later is not yet in force)
+    d = resolve(ps, WHO, dt.date(2026, 2, 1), query=QUESTION)
+    assert {g.passage_id for g in d.governing} == {ids["rental-terms"]}

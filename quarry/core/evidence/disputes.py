@@ -58,6 +58,11 @@ def _conflict_on(a: tuple, b: tuple, on: Callable[[object], bool] | None, simila
     return any(conflicts(sa, sb, similarity) for sa in a for sb in b if on(sa) or on(sb))
 
 
+def _later_effective(a, b) -> bool:
+    """Whether envelope ``a`` states an effective date later than ``b``'s (both stated)."""
+    return a.effective_from is not None and b.effective_from is not None and a.effective_from > b.effective_from
+
+
 def decide_conflicts(st: ResolutionState, facts: Mapping[str, PassageFacts], asked: frozenset[str] | None = None,
                      on: Callable[[object], bool] | None = None,
                      similarity: Callable[[str, str], float] | None = None,
@@ -107,6 +112,12 @@ def decide_conflicts(st: ResolutionState, facts: Mapping[str, PassageFacts], ask
                 win, lose = (a, b) if replaces(st.by_id[a].text, stated[b]) else (b, a)
                 attacks[lose][win] = (f"override: {doc_key(st.by_id[win].envelope)} names the value of "
                                       f"{doc_key(st.by_id[lose].envelope)} as the one it replaces")
+            elif st.rank[a] == st.rank[b] and _later_effective(ea, eb) != _later_effective(eb, ea):
+                # at equal authority, both in force: the one that took effect later is the rule now
+                win, lose = (a, b) if _later_effective(ea, eb) else (b, a)
+                ew, el = st.by_id[win].envelope, st.by_id[lose].envelope
+                attacks[lose][win] = (f"recency: {doc_key(ew)} in force from {ew.effective_from.isoformat()} after "
+                                      f"{doc_key(el)} from {el.effective_from.isoformat()}")
             elif st.rank[a] == st.rank[b]:
                 attacks[a][b] = attacks[b][a] = "equal authority"
             else:

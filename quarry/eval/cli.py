@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from quarry.eval import beir, report_cases, traces
+from quarry.eval import beir, case_diff, report_cases, traces
 
 
 def add_arguments(p) -> None:
@@ -13,6 +13,10 @@ def add_arguments(p) -> None:
     c = sub.add_parser("cases", help="evidence cases: per-boundary survival, resolution, abstention, isolation gate")
     report_cases.add_arguments(c)
     c.set_defaults(_suite_run=report_cases.run)
+    d = sub.add_parser("cases-diff", help="what a change did to an evidence-case run: outcomes gained and lost, "
+                                          "false assertions, counterfactual flips")
+    case_diff.add_arguments(d)
+    d.set_defaults(_suite_run=case_diff.run)
     t = sub.add_parser("traces", help="summarise stored serving traces (per tenant: kinds, reasons, stage latencies)")
     traces.add_arguments(t)
     t.set_defaults(_suite_run=traces.run)

@@ -58,7 +58,8 @@ def _outcomes(run: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def _false(c: Mapping[str, Any]) -> bool:
-    return not c["answerable"] and bool(c.get("asserted_by"))
+    """A false assertion as the report counts it (``case_summary``): unanswerable, not abstained."""
+    return not c["answerable"] and not c["abstained"]
 
 
 def diff(before: Mapping[str, Any], after: Mapping[str, Any]) -> CaseDiff:

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.unit
 
 def _outcome(oid: str, split: str = "dev", answerable: bool = True, ok: bool = True, asserted=()):
     return {"id": oid, "split": split, "answerable": answerable, "resolution": ok if answerable else None,
-            "asserted_by": list(asserted)}
+            "asserted_by": list(asserted), "abstained": None if answerable else not asserted}
 
 
 def _cf(oid: str, kind: str, passed: bool, applicable: bool = True):

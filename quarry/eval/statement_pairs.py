@@ -155,8 +155,7 @@ def sweep(pairs: Sequence[Pair], nlp_name: str = DEFAULT_NLP, embedder: str | No
     overlaps = [x / 20 for x in range(1, 11)] + [1.01]
     sims = [x / 20 for x in range(8, 21)] + [1.01] if similarity else [1.01]
     mins = [0.0, 0.1, 0.2, 0.3] if similarity else [0.0]
-    # the stored vectors are the clauses' only: no word pair has one, so no synonym threshold
-    synonyms = [1.01]
+    synonyms = [x / 100 for x in range(70, 100, 3)] + [1.01] if similarity else [1.01]
     out = []
     for o, sm, mo, sy, ms in itertools.product(overlaps, sims, mins, synonyms, (1, 2, 3)):
         th = Thresholds(overlap=o, min_overlap=mo, similarity=sm, synonym=sy, min_shared=ms)

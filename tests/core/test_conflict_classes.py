@@ -157,3 +157,31 @@ def test_what_a_rate_is_per_is_said_and_a_date_is_not_a_subject():
     # a rate per another thing is still another subject
     assert not clash("A site revisit fee of USD 60 is charged for each further visit.",
                      "The parking permit costs USD 80 per vehicle.")
+
+
+def test_two_verbs_for_one_act_conflict_when_the_sentences_mean_the_same():
+    from quarry.core.evidence.conflict import conflicts
+
+    a, = statements("Burst water pipes are repaired within 6 hours.")
+    b, = statements("Our plumbers fix burst water pipes within 12 hours.")
+    assert not conflicts(a, b)  # the lexical rule alone: two verbs of their own contrast
+    assert conflicts(a, b, similarity=lambda x, y: 0.9)  # the embedder finds one act in other verbs
+    assert not conflicts(a, b, similarity=lambda x, y: 0.5)  # not close enough
+    # the two ends of one thing's life stay apart, however close the sentences are
+    c, = statements("Warranty claims must be lodged within 14 days of delivery.")
+    d, = statements("Warranty claims are resolved within 30 days.")
+    assert not conflicts(c, d, similarity=lambda x, y: 0.99)
+    # words of their own in the subjects still contrast: the paraphrase is for verbs only
+    e, = statements("Audit logs are retained for 1 year.")
+    f, = statements("Application logs are retained for 30 days.")
+    assert not conflicts(e, f, similarity=lambda x, y: 0.99)
+
+
+def test_pint_units_documents_do_not_use_are_no_units():
+    # "units" is no micronit and "5G" no gauss (nor, lower-cased, a gram)
+    s, = statements("Inspectors sample 5 units from every pallet.")
+    assert s.unit == "count:unit" and s.magnitude == 5.0
+    assert all("gram" not in s.value and "gauss" not in s.value for s in statements("5G reaches 95% of homes."))
+    # measured units still parse
+    t, = statements("The crate weighs 12 kg.")
+    assert t.unit == "[mass]"

@@ -77,7 +77,28 @@ def _pint_base(unit_name: str) -> tuple[str, float, bool] | None:
         return None
     if dim == "[temperature]":
         return dim, float("nan"), False  # offset units: converted per value
+    if dim not in _MEASURED:
+        return None  # "5 units" is no micronit, "5G" no gauss: pint knows more units than documents use
     return dim, float(q.to_base_units().magnitude), False
+
+
+@lru_cache(maxsize=1)
+def _measured() -> frozenset[str]:
+    ureg = _ureg()
+    return frozenset(str(ureg.Quantity(1.0, n).dimensionality) for n in (
+        "meter", "gram", "meter**2", "liter", "meter/second", "pascal", "joule", "watt", "newton", "hertz",
+        "ampere", "volt", "meter/second**2", "gram/liter"))
+
+
+class _Measured:
+    """The dimensions business documents state values in (length, mass, area, volume,
+    speed, pressure, energy, power, force, frequency, current, voltage, concentration)."""
+
+    def __contains__(self, dim: str) -> bool:
+        return dim in _measured()
+
+
+_MEASURED = _Measured()
 
 
 @dataclass(frozen=True)
@@ -237,7 +258,18 @@ def _unit_at(doc, j: int) -> tuple[str, int] | None:
         name = _pint_name(cand)
         if name is not None:
             return name, j
+        if cand == t.text and len(cand) <= 2 and _pint_known(cand):
+            return None  # a symbol as written ("5G": gauss) is not another in lower case (gram)
     return None
+
+
+@lru_cache(maxsize=4096)
+def _pint_known(word: str) -> bool:
+    try:
+        _ureg().get_name(word)
+    except Exception:  # noqa: BLE001 - pint raises several error types for unknown names
+        return False
+    return True
 
 
 @lru_cache(maxsize=4096)

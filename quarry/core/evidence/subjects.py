@@ -71,7 +71,7 @@ class Thresholds:
     overlap: float = 0.15  # context overlap that makes one subject without an embedder
     min_overlap: float = 0.1  # an embedder's similarity counts only for contexts this close
     similarity: float = 0.55  # cosine of the masked sentences under the tenant's embedder
-    synonym: float = 1.01  # cosine under which two subjects' own words contrast (above: synonyms)
+    synonym: float = 0.70  # cosine of the masked clauses above which words of their own are one thing said otherwise
     min_shared: int = 2  # context keys two statements must share for the overlap rule
 
 
@@ -177,8 +177,9 @@ def contrasting(a: Statement, b: Statement, similarity: Callable[[str, str], flo
     own_pa = bool(pa) and concept(pa) not in context_keys(b)
     own_pb = bool(pb) and concept(pb) not in context_keys(a)
     if pa and pb and concept(pa) != concept(pb) and own_pa and own_pb:
-        # two verbs of their own ("raised within 24 hours", "closed within 30 days")
-        if similarity is None or similarity(pa, pb) < th.synonym:
+        # two verbs of their own ("raised within 24 hours", "closed within 30 days"), unless
+        # the sentences say one thing in other verbs ("faults are repaired", "we fix faults")
+        if _opposites(pa, pb) or not _paraphrased(a, b, similarity, th):
             return True
     for x, y, own in ((a, b, own_pb), (b, a, own_pa)):
         if own and x.predicate in x.subject and concept(x.predicate) not in context_keys(y):
@@ -187,9 +188,27 @@ def contrasting(a: Statement, b: Statement, similarity: Callable[[str, str], flo
     if a.clause and b.clause and _threshold(a) != _threshold(b):
         return True  # "orders below USD 20 are not accepted" sets a condition, "the minimum order value is $25" a value
     own_a, own_b = own_subject_words(a, b)
-    if not (own_a and own_b):
-        return False
-    return similarity is None or similarity(" ".join(own_a), " ".join(own_b)) < th.synonym
+    return bool(own_a and own_b)
+
+
+# Verbs for the two ends of one thing's life: whatever the embedder finds, "opens at 08:00"
+# and "closes at 18:00" state two values, not one in other words.
+_OPPOSITES: tuple[tuple[frozenset[str], frozenset[str]], ...] = tuple(
+    (frozenset(x.split()), frozenset(y.split())) for x, y in (
+        ("start begin open commence raise log lodge file submit report acknowledge arrive rise increase",
+         "end finish close stop cease resolve settle decide complete depart leave fall drop decrease"),
+    ))
+
+
+def _opposites(pa: str, pb: str) -> bool:
+    return any((pa in x and pb in y) or (pb in x and pa in y) for x, y in _OPPOSITES)
+
+
+def _paraphrased(a: Statement, b: Statement, similarity: Callable[[str, str], float] | None,
+                 th: Thresholds) -> bool:
+    """The two masked clauses are close enough under the tenant's embedder that what each
+    says of its own is the same thing in other words ("the deductible" and "an excess")."""
+    return similarity is not None and bool(a.clause and b.clause) and similarity(a.clause, b.clause) >= th.synonym
 
 
 _THRESHOLD_WORDS = frozenset({"over", "above", "below", "under"})

@@ -47,6 +47,8 @@ REGISTRY: dict[str, str] = {
     "core/evidence/quantities.py:_ureg": SINGLETON,
     "core/evidence/quantities.py:_pint_base": WORD,
     "core/evidence/quantities.py:_pint_name": WORD,
+    "core/evidence/quantities.py:_pint_known": WORD,  # one unit word -> pint knows it
+    "core/evidence/quantities.py:_measured": SINGLETON,  # no key: the fixed dimension whitelist
     "core/text/morphology.py:_tables": WORD,  # the spaCy pipeline's lemma tables, by pipeline name
     "core/evidence/question.py:_measures": WORD,
     "core/evidence/quantities.py:_clock": TENANT,  # (text, ..., tenant); tested below

@@ -185,3 +185,18 @@ def test_pint_units_documents_do_not_use_are_no_units():
     # measured units still parse
     t, = statements("The crate weighs 12 kg.")
     assert t.unit == "[mass]"
+
+
+def test_values_written_in_words_and_symbols_documents_use():
+    def values(text):
+        return [(s.value, s.unit) for s in statements(text)]
+
+    assert ("12:00", "time_of_day") in values("Entries are accepted until noon on the closing day.")
+    assert ("00:30", "time_of_day") in values("The night tariff starts at half past midnight.")
+    assert ("3 month", "duration") in values("Fire doors are inspected every quarter.")
+    assert ("0.25 hour", "duration") in values("Allow a quarter of an hour for check-in.")  # a fraction, not a period
+    assert any(v.startswith("GBP 0.53") and u.startswith("currency:GBP") for v, u in values("The standing charge is 53p a day."))
+    assert ("1.8 meter", "[length]") in values("Hedges over 1.8 m need the council's consent.")
+    # one value in other words is one value; another is a conflict
+    assert not clash("Bookings close at 12:00 on Fridays.", "Bookings are taken until noon on Fridays.")
+    assert clash("Bookings close at 17:00 on Fridays.", "Bookings are taken until noon on Fridays.")

@@ -36,6 +36,8 @@ _CURRENCY_WORDS = {"euro": "EUR", "euros": "EUR", "dollar": "USD", "dollars": "U
 # "3 clear days"): part of the value, never what the value is of.
 DAY_COUNT_WORDS = frozenset("working business calendar banking clear consecutive full whole school".split())
 _MERIDIEM = frozenset({"am", "pm", "a.m.", "p.m.", "a.m", "p.m"})
+_NAMED_TIMES = {"noon": 720, "midday": 720, "midnight": 0}
+_PENCE = re.compile(r"(\d+(?:\.\d+)?)p")  # "53p", "24.5p": pence
 _ORDINAL = re.compile(r"(\d{1,2})(?:st|nd|rd|th)", re.IGNORECASE)
 
 
@@ -231,7 +233,11 @@ def _one_period(doc, tok, taken: set[int]) -> Value | None:
     elif w in ("a", "an", "every", "each"):
         # "a full day", "a whole week": one adjective may stand between
         skip = tok.i + 2 < len(doc) and doc[tok.i + 1].pos_ == "ADJ"
-        u = _duration_unit(doc, tok.i + 1 + skip)
+        k = tok.i + 1 + skip
+        if k < len(doc) and doc[k].lower_ == "quarter" and not (k + 1 < len(doc) and doc[k + 1].lower_ == "of"):
+            u = ("3 month", k, _period_days("3 month"), True)  # "every quarter" (not "a quarter of an hour")
+        else:
+            u = _duration_unit(doc, k)
         if u is None:
             return None
         name, last, days, approx = u
@@ -250,7 +256,8 @@ def _unit_at(doc, j: int) -> tuple[str, int] | None:
     """(pint's unit name, last token) for a unit word starting at token ``j``: the text as
     written first ("MB" is a megabyte, "mb" a millibarn), then its lemma ("minutes")."""
     t = doc[j]
-    if t.pos_ not in _UNIT_POS or t.is_stop or t.like_num:
+    metre = t.text == "m" and j > 0 and doc[j - 1].like_num  # "1.8 m" ("m" is a stop word: "I'm")
+    if t.like_num or not metre and (t.pos_ not in _UNIT_POS or t.is_stop):
         return None
     if t.text == "°" and j + 1 < len(doc) and doc[j + 1].text in ("C", "F"):
         return _pint_name("°" + doc[j + 1].text), j + 1
@@ -304,6 +311,16 @@ def sentence_values(doc, *, tenant: str) -> list[Value]:
         is_colon = re.fullmatch(r"\d{1,2}[:.]\d{2}", tok.text) is not None and ":" in tok.text
         mer = nxt is not None and nxt.lower_ in _MERIDIEM and tok.like_num
         glued = re.fullmatch(r"\d{1,2}(?::\d{2})?(?:am|pm)", tok.lower_) is not None
+        if tok.lower_ in _NAMED_TIMES and tok.pos_ in ("NOUN", "PROPN"):
+            # "until noon", "by midnight", "half past midnight", "a quarter to noon"
+            span, minutes = {tok.i}, _NAMED_TIMES[tok.lower_]
+            if tok.i >= 2 and doc[tok.i - 1].lower_ in ("past", "to") and doc[tok.i - 2].lower_ in ("half", "quarter"):
+                shift = 30 if doc[tok.i - 2].lower_ == "half" else 15
+                minutes = (minutes + (shift if doc[tok.i - 1].lower_ == "past" else -shift)) % 1440
+                span |= {tok.i - 1, tok.i - 2}
+            taken.update(span)
+            out.append(Value(frozenset(span), f"{minutes // 60:02d}:{minutes % 60:02d}", "time_of_day", float(minutes)))
+            continue
         if not (is_colon or mer or glued):
             continue
         if tok.i > 0 and re.fullmatch(r"\d{4}-\d{2}-\d{2}", doc[tok.i - 1].text):
@@ -334,8 +351,13 @@ def sentence_values(doc, *, tenant: str) -> list[Value]:
             n = int(m.group(1))
             out.append(Value(frozenset(span), f"day {n}", "day_of_month", float(n)))
 
-    # 2. Amounts: a number next to a currency code, sign or word.
+    # 2. Amounts: a number next to a currency code, sign or word; pence ("53p").
     for tok in doc:
+        if tok.i not in taken and (m := _PENCE.fullmatch(tok.text)):
+            taken.add(tok.i)
+            out.append(Value(frozenset({tok.i}), f"GBP {_fmt(float(m.group(1)) / 100)}", "currency:GBP",
+                             float(m.group(1)) / 100))
+            continue
         if tok.i in taken or not tok.like_num or is_code_token(tok):
             continue
         prev = doc[tok.i - 1] if tok.i > 0 else None

@@ -14,7 +14,7 @@ __all__ = ["caption_head", "may_state_value", "numeric_sentences_with_headers", 
 
 _NUMBER_WORDS = frozenset("one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
                           "sixteen seventeen eighteen nineteen twenty thirty forty fifty sixty seventy eighty ninety "
-                          "hundred thousand half quarter dozen once twice thrice".split())
+                          "hundred thousand half quarter dozen once twice thrice noon midday midnight".split())
 # Periods written without a number ("an hour", "every month", "backups run daily"): see
 # :func:`.quantities.sentence_values`.
 _PERIOD = (r"(?:a|an|every|each)\s+(?:second|minute|hour|day|week|fortnight|month|year)"

@@ -200,3 +200,31 @@ def test_values_written_in_words_and_symbols_documents_use():
     # one value in other words is one value; another is a conflict
     assert not clash("Bookings close at 12:00 on Fridays.", "Bookings are taken until noon on Fridays.")
     assert clash("Bookings close at 17:00 on Fridays.", "Bookings are taken until noon on Fridays.")
+
+
+def test_compound_units_fractions_and_rounded_conversions():
+    def values(text):
+        return [(s.value, s.unit) for s in statements(text)]
+
+    # a unit per another is one compound unit; a degree sign the parser calls punctuation
+    assert ("30 milligram/liter", "[mass] / [length] ** 3") in values("The discharge limit for suspended solids is 30 mg/L.")
+    assert ("20 kilometer/hour", "[length] / [time]") in values("The limit is 20 km/h on site.")
+    assert ("21 degree_Celsius", "[temperature]") in values("Office temperature is kept at 21 °C during working hours.")
+    # "and a half" belongs to the number or the unit before it
+    assert ("1.5 hour", "duration") in values("Single tickets can be used for an hour and a half.")
+    assert ("2.5 day", "duration") in values("Refunds take two and a half days.")
+    assert values("We refund 5 and a half percent of the fare.") == [("5.5%", "percent")]
+    # a value converted into another unit and rounded as written is the same value ...
+    assert not clash("The speed limit for vehicles on site is 10 mph.", "Site vehicles must not exceed 16 km/h.")
+    assert not clash("Main landing gear tyres are inflated to 200 psi.", "Inflate the main gear tyres to 13.8 bar.")
+    # ... but the finer unit's rounding decides, and calendar spans keep their own tolerance
+    assert clash("The adult dose is 500 mg twice daily.", "The adult dose is 1 g twice daily.")
+    assert clash("The speed limit for vehicles on site is 10 mph.", "Site vehicles must not exceed 20 km/h.")
+    assert clash("Notice is 4 weeks.", "Notice is 1 month.")
+    assert clash("The discharge limit for suspended solids is 30 mg/L.", "Effluent may contain no more than 50 mg/L of suspended solids.")
+
+
+def test_a_generic_head_is_no_noun_of_its_own():
+    # "at intervals of" names no subject: the A-check is what both sentences time
+    assert clash("The A-check is performed every 600 flight hours.",
+                 "Aircraft undergo an A-check at intervals of 500 flight hours.")

@@ -21,7 +21,32 @@ def _same_value(a: Statement, b: Statement) -> bool:
         return a.value == b.value
     calendar = any(w in s.value for s in (a, b) for w in ("month", "year", "week"))
     tol = _CALENDAR_TOLERANCE if calendar else 1e-6
-    return math.isclose(a.magnitude, b.magnitude, rel_tol=tol, abs_tol=1e-9)
+    return math.isclose(a.magnitude, b.magnitude, rel_tol=tol, abs_tol=1e-9) or _rounded_alike(a, b)
+
+
+def _written(s: Statement) -> tuple[float, str, float] | None:
+    """(number as written, unit name, half a unit of its last written digit) of a value
+    such as "13.8 bar", or None for one not written as a number and a unit name."""
+    number, _, unit = s.value.partition(" ")
+    try:
+        x = float(number)
+    except ValueError:
+        return None
+    decimals = len(number.partition(".")[2])
+    return x, unit, 0.5 * 10.0 ** -decimals
+
+
+def _rounded_alike(a: Statement, b: Statement) -> bool:
+    """One value converted into another unit and rounded as written: "10 mph" and "16 km/h",
+    "200 psi" and "13.8 bar" (a value in the same unit name must be equal)."""
+    if a.unit.split("/")[0] in ("duration", "time_of_day"):
+        return False  # calendar spans have their own tolerance: "4 weeks" is no rounding of "1 month"
+    wa, wb = _written(a), _written(b)
+    if wa is None or wb is None or wa[1] == wb[1] or not wa[0] or not wb[0]:
+        return False
+    # the finer unit's rounding decides ("1 g" is no rounding of "500 mg")
+    (x, _, half), s = min(((wa, a), (wb, b)), key=lambda side: abs(side[1].magnitude / side[0][0]))
+    return abs(a.magnitude - b.magnitude) <= half * abs(s.magnitude / x)
 
 
 def _compatible(a: Statement, b: Statement) -> bool:

@@ -148,7 +148,24 @@ def _number(tok) -> float | None:
     return _WORD_NUMBERS.get(tok.lower_)
 
 
+def _and_a_fraction(doc, j: int) -> tuple[float, int] | None:
+    """(fraction, last token) of "and a half" / "and a quarter" written from token ``j``."""
+    if j + 2 < len(doc) and doc[j].lower_ == "and" and doc[j + 1].lower_ in ("a", "an") \
+            and doc[j + 2].lower_ in ("half", "quarter"):
+        return (0.5 if doc[j + 2].lower_ == "half" else 0.25), j + 2
+    return None
+
+
 def _number_run(doc, i: int) -> tuple[float, int] | None:
+    """(number, last token) of a number and the fraction after it ("two and a half")."""
+    run = _whole_run(doc, i)
+    if run is None:
+        return None
+    tail = _and_a_fraction(doc, run[1] + 1)
+    return (run[0] + tail[0], tail[1]) if tail is not None else run
+
+
+def _whole_run(doc, i: int) -> tuple[float, int] | None:
     """(number, last token) of the number written from token ``i``: digits, or number words
     composed the usual way ("twenty-five", "one hundred and twenty", "ninety")."""
     first = _number(doc[i])
@@ -245,10 +262,13 @@ def _one_period(doc, tok, taken: set[int]) -> Value | None:
             return None
     else:
         return None
+    count = 1.0
+    if (tail := _and_a_fraction(doc, last + 1)) is not None and " " not in name:
+        count, last = 1.0 + tail[0], tail[1]  # "an hour and a half"
     span = frozenset(range(tok.i, last + 1))
     if span & taken:
         return None
-    return Value(span, name if " " in name else f"1 {name}", "duration", days,
+    return Value(span, name if " " in name else f"{_fmt(count)} {name}", "duration", days * count,
                  approx or name in ("month", "year", "week"))
 
 
@@ -256,16 +276,31 @@ def _unit_at(doc, j: int) -> tuple[str, int] | None:
     """(pint's unit name, last token) for a unit word starting at token ``j``: the text as
     written first ("MB" is a megabyte, "mb" a millibarn), then its lemma ("minutes")."""
     t = doc[j]
+    if t.text == "°" and j + 1 < len(doc) and doc[j + 1].text in ("C", "F"):
+        return _pint_name("°" + doc[j + 1].text), j + 1  # the parser tags "°" as punctuation
+    got = _one_unit(doc, j)
+    if got is None:
+        return None
+    name, last = got
+    # "30 mg/L", "20 km/h": a unit per another, one compound unit pint reads
+    if last + 2 < len(doc) and doc[last + 1].text == "/" and (per := _one_unit(doc, last + 2)) is not None:
+        compound = f"{name}/{per[0]}"
+        if _pint_base(compound) is not None:
+            return compound, per[1]
+    return got
+
+
+def _one_unit(doc, j: int) -> tuple[str, int] | None:
+    t = doc[j]
     metre = t.text == "m" and j > 0 and doc[j - 1].like_num  # "1.8 m" ("m" is a stop word: "I'm")
     if t.like_num or not metre and (t.pos_ not in _UNIT_POS or t.is_stop):
         return None
-    if t.text == "°" and j + 1 < len(doc) and doc[j + 1].text in ("C", "F"):
-        return _pint_name("°" + doc[j + 1].text), j + 1
-    for cand in (t.text, t.lemma_.lower()):
+    written = t.text.rstrip(".") or t.text  # "mg/L." at a sentence's end
+    for cand in (written, t.lemma_.lower()):
         name = _pint_name(cand)
         if name is not None:
             return name, j
-        if cand == t.text and len(cand) <= 2 and _pint_known(cand):
+        if cand == written and len(cand) <= 2 and _pint_known(cand):
             return None  # a symbol as written ("5G": gauss) is not another in lower case (gram)
     return None
 
@@ -408,8 +443,9 @@ def sentence_values(doc, *, tenant: str) -> list[Value]:
         if j >= len(doc):
             got = None
         elif doc[j].text in ("%", "percent", "per cent"):
-            taken.update({tok.i, j})
-            out.append(Value(frozenset({tok.i, j}), f"{_fmt(amount)}%", "percent", amount))
+            span = frozenset(range(tok.i, j + 1))  # "5 and a half percent"
+            taken.update(span)
+            out.append(Value(span, f"{_fmt(amount)}%", "percent", amount))
             continue
         else:
             got = _unit_at(doc, j)
@@ -421,6 +457,8 @@ def sentence_values(doc, *, tenant: str) -> list[Value]:
                     out.append(v)
             continue
         name, last = got
+        if (tail := _and_a_fraction(doc, last + 1)) is not None:
+            amount, last = amount + tail[0], tail[1]  # "2 hours and a half"
         base = _pint_base(name)
         dim, factor, approx = base
         if dim == "[temperature]":

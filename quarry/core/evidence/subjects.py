@@ -43,6 +43,9 @@ SYNONYMS: tuple[tuple[str, ...], ...] = (
     ("interest", "interest rate", "pay interest"),
     ("store", "stored"),
     ("package", "parcel", "carton", "box", "packet"),
+    # a period and its adjective: "the daily charge" says what "a charge per day" says
+    ("hour", "hourly"), ("day", "daily", "nightly"), ("week", "weekly"), ("fortnight", "fortnightly"),
+    ("month", "monthly"), ("year", "yearly", "annual", "annually"),
 )
 CANON = {w: g[0] for g in SYNONYMS for w in g}
 
@@ -182,7 +185,8 @@ def contrasting(a: Statement, b: Statement, similarity: Callable[[str, str], flo
         if _opposites(pa, pb) or not _paraphrased(a, b, similarity, th):
             return True
     for x, y, own in ((a, b, own_pb), (b, a, own_pa)):
-        if own and x.predicate in x.subject and concept(x.predicate) not in context_keys(y):
+        if own and x.predicate in x.subject and concept(x.predicate) not in context_keys(y) | _HEAD_KEYS \
+                and not _paraphrased(a, b, similarity, th):
             return True  # a verb of its own beside a noun the other never names: "batches submitted after 15:00"
             # and "| Replay open batches onto the new platform | 18:51 |"
     if a.clause and b.clause and _threshold(a) != _threshold(b):

@@ -39,6 +39,9 @@ def met(cond: str, event: str, cond_scope=("acme",), event_scope=("acme",)) -> b
     # changeover nouns stand for one another when the condition names what changes over
     ("until the switch of library loans", "library loans cutover completed"),
     ("until the move of the ticket desk completes", "ticket desk migration completed"),
+    # the condition's framing verb says it is under way, not what it waits for
+    ("while the east wing refurbishment continues", "east wing refurbishment completed"),
+    ("as long as the ledger migration lasts", "ledger migration completed"),
 ])
 def test_condition_met(cond, event):
     scope = ("acme", "leeds") if "leeds" in event else ("acme",)
@@ -61,6 +64,7 @@ def test_condition_met(cond, event):
     ("until the switch of library loans", "museum tickets cutover completed", "another thing changed over"),
     ("until the migration completes", "cutover completed", "a changeover of nothing named"),
     ("until the switch of library loans", "staging library loans cutover completed", "another environment"),
+    ("while the east wing refurbishment continues", "west wing refurbishment completed", "another part"),
 ])
 def test_near_misses_never_end_a_condition(cond, event, why):
     assert not met(cond, event), why

@@ -228,3 +228,8 @@ def test_a_generic_head_is_no_noun_of_its_own():
     # "at intervals of" names no subject: the A-check is what both sentences time
     assert clash("The A-check is performed every 600 flight hours.",
                  "Aircraft undergo an A-check at intervals of 500 flight hours.")
+
+
+def test_a_pronoun_subject_stands_for_the_clause_it_depends_on():
+    s, = statements("Rooms vacated in the morning are cleaned and checked by a supervisor so that they are ready by 15:00.")
+    assert s.subject == ("room",) and s.predicate == "ready"

@@ -18,7 +18,7 @@ from quarry.core.ingest.pipeline import build_corpus
 from quarry.core.records import Event, Principal, SearchRequest, SourceDocument
 from quarry.core.evidence.resolve import resolve
 from quarry.core.search.in_process import search
-from quarry.core.search.resolution import gather_evidence
+from quarry.core.search.resolution import gather_evidence, resolve_stage
 from quarry.core.search.settings import SearchSettings
 
 pytestmark = pytest.mark.unit
@@ -153,3 +153,26 @@ def test_order_of_passages_never_changes_the_decision(root):
     for _ in range(5):
         rng.shuffle(ps)
         assert resolve(ps, OPS, D(2026, 2, 1), query=q) == base
+
+
+def test_the_resolution_pool_decides_over_ranked_candidates_past_top_k(root):
+    index = TenantIndex.load(root, "t")
+    req = SearchRequest(query="What is the daily payout limit for Northwind?", top_k=1, valid_at=D(2026, 2, 1))
+    runbook = index.passage(_pid(index, "limits-runbook"), OPS)
+    policy = index.passage(_pid(index, "limits-policy"), OPS)
+    unrelated = index.passage(_pid(index, "unrelated"), OPS)
+    alone = SearchSettings(graph_hops=0, max_follow_ups=0)
+    # without the pool (and without links) the runbook delivered alone governs ...
+    ev = gather_evidence(index, OPS, req, [runbook], alone.model_copy(update={"resolution_pool": 0}), pool=[policy])
+    assert ev.pooled == () and _pid(index, "limits-policy") not in {p.passage_id for p in ev.passages}
+    # ... with it the policy ranked past top_k decides, and supersedes the runbook
+    ev = gather_evidence(index, OPS, req, [runbook], alone, pool=[policy, unrelated])
+    assert ev.delivered == (runbook.passage_id,) and set(ev.pooled) == {policy.passage_id, unrelated.passage_id}
+    d = resolve_stage(req, ev, OPS).decision
+    assert [s.passage_id for s in d.governing] == [policy.passage_id]
+    assert {(r.passage_id, r.reason) for r in d.rejected} == {(runbook.passage_id, "superseded_by")}
+    # a pooled passage that takes no part was never delivered: it is not listed as related
+    assert unrelated.passage_id not in {r.passage_id for r in d.related}
+    # a pooled passage the principal cannot read never enters
+    exception = index.passage(_pid(index, "exception"), OPS)
+    assert exception.passage_id not in gather_evidence(index, STAFF, req, [runbook], alone, pool=[exception]).pooled

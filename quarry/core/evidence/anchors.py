@@ -171,19 +171,38 @@ def _holder(noun, exclude: set[int]) -> list:
     return []
 
 
+_PRONOUNS = frozenset("it they".split())
+
+
+def _subjects(verb, exclude: set[int] = frozenset()) -> list:
+    """The nominal subjects of ``verb``; for a pronoun subject, the nominal subject of the
+    clause it depends on ("rooms ... are cleaned so that *they* are ready by 15:00",
+    "passwords are stored and *they* expire after 90 days")."""
+    subj = [c for c in verb.children if c.dep_ in ("nsubj", "nsubjpass") and c.pos_ in ("NOUN", "PROPN")
+            and not _within(c, exclude)]
+    if subj or not any(c.dep_ in ("nsubj", "nsubjpass") and c.lower_ in _PRONOUNS for c in verb.children):
+        return subj
+    tok = verb
+    while tok.dep_ in ("advcl", "conj", "ccomp") and tok.head is not tok:
+        tok = tok.head
+        got = [c for c in tok.children if c.dep_ in ("nsubj", "nsubjpass")]
+        if got:
+            return [c for c in got if c.pos_ in ("NOUN", "PROPN") and not _within(c, exclude)][:1]
+    return []
+
+
 def _verb_anchor(doc, verb, child, exclude: set[int]):
     lemma = verb.lemma_.lower()
     if verb.pos_ == "ADJ":  # "valid for 24 hours", "payable within 30 days"
         base = verb.head if verb.dep_ in ("acomp", "amod", "advmod") else verb
-        subj = [c for c in base.children if c.dep_ in ("nsubj", "nsubjpass") and c.pos_ in ("NOUN", "PROPN")]
+        subj = _subjects(base)
         return (verb, _phrase(subj[0], exclude)) if subj else None
     xcomp = next((c for c in verb.subtree if c.dep_ in ("xcomp", "advcl", "acl", "relcl") and c.pos_ == "VERB"
                   and any(a.lower_ == "to" for a in c.children)), None)
     if lemma == "take" and xcomp is not None:  # "takes 3 days to settle"
         subj = [c for c in verb.children if c.dep_ in ("nsubj", "nsubjpass") and c.pos_ in ("NOUN", "PROPN")]
         return (xcomp, _phrase(subj[0], exclude)) if subj else None
-    subj = [c for c in verb.children if c.dep_ in ("nsubj", "nsubjpass") and c.pos_ in ("NOUN", "PROPN")
-            and not _within(c, exclude)]
+    subj = _subjects(verb, exclude)
     if lemma in _LINKING:
         adj = next((c for c in verb.children if c.dep_ in ("acomp", "advmod") and c.pos_ in ("ADJ", "ADV")
                     and c.lower_ not in ("least", "most", "up") and c.lower_ not in _DISCOURSE

@@ -51,7 +51,8 @@ _FILLER = frozenset(tokenize(
     "its it is are was were successfully fully concluded concludes conclude finalised finalized over live went "
     "gone goes go signed sign signs off closed close closes closure "
     # the condition's own framing: what it waits for is the thing, not that it is under way
-    "while whilst during pending under way underway progress ongoing duration course"
+    "while whilst during pending under way underway progress ongoing duration course "
+    "continue continues continuing lasts remains remain stays persists long"  # "while the refurbishment continues", "as long as"
 ))
 # Environments: another environment's completion is a near miss, not the stopping event.
 _ENVIRONMENTS = frozenset(tokenize("production prod staging stage dev development test testing qa uat sandbox "

@@ -105,6 +105,7 @@ class EvidenceSet:
     from_graph: tuple[str, ...] = ()  # ids the graph added
     follow_ups: tuple = ()  # quarry.core.search.records.FollowUp of the contradiction search
     relevance: Mapping[str, float] = field(default_factory=dict)  # passage id -> cosine of its stored vector to the question's
+    pooled: tuple[str, ...] = ()  # ranked candidates past the delivered ones that resolution decides over too
 
 
 def best_passage(candidates: Sequence[Passage], like: frozenset[str]) -> str:

@@ -95,6 +95,17 @@ def survivor_passages(index: TenantIndex, first: FirstStage, survivors: Sequence
     return [parsed.get(pid) or index.passage_at(rows[pid]) for pid in survivors]
 
 
+def pool_passages(index: TenantIndex, first: FirstStage, known: Sequence[str], width: int,
+                  parsed: Mapping[str, Passage] | None = None) -> list[Passage]:
+    """The first stage's candidates after ``known`` (the delivered survivors), in fused order,
+    until ``width`` passages in all: what resolution decides over beside the delivered ones,
+    so that a narrower ``top_k`` does not change the decision (read by row: the first
+    stage's mask let them through)."""
+    seen, parsed = set(known), parsed or {}
+    rest = [c for c in first.candidates if c.passage_id not in seen][: max(0, width - len(seen))]
+    return [parsed.get(c.passage_id) or index.passage_at(c.row) for c in rest]
+
+
 def expansion(index: TenantIndex, principal: Principal, passages: Sequence[Passage],
               settings: SearchSettings, valid_at: dt.date | None) -> Expansion:
     excerpts, truncated = expand(index, principal, passages, settings.delivered_token_ceiling, valid_at,

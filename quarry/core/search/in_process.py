@@ -13,7 +13,7 @@ from quarry.core.evidence.graph import EvidenceSet
 from quarry.core.index.shards import TenantIndex
 from quarry.core.records import Passage, Principal, SearchRequest, SearchResult
 from quarry.core.search.composer import compose, run_inline
-from quarry.core.search.expansion import expansion, survivor_passages
+from quarry.core.search.expansion import expansion, pool_passages, survivor_passages
 from quarry.core.search.records import Delivery, FirstStage, RerankOutcome, Resolution, Retrieval
 from quarry.core.search.resolution import gather_evidence, resolve_stage
 from quarry.core.search.retrieval import first_stage
@@ -64,8 +64,9 @@ class InProcessStages:
         shown = {e.passage_id for e in expanded.excerpts}
         delivered = [p for p in passages if p.passage_id in shown]
         encode = self._encoder(request.query)
+        pool = pool_passages(self.index, first, survivors, self.settings.resolution_pool, self._parsed)
         return Delivery(expansion=expanded, evidence=gather_evidence(self.index, principal, request, delivered,
-                                                                     self.settings, encode))
+                                                                     self.settings, encode, pool))
 
     def _encoder(self, query: str):
         """The embedder's encode, reusing the search's own query vector for ``query``."""

@@ -112,6 +112,7 @@ class ExpandRequest(Frozen):
     request: SearchRequest
     generation: int
     passage_ids: tuple[str, ...]
+    ranked: tuple[str, ...] = ()  # the first stage's candidate ids, fused order: the resolution pool is cut from them
 
 
 class FollowUp(Frozen):

@@ -52,16 +52,23 @@ def follow_up_found(query: str, first: FirstStage, known: set[str] | frozenset[s
 def gather_evidence(
     index: TenantIndex, principal: Principal, request: SearchRequest, delivered: Sequence[Passage],
     settings: SearchSettings, encode: Callable[[list[str]], Sequence[np.ndarray]] | None = None,
+    pool: Sequence[Passage] = (),
 ) -> EvidenceSet:
     """What resolution decides over: the delivered passages, their neighbours in the
     evidence graph (what supersedes them, the events that can end their conditions, other
     values for their subjects: lookups, no encoding) under the principal's mask at
-    ``valid_at``, and every passage's stored facts. Only when the graph links the delivered
-    passages to nothing does the query-based contradiction search run (at most
-    ``max_follow_ups`` narrow first stages, ``encode`` batching their dense encodings)."""
+    ``valid_at``, and every passage's stored facts. ``pool`` (the ranked candidates after
+    the delivered ones, :func:`quarry.core.search.expansion.pool_passages`) is decided over
+    like the delivered passages and reported only where it takes part. Only when the graph
+    links the delivered passages to nothing does the query-based contradiction search run (at
+    most ``max_follow_ups`` narrow first stages, ``encode`` batching their dense encodings)."""
     ids = [p.passage_id for p in delivered]
-    linked = neighbours(index, principal, request.valid_at, ids, settings.graph_hops, settings.graph_limit) \
-        if settings.graph_hops and ids else []
+    pooled = [p for p in pool if p.passage_id not in set(ids) and principal.can_read(p.tenant, p.envelope.acl)]
+    pooled = pooled[: max(0, settings.resolution_pool - len(ids))]
+    pooled_ids = [p.passage_id for p in pooled]
+    linked = neighbours(index, principal, request.valid_at, ids + pooled_ids, settings.graph_hops,
+                        settings.graph_limit) if settings.graph_hops and ids else []
+    linked = [pid for pid in linked if pid not in set(pooled_ids)]
     added = [p for p in (index.passage(pid, principal) for pid in linked) if p is not None]
     follow_ups: list[FollowUp] = []
     if not added and ids and settings.max_follow_ups:
@@ -79,8 +86,8 @@ def gather_evidence(
                 if (p := index.passage(pid, principal)) is not None:
                     added.append(p)
                     known.add(pid)
-    passages = (*delivered, *added)
-    return EvidenceSet(passages=passages, delivered=tuple(ids),
+    passages = (*delivered, *pooled, *added)
+    return EvidenceSet(passages=passages, delivered=tuple(ids), pooled=tuple(pooled_ids),
                        facts=facts_for(index, [p.passage_id for p in passages]),
                        from_graph=tuple(p.passage_id for p in added if p.passage_id in set(linked)),
                        follow_ups=tuple(follow_ups),
@@ -116,7 +123,11 @@ def resolve_stage(request: SearchRequest, evidence: EvidenceSet, principal: Prin
     """The resolution stage: a pure function of the question and the evidence it is given
     (the Resolver deployment runs exactly this)."""
     decision = resolve_evidence(evidence.passages, principal, request.valid_at, authority, query=request.query,
-                                facts=evidence.facts, delivered=evidence.delivered, relevance=evidence.relevance)
+                                facts=evidence.facts, delivered=(*evidence.delivered, *evidence.pooled),
+                                relevance=evidence.relevance)
+    if evidence.pooled:  # a pooled passage that takes no part is no excerpt of this search: not listed
+        shown = set(evidence.delivered)
+        decision = decision.model_copy(update={"related": tuple(r for r in decision.related if r.passage_id in shown)})
     fus = evidence.follow_ups
     added = sum(len(f.found) for f in fus)
     note = (f"{len(decision.governing)} governing, {len(decision.supporting)} supporting, "

@@ -33,6 +33,9 @@ class SearchSettings(BaseModel):
     graph_hops: int = Field(3, ge=0, le=6, description="evidence-graph links followed from the delivered "
                                                       "passages (0: off)")
     graph_limit: int = Field(48, ge=1, le=500, description="passages the evidence graph may add to one resolution")
+    resolution_pool: int = Field(
+        8, ge=0, le=50, description="ranked candidates resolution decides over (at least the delivered ones): "
+                                    "below this width the decision does not change with top_k")
     follow_up_dense: bool = Field(
         True, description="contradiction-search queries run the dense leg too (their encodings are batched); "
                           "off: BM25 only, no encoding, cheaper but noisier (README, Resolve)")

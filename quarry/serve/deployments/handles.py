@@ -133,7 +133,8 @@ class DeploymentStages:
     async def deliver(self, principal: Principal, request: SearchRequest, first: FirstStage,
                       survivors: tuple[str, ...], with_evidence: bool) -> Delivery:
         return await call_retrying(self.retriever, "expand", ExpandRequest(
-            principal=principal, request=request, generation=first.generation, passage_ids=survivors),
+            principal=principal, request=request, generation=first.generation, passage_ids=survivors,
+            ranked=tuple(c.passage_id for c in first.candidates)),
             tenant=self._route(principal.tenant))
 
     async def resolve(self, principal: Principal, request: SearchRequest, evidence: EvidenceSet) -> Resolution:

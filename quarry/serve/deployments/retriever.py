@@ -29,7 +29,7 @@ from quarry.core.index.shards import TenantIndex
 from quarry.core.index.tiers import TIERS, cache_usage, disk_tiers
 from quarry.core.lru import LRU
 from quarry.core.records import Passage, Principal, SearchRequest
-from quarry.core.search.expansion import expansion, nothing_expanded, survivor_passages
+from quarry.core.search.expansion import expansion, nothing_expanded, pool_passages, survivor_passages
 from quarry.core.search.query_cache import QueryVectorCache, normalize_query
 from quarry.core.search.records import Delivery, ExpandRequest, Expansion, FirstStage, Retrieval
 from quarry.core.search.resolution import gather_evidence
@@ -353,10 +353,10 @@ class Retriever:
         return (await self._in_pool(self._first_stages, principal, requests, candidate_width, dense))[1]
 
     def _evidence(self, index: TenantIndex, principal: Principal, request: SearchRequest,
-                  passages: list[Passage], expanded: Expansion) -> EvidenceSet:
+                  passages: list[Passage], expanded: Expansion, pool: list[Passage]) -> EvidenceSet:
         shown = {e.passage_id for e in expanded.excerpts}
         return gather_evidence(index, principal, request, [p for p in passages if p.passage_id in shown],
-                               self.search_settings, lambda qs: self._query_vectors(index, principal, qs))
+                               self.search_settings, lambda qs: self._query_vectors(index, principal, qs), pool)
 
     def _retrieve(self, principal: Principal, request: SearchRequest, width: int | None) -> Retrieval:
         index, (first,) = self._first_stages(principal, (request,), width)
@@ -365,8 +365,9 @@ class Retriever:
             return Retrieval(first=first, expansion=nothing_expanded())
         passages = survivor_passages(index, first, survivors)
         expanded = expansion(index, principal, passages, self.search_settings, request.valid_at)
+        pool = pool_passages(index, first, survivors, self.search_settings.resolution_pool)
         return Retrieval(first=first, expansion=expanded,
-                         evidence=self._evidence(index, principal, request, passages, expanded))
+                         evidence=self._evidence(index, principal, request, passages, expanded, pool))
 
     async def retrieve(self, principal: Principal, request: SearchRequest,
                        candidate_width: int | None = None) -> Retrieval:
@@ -381,8 +382,11 @@ class Retriever:
             return Delivery(expansion=nothing_expanded())
         passages = [p for p in (index.passage(pid, req.principal) for pid in req.passage_ids) if p is not None]
         expanded = expansion(index, req.principal, passages, self.search_settings, req.request.valid_at)
+        rest = [pid for pid in req.ranked if pid not in set(req.passage_ids)]
+        rest = rest[: max(0, self.search_settings.resolution_pool - len(req.passage_ids))]
+        pool = [p for p in (index.passage(pid, req.principal) for pid in rest) if p is not None]
         return Delivery(expansion=expanded, evidence=self._evidence(index, req.principal, req.request, passages,
-                                                                     expanded))
+                                                                     expanded, pool))
 
     async def expand(self, req: ExpandRequest) -> Delivery:
         """Survivors (ids, delivered order) expanded to parent sections under the token

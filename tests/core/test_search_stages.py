@@ -30,7 +30,7 @@ pytestmark = [pytest.mark.unit]
 EMB = HashingEmbedder(dim=64)
 STAFF = Principal(tenant="acme", subject="t", groups=frozenset({"all-staff"}))
 ACME_Q = "What is the EUR settlement cutoff for Acme?"
-NO_GRAPH = SearchSettings(graph_hops=0)  # the contradiction search runs only when the graph links nothing
+NO_GRAPH = SearchSettings(graph_hops=0, resolution_pool=0)  # the contradiction search runs only when the graph links nothing; no pool: only follow-ups add evidence
 
 
 @pytest.fixture(scope="module")

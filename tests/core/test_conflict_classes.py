@@ -187,15 +187,17 @@ def test_pint_units_documents_do_not_use_are_no_units():
     assert t.unit == "[mass]"
 
 
-def test_values_written_in_words_and_symbols_documents_use():
-    def values(text):
-        return [(s.value, s.unit) for s in statements(text)]
+def values(text):
+    return [(s.value, s.unit) for s in statements(text)]
 
+
+def test_values_written_in_words_and_symbols_documents_use():
     assert ("12:00", "time_of_day") in values("Entries are accepted until noon on the closing day.")
     assert ("00:30", "time_of_day") in values("The night tariff starts at half past midnight.")
     assert ("3 month", "duration") in values("Fire doors are inspected every quarter.")
     assert ("0.25 hour", "duration") in values("Allow a quarter of an hour for check-in.")  # a fraction, not a period
     assert any(v.startswith("GBP 0.53") and u.startswith("currency:GBP") for v, u in values("The standing charge is 53p a day."))
+    assert not any(u.startswith("currency:") for _, u in values("Streams play at 1080p on every plan."))  # no price
     assert ("1.8 meter", "[length]") in values("Hedges over 1.8 m need the council's consent.")
     # one value in other words is one value; another is a conflict
     assert not clash("Bookings close at 12:00 on Fridays.", "Bookings are taken until noon on Fridays.")
@@ -203,9 +205,6 @@ def test_values_written_in_words_and_symbols_documents_use():
 
 
 def test_compound_units_fractions_and_rounded_conversions():
-    def values(text):
-        return [(s.value, s.unit) for s in statements(text)]
-
     # a unit per another is one compound unit; a degree sign the parser calls punctuation
     assert ("30 milligram/liter", "[mass] / [length] ** 3") in values("The discharge limit for suspended solids is 30 mg/L.")
     assert ("20 kilometer/hour", "[length] / [time]") in values("The limit is 20 km/h on site.")

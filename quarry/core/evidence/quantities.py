@@ -37,7 +37,7 @@ _CURRENCY_WORDS = {"euro": "EUR", "euros": "EUR", "dollar": "USD", "dollars": "U
 DAY_COUNT_WORDS = frozenset("working business calendar banking clear consecutive full whole school".split())
 _MERIDIEM = frozenset({"am", "pm", "a.m.", "p.m.", "a.m", "p.m"})
 _NAMED_TIMES = {"noon": 720, "midday": 720, "midnight": 0}
-_PENCE = re.compile(r"(\d+(?:\.\d+)?)p")  # "53p", "24.5p": pence
+_PENCE = re.compile(r"(\d{1,2}(?:\.\d+)?)p")  # "53p", "24.5p": pence (a pound and more is written "£"; "1080p" is no price)
 _ORDINAL = re.compile(r"(\d{1,2})(?:st|nd|rd|th)", re.IGNORECASE)
 
 

@@ -95,15 +95,21 @@ def survivor_passages(index: TenantIndex, first: FirstStage, survivors: Sequence
     return [parsed.get(pid) or index.passage_at(rows[pid]) for pid in survivors]
 
 
+def pool_ids(ranked: Sequence[str], known: Sequence[str], width: int) -> list[str]:
+    """The ranked ids after ``known`` (the delivered survivors), in rank order, until
+    ``width`` ids in all: what resolution decides over beside the delivered passages, so
+    that a narrower ``top_k`` does not change the decision."""
+    seen = set(known)
+    return [pid for pid in ranked if pid not in seen][: max(0, width - len(seen))]
+
+
 def pool_passages(index: TenantIndex, first: FirstStage, known: Sequence[str], width: int,
                   parsed: Mapping[str, Passage] | None = None) -> list[Passage]:
-    """The first stage's candidates after ``known`` (the delivered survivors), in fused order,
-    until ``width`` passages in all: what resolution decides over beside the delivered ones,
-    so that a narrower ``top_k`` does not change the decision (read by row: the first
-    stage's mask let them through)."""
-    seen, parsed = set(known), parsed or {}
-    rest = [c for c in first.candidates if c.passage_id not in seen][: max(0, width - len(seen))]
-    return [parsed.get(c.passage_id) or index.passage_at(c.row) for c in rest]
+    """The passages of :func:`pool_ids` over the first stage's candidates (fused order),
+    read by row: the first stage's mask let them through."""
+    rows, parsed = {c.passage_id: c.row for c in first.candidates}, parsed or {}
+    return [parsed.get(pid) or index.passage_at(rows[pid])
+            for pid in pool_ids([c.passage_id for c in first.candidates], known, width)]
 
 
 def expansion(index: TenantIndex, principal: Principal, passages: Sequence[Passage],

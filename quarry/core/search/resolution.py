@@ -63,7 +63,8 @@ def gather_evidence(
     links the delivered passages to nothing does the query-based contradiction search run (at
     most ``max_follow_ups`` narrow first stages, ``encode`` batching their dense encodings)."""
     ids = [p.passage_id for p in delivered]
-    pooled = [p for p in pool if p.passage_id not in set(ids) and principal.can_read(p.tenant, p.envelope.acl)]
+    shown = set(ids)
+    pooled = [p for p in pool if p.passage_id not in shown and principal.can_read(p.tenant, p.envelope.acl)]
     pooled = pooled[: max(0, settings.resolution_pool - len(ids))]
     pooled_ids = [p.passage_id for p in pooled]
     linked = neighbours(index, principal, request.valid_at, ids + pooled_ids, settings.graph_hops,

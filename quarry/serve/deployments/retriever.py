@@ -29,7 +29,7 @@ from quarry.core.index.shards import TenantIndex
 from quarry.core.index.tiers import TIERS, cache_usage, disk_tiers
 from quarry.core.lru import LRU
 from quarry.core.records import Passage, Principal, SearchRequest
-from quarry.core.search.expansion import expansion, nothing_expanded, pool_passages, survivor_passages
+from quarry.core.search.expansion import expansion, nothing_expanded, pool_ids, pool_passages, survivor_passages
 from quarry.core.search.query_cache import QueryVectorCache, normalize_query
 from quarry.core.search.records import Delivery, ExpandRequest, Expansion, FirstStage, Retrieval
 from quarry.core.search.resolution import gather_evidence
@@ -382,8 +382,7 @@ class Retriever:
             return Delivery(expansion=nothing_expanded())
         passages = [p for p in (index.passage(pid, req.principal) for pid in req.passage_ids) if p is not None]
         expanded = expansion(index, req.principal, passages, self.search_settings, req.request.valid_at)
-        rest = [pid for pid in req.ranked if pid not in set(req.passage_ids)]
-        rest = rest[: max(0, self.search_settings.resolution_pool - len(req.passage_ids))]
+        rest = pool_ids(req.ranked, req.passage_ids, self.search_settings.resolution_pool)
         pool = [p for p in (index.passage(pid, req.principal) for pid in rest) if p is not None]
         return Delivery(expansion=expanded, evidence=self._evidence(index, req.principal, req.request, passages,
                                                                      expanded, pool))

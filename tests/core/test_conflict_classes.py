@@ -232,3 +232,21 @@ def test_a_generic_head_is_no_noun_of_its_own():
 def test_a_pronoun_subject_stands_for_the_clause_it_depends_on():
     s, = statements("Rooms vacated in the morning are cleaned and checked by a supervisor so that they are ready by 15:00.")
     assert s.subject == ("room",) and s.predicate == "ready"
+
+
+def test_a_comparative_threshold_is_a_threshold_and_a_negated_one_a_limit():
+    # "sold for less than EUR 25" sets a condition just as "priced under EUR 40" does
+    assert clash("If a damaged lamp sold for less than EUR 25, the customer keeps it.",
+                 "Damaged lamps priced under EUR 40 are kept by the customer.")
+    # "no more than" states the value itself
+    assert clash("Members may bring no more than 2 guests per visit.", "Members may bring 4 guests per visit.")
+
+
+def test_the_point_a_span_runs_from_is_not_its_subject():
+    s, = statements("The trial period lasts six months from the first day of employment.")
+    assert "employment" not in s.subject
+    assert clash("The trial period lasts six months from the first day of employment.",
+                 "New starters are on trial for 3 months.")
+    # a "Length of ..." heading says the value is a span, not what it is of
+    assert clash("# Trial\n\n## Length of trial\n\nThe trial period lasts six months from the first day of employment.",
+                 "New starters are on trial for 3 months.")

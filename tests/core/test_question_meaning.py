@@ -90,3 +90,42 @@ def test_a_generic_head_word_does_not_put_a_conflict_on_the_question():
     d = resolve(ps, WHO, D(2026, 3, 1), query="How long is the volunteer trial period?")
     assert ids(ps, "trial") in {g.passage_id for g in d.governing}
     assert not d.unresolved
+
+
+def test_a_question_asks_for_a_kind_of_value():
+    from quarry.core.evidence.question import answer_kinds
+    assert answer_kinds("Until what time is bag storage free?") == {"time_of_day"}
+    assert answer_kinds("How long after buying can I ask for a refund?") == {"duration"}
+    assert answer_kinds("A parcel arrived twelve days late: can I still claim?") == {"duration"}
+    assert answer_kinds("Is there a fee for a replacement card?") == {"currency"}
+    assert answer_kinds("must a customer return a GBP 30 kettle?") == {"currency"}
+    assert answer_kinds("Which cutoff applies to the Monday batch?") is None
+
+
+def test_a_dispute_over_another_kind_of_value_is_not_the_questions():
+    # the two guides dispute a price threshold; the question asks how long a claim may take
+    ps, _ = prepare([
+        doc("guide-a", "# Kettle claims\n\nKettle claims are decided within 3 working days. Kettles priced under "
+            "EUR 20 are not collected.", doc_type="runbook"),
+        doc("guide-b", "# Kettle returns\n\nKettles priced under EUR 35 are not collected.", doc_type="runbook"),
+    ])
+    d = resolve(ps, WHO, D(2026, 3, 1), query="How long does a kettle claim take to be decided?")
+    assert not d.unresolved
+    assert ids(ps, "guide-a") in {g.passage_id for g in d.governing}
+    # asked about the threshold, the dispute is reported
+    d = resolve(ps, WHO, D(2026, 3, 1), query="Up to what price are damaged kettles not collected?")
+    assert d.unresolved
+
+
+def test_two_scoped_passages_answer_a_question_naming_neither_by_authority():
+    # the policy names the company, the page lists the company's stores: neither is narrower
+    # for a question naming no store, so the policy's authority decides
+    ps, _ = prepare([
+        doc("price-policy", "# Price match\n\nA price match claim must be made within 10 days of purchase.",
+            entities=("brightmart",)),
+        doc("desk-wiki", "# Quick answers\n\nCustomers can claim a price match for 14 days after buying.",
+            doc_type="page", entities=("brightmart", "northgate", "eastfield")),
+    ])
+    d = resolve(ps, WHO, D(2026, 3, 1), query="How long after buying can a customer claim a price match?")
+    assert {r.passage_id: r.reason for r in d.rejected} == {ids(ps, "desk-wiki"): "subordinate_to"}
+    assert [g.passage_id for g in d.governing] == [ids(ps, "price-policy")]

@@ -23,7 +23,7 @@ from quarry.core.evidence.subjects import CANON
 __all__ = ["predicate_key", "table_anchor", "value_anchor"]
 
 # Prepositions whose object says when, not what about.
-_TEMPORAL_PREPS = frozenset({"until", "after", "before", "since", "during", "by", "within", "at", "in",
+_TEMPORAL_PREPS = frozenset({"until", "after", "before", "since", "during", "by", "within", "at", "in", "from",
                              "every", "per", "up", "than"})
 # A value reached through one of these says how long / when: it belongs to the verb, not to a noun.
 _DURATION_PREPS = frozenset({"within", "after", "before", "every", "for", "until", "by", "in", "over"})

@@ -100,7 +100,10 @@ def decide_conflicts(st: ResolutionState, facts: Mapping[str, PassageFacts], ask
             if ia != ib:
                 win, lose = (b, a) if ia else (a, b)
                 attacks[lose][win] = f"untrusted instruction in {doc_key(st.by_id[lose].envelope)}"
-            elif _specific(ea, eb, asked) or _specific(eb, ea, asked):
+            elif (_specific(ea, eb, asked) or _specific(eb, ea, asked)) and not (
+                    asked is not None and not asked and ea.entities and eb.entities):
+                # (a question naming no entity, two scoped passages: a page listing every store
+                # is no narrower than the policy naming the company; authority decides)
                 win, lose = (a, b) if _specific(ea, eb, asked) else (b, a)
                 ew = st.by_id[win].envelope
                 if asked is not None and not asked & set(ew.entities):

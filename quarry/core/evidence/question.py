@@ -6,6 +6,7 @@ question's evidence, and which answers only echo another at a lower authority.""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+import re
 from functools import lru_cache
 
 from quarry.core.evidence.graph import PassageFacts
@@ -21,8 +22,24 @@ _STANDS_IN = ("superseded_by", "condition_ended")
 _MEANING_MARGIN = 0.05
 _TEXT_MARGIN = 1  # on words in the text alone, a passage sharing fewer than the best less this does not answer
 
-__all__ = ["ON_QUESTION", "can_answer", "question_scope", "speaks_to", "without_echoes"]
+__all__ = ["ON_QUESTION", "answer_kinds", "can_answer", "question_scope", "speaks_to", "without_echoes"]
 
+_PERIODS = r"(?:minutes?|hours?|days?|nights?|weeks?|fortnights?|months?|years?)"
+_NUMBER_WORDS = r"(?:\d+(?:[.,]\d+)?|an?|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|fifteen|twenty|thirty)"
+# What kind of value a question asks for, from its wording or the values it quotes (the
+# answer type of question answering): a statement of another kind does not speak to it.
+_KIND_CUES: tuple[tuple[str, re.Pattern], ...] = tuple((k, re.compile(p, re.I)) for k, p in (
+    ("time_of_day", r"\b(?:what|which) time\b|\bwhat hour\b|\b\d{1,2}(?::\d\d)?\s?(?:am|pm)\b|\b\d{1,2}:\d\d\b"
+                    r"|\b(?:noon|midday|midnight)\b"),
+    ("duration", r"\bhow (?:long|quickly|soon|often|many " + _PERIODS + r")\b|\bwithin how\b"
+                 r"|\b" + _NUMBER_WORDS + r"[\s-]+(?:working |business |calendar |clear )?" + _PERIODS + r"\b"),
+    ("currency", r"[£$€]\s?\d|\b(?:gbp|eur|usd|chf|cad|aud)\s?\d|\bhow much\b.*\b(?:cost|charge|pay|fee|price)"
+                 r"|\b(?:cost|price|fee|charge|surcharge|deposit)s?\b"),
+    ("percent", r"%|\bper ?cent\b|\bpercentage\b"),
+))
+
+import os
+_KINDS_ON = os.environ.get("Q_KINDS", "1") == "1"
 ON_QUESTION = 2  # words a passage's statements (or title and headings) share with the question
 # Words that never tell two subjects apart: generic heads ("period", "window") and quantifiers.
 _GENERIC_STEMS = frozenset(tokenize(" ".join(sorted(GENERIC_WORDS | _GENERIC_HEADS))))
@@ -58,23 +75,41 @@ def can_answer(env: Envelope, asked: frozenset[str]) -> bool:
     return not env.entities or not asked or bool(asked & set(env.entities))
 
 
+def answer_kinds(query: str) -> frozenset[str] | None:
+    """The kinds of value (a statement's unit before any ``:`` or ``/``: "duration",
+    "time_of_day", "currency", "percent") the question asks for or quotes, or None when its
+    words name none ("is that right?")."""
+    kinds = frozenset(k for k, rx in _KIND_CUES if rx.search(query))
+    return kinds or None
+
+
+def fits(s, kinds: frozenset[str] | None) -> bool:
+    """Whether statement ``s`` is of a kind the question asks for (any, when it names none;
+    owner, status and date facts always)."""
+    kind = s.unit.split("/")[0].split(":")[0]
+    return kinds is None or kind in kinds or kind in ("owner", "status", "date")
+
+
 def speaks_to(query: str):
     """Whether a statement speaks to the question: its subject words or predicate share a
     stem with it, other than a word that never tells two subjects apart (a "period", a
-    "time", "each"). Conflicts are decided for the question only on such subjects."""
+    "time", "each"), and its value is of a kind the question asks for
+    (:func:`answer_kinds`). Conflicts are decided for the question only on such subjects."""
     q = frozenset(tokenize(query)) - _GENERIC_STEMS
+    kinds = answer_kinds(query) if _KINDS_ON else None
 
     def on(s) -> bool:
-        return bool(q & frozenset(tokenize(" ".join((*s.words, s.predicate)))))
+        return fits(s, kinds) and bool(q & frozenset(tokenize(" ".join((*s.words, s.predicate)))))
     return on
 
 
-def _overlaps(q: frozenset[str], p: Passage, f: PassageFacts) -> tuple[int, int]:
+def _overlaps(q: frozenset[str], p: Passage, f: PassageFacts, kinds: frozenset[str] | None = None
+              ) -> tuple[int, int]:
     """How much of the question a passage speaks to, in stems shared with it: (best over
     its statements' words and predicate; its title, heading trail, condition, events and
     text). Word overlap with the question, never a relevance score or a rank."""
     e = p.envelope
-    stated = max((len(q & _stated(s)) for s in f.statements), default=0)
+    stated = max((len(q & _stated(s)) for s in f.statements if fits(s, kinds)), default=0)
     about = frozenset(tokenize(" ".join([e.title, *p.heading_path, e.condition or "", *(ev.what for ev in e.events),
                                          p.text])))
     return stated, len(q & about)
@@ -111,7 +146,8 @@ def question_scope(st: ResolutionState, facts: Mapping[str, PassageFacts], query
     if query is None:
         return set(alive), set(st.by_id)
     q = frozenset(tokenize(query))
-    over = {pid: _overlaps(q, p, facts[pid]) for pid, p in st.by_id.items()}
+    kinds = answer_kinds(query) if _KINDS_ON else None
+    over = {pid: _overlaps(q, p, facts[pid], kinds) for pid, p in st.by_id.items()}
     # what superseded a passage on the question, or proved its condition ended, stands in
     # its place: it speaks to the question in words as far as the passage it defeated did
     # (not in statements: the values it states are its own)

@@ -61,7 +61,7 @@ cet cest utc gmt et est edt pt pst uk local time timezone zone
 _DERIVATIONAL = ("ation", "ition", "ment", "abl", "ibl", "anc", "enc", "ag", "al", "ing", "ion")
 # Head nouns that only say a value is a span, a size or a rate of what modifies them: "the
 # probation period", "the retry interval", "the upload size", "the interest rate".
-_GENERIC_HEADS = frozenset("period interval window time duration size rate amount value level term".split())
+_GENERIC_HEADS = frozenset("period interval window time duration length size rate amount value level term".split())
 
 
 
@@ -216,12 +216,17 @@ def _paraphrased(a: Statement, b: Statement, similarity: Callable[[str, str], fl
 
 
 _THRESHOLD_WORDS = frozenset({"over", "above", "below", "under"})
+# "sold for less than GBP 25" is a threshold as "priced under GBP 40" is; "no more than
+# once", "no later than 60 days" state a limit or a deadline
+_COMPARATIVES = frozenset({"less", "more", "fewer", "greater", "lower", "higher", "cheaper", "longer", "shorter"})
 
 
 def _threshold(s: Statement) -> bool:
     """A value stated as a threshold on what the clause is about: "orders over EUR 50"."""
     words = s.clause.lower().split()
-    return any(w in _THRESHOLD_WORDS and nxt.startswith("#") for w, nxt in zip(words, words[1:]))
+    return any(w in _THRESHOLD_WORDS and nxt.startswith("#") for w, nxt in zip(words, words[1:])) or any(
+        w in _COMPARATIVES and t == "than" and nxt.startswith("#") and neg not in ("no", "not")
+        for neg, w, t, nxt in zip(["", *words], words, words[1:], words[2:]))
 
 
 def _verb_predicate(s: Statement) -> str:

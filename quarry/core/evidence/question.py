@@ -38,8 +38,6 @@ _KIND_CUES: tuple[tuple[str, re.Pattern], ...] = tuple((k, re.compile(p, re.I)) 
     ("percent", r"%|\bper ?cent\b|\bpercentage\b"),
 ))
 
-import os
-_KINDS_ON = os.environ.get("Q_KINDS", "1") == "1"
 ON_QUESTION = 2  # words a passage's statements (or title and headings) share with the question
 # Words that never tell two subjects apart: generic heads ("period", "window") and quantifiers.
 _GENERIC_STEMS = frozenset(tokenize(" ".join(sorted(GENERIC_WORDS | _GENERIC_HEADS))))
@@ -96,7 +94,7 @@ def speaks_to(query: str):
     "time", "each"), and its value is of a kind the question asks for
     (:func:`answer_kinds`). Conflicts are decided for the question only on such subjects."""
     q = frozenset(tokenize(query)) - _GENERIC_STEMS
-    kinds = answer_kinds(query) if _KINDS_ON else None
+    kinds = answer_kinds(query)
 
     def on(s) -> bool:
         return fits(s, kinds) and bool(q & frozenset(tokenize(" ".join((*s.words, s.predicate)))))
@@ -146,7 +144,7 @@ def question_scope(st: ResolutionState, facts: Mapping[str, PassageFacts], query
     if query is None:
         return set(alive), set(st.by_id)
     q = frozenset(tokenize(query))
-    kinds = answer_kinds(query) if _KINDS_ON else None
+    kinds = answer_kinds(query)
     over = {pid: _overlaps(q, p, facts[pid], kinds) for pid, p in st.by_id.items()}
     # what superseded a passage on the question, or proved its condition ended, stands in
     # its place: it speaks to the question in words as far as the passage it defeated did

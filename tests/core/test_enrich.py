@@ -221,6 +221,10 @@ def _cond(text: str) -> str | None:
     ("The legacy API stays enabled as long as the mobile app migration is under way.",
      "until the mobile app migration completes"),
     ("Interest accrues at 2% as long as the rate review is open.", "until the rate review ends"),
+    ("For as long as the east-wing refurbishment is going on, stayover rooms are serviced every second day.",
+     "until the east-wing refurbishment completes"),
+    ("While the depot move is happening, orders ship from Leeds.", "until the depot move completes"),
+    ("Parcels go by road as long as the bridge closure is continuing.", "until the bridge closure completes"),
     # for the duration of
     ("For the duration of the ERP migration, invoices are approved manually.", "until the ERP migration completes"),
     ("Night shifts pay a 20% premium for the duration of the flu season.", "until the flu season completes"),
@@ -249,6 +253,7 @@ def _cond(text: str) -> str | None:
      "until the customer migrates to the annual plan"),
     ("The waiver stops applying after the fraud rule is retrained.", "until the fraud rule is retrained"),
     ("The surcharge ceases to apply upon completion of the bridge repair.", "until the bridge repair"),
+    ("It stops applying on the day Harbourside goes live on Tessera.", "until Harbourside goes live on Tessera"),
     # until further notice: kept, it never ends (core.conditions)
     ("The on-call rota is suspended until further notice.", "until further notice"),
     ("Remote onboarding remains the default until further notice.", "until further notice"),
@@ -300,9 +305,16 @@ def _events(text: str, **kw) -> tuple[Event, ...]:
      "clinic heating and ventilation refit completed", D(2026, 3, 3)),
     ("Roof repairs at the Elm Street depot were closed out on 2 February 2026.",
      "roof repairs at the elm street depot completed", D(2026, 2, 2)),
+    # what it went live on or cut over to, between the verb and the date
+    ("Marlow Harbourside went live on Tessera in production on 9 March 2026.",
+     "marlow harbourside on tessera in production completed", D(2026, 3, 9)),
+    ("Northgate cut over to FlowStock on 16 March 2026.", "northgate to flowstock cutover completed",
+     D(2026, 3, 16)),
+    ("The Leeds clinic was moved onto the new EHR on 4 May 2026.", None, None),  # "moved": no completion verb
+    ("Payroll went live on Ledgerly on Monday, 2 March 2026.", "payroll on ledgerly completed", D(2026, 3, 2)),
 ])
 def test_events_in_other_words(text, what, on):
-    assert _events(text) == (Event(what=what, on=on),)
+    assert _events(text) == ((Event(what=what, on=on),) if what else ())
 
 
 def test_events_from_a_completion_date_column():
@@ -414,6 +426,8 @@ def test_import_of_core_stays_light():
     "The travel policy (`acme-travel-policy`) is rescinded with effect from 1 February 2026.",
     "`fleet-sop-v2` was withdrawn as of 2026-02-01; drivers follow this procedure instead.",
     "The old rota (`ward-rota-2025`) will be replaced from 1 February 2026.",
+    # an id in backticks need not look like one ("...-choice" is no document noun)
+    "The reward on the Green Choice page (`marlow-page-green-choice`) is withdrawn with effect from 1 February 2026.",
 ])
 def test_a_document_ending_another_from_a_date_is_in_force_from_then(text):
     from quarry.core.ingest.enrich import enrich
@@ -431,6 +445,12 @@ def test_a_document_ending_another_from_a_date_is_in_force_from_then(text):
     ("Spring parking discount", "The discount is good through 30 April 2026.", "effective_to", dt.date(2026, 4, 30)),
     ("Clean air month: permit fees waived", "The waiver sunsets on 31 October 2025.", "effective_to",
      dt.date(2025, 10, 31)),
+    # a verb of being in force straight after the subject, and a second clause ending it
+    ("Spring Sundays - relaxed departures", "The offer applies from 1 March 2026 and is valid through 30 April 2026.",
+     "effective_from", dt.date(2026, 3, 1)),
+    ("Spring Sundays - relaxed departures", "The offer applies from 1 March 2026 and is valid through 30 April 2026.",
+     "effective_to", dt.date(2026, 4, 30)),
+    ("Winter fuel surcharge", "The surcharge runs until 31 March 2026.", "effective_to", dt.date(2026, 3, 31)),
 ])
 def test_validity_stated_of_what_the_title_names(title, text, field, day):
     d = enrich(SourceDocument(doc_id="x", tenant="t", acl=("all-staff",), title=title, text=text))
@@ -447,6 +467,10 @@ def test_validity_of_something_else_is_not_this_documents():
     ("Until the Acme cutover completes, the settlement batch for Acme runs daily at 16:00 UTC.",
      "until the Acme cutover completes"),
     ("Until the new scanner is installed, goods-in counts pallets by hand.", "until the new scanner is installed"),
+    # after a connective, closed by a colon
+    ("So, until the Harbourside hotel has moved to the new PMS: take the pre-authorisation only.",
+     "until the Harbourside hotel has moved to the new PMS"),
+    ("And until the audit closes, refunds wait for a second approval.", "until the audit closes"),
     ("Till the ward refurbishment ends, visiting is limited to two people.", "until the ward refurbishment ends"),
 ])
 def test_a_fronted_until_clause_limits_the_rule_that_follows(text, cond):

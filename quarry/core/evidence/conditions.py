@@ -39,6 +39,7 @@ are the resolver's part, not this module's.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -115,8 +116,11 @@ def named_entities(text: str, entities: Iterable[str]) -> frozenset[str]:
     return frozenset(out)
 
 
+_CUT_OVER = re.compile(r"\bcut[\s-]+over\b", re.IGNORECASE)
+
+
 def terms(text: str, known_entities: dict[str, str]) -> Terms:
-    toks = tokenize(text)
+    toks = tokenize(_CUT_OVER.sub("cutover", text))  # "has cut over to X" is X's cutover
     idents = frozenset(identifiers(toks))
     ents = frozenset(known_entities[t] for t in toks if t in known_entities)
     words = frozenset(t for t in toks if t not in idents and t not in known_entities and t not in _FILLER)

@@ -45,9 +45,11 @@ _OPEN_ENDED = re.compile(r"\buntil\s+(?:further\s+notice|otherwise\s+(?:notified
 _IN_EFFECT_UNTIL = re.compile(r"\b(?:remains?|stays?|is|are|continues?\s+to\s+be)\s+(?:in\s+(?:effect|force|place)"
                               r"|valid|active|applicable)\s+(?:until|till)\s+" + _CLAUSE, re.IGNORECASE)
 _UNTIL = re.compile(r"\b(?:until|till)\s+" + _CLAUSE, re.IGNORECASE)
-_FRONT_UNTIL = re.compile(r"^\W*(?:until|till)\s+(?P<cond>[^.;:!?\n,]{2,120}),", re.IGNORECASE)
-_ONGOING = (r"(?:under\s*way|in\s+progress|ongoing|running|being\s+\w+|not\s+yet\s+(?:complete|completed|finished"
-            r"|done))")
+# (after a connective: "So, until the hotel has moved to the new PMS: take ...")
+_FRONT_UNTIL = re.compile(r"^\W*(?:(?:so|and|but|then|now|therefore|meanwhile),?\s+)?(?:until|till)\s+"
+                          r"(?P<cond>[^.;:!?\n,]{2,120})[,:]", re.IGNORECASE)
+_ONGOING = (r"(?:under\s*way|in\s+progress|ongoing|running|being\s+\w+|going\s+on|continuing|happening|taking\s+place"
+            r"|not\s+yet\s+(?:complete|completed|finished|done))")
 _IN_PLACE = r"(?:in\s+(?:place|effect|force)|active|open|on)"
 _WHILE = re.compile(r"\b(?:while|whilst)\s+(?P<cond>[^.;:!?\n,]{2,100}?)\s+(?:is|are|remains?|stays?)\s+"
                     + _ONGOING + r"\b", re.IGNORECASE)
@@ -67,7 +69,8 @@ _AGAIN_ONCE = re.compile(r"\b(?:applies\s+again|apply\s+again|resumes?|is\s+rest
                          r"|is\s+reinstated|are\s+reinstated)\s+(?:once|when|after"
                          r"|as\s+soon\s+as)\s+" + _CLAUSE, re.IGNORECASE)
 _CEASES = re.compile(r"\b(?:ceases?\s+to\s+(?:apply|be\s+valid|have\s+effect)|stops?\s+applying|no\s+longer\s+applies"
-                     r"|lapses?|expires?|falls?\s+away)\s+(?:when|once|after|as\s+soon\s+as|upon|on|at)\s+"
+                     r"|lapses?|expires?|falls?\s+away)\s+(?:when|once|after|as\s+soon\s+as|upon|on\s+the\s+day"
+                     r"|on|at)\s+"
                      + _CLAUSE, re.IGNORECASE)
 _COND_TRIGGER = re.compile(r"\b(?:until|till|while|whilst|long\s+as|duration|course|length|pending|once|ceases?|stops?"
                            r"|no\s+longer|lapses?|expires?|falls?\s+away)\b", re.IGNORECASE)

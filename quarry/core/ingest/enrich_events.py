@@ -31,6 +31,9 @@ _AGENT = r"(?:by\s+(?:[\w'-]+\s+){1,5}?(?=on\s))?"
 _COMPLETED = re.compile(
     r"(?P<subj>(?:[\w'-]+\s+){0,9}?)(?:was\s+|were\s+|has\s+been\s+|have\s+been\s+|had\s+been\s+|is\s+|are\s+|got\s+)?"
     + _EVENT_VERB + r"(?:\s+(?:successfully|fully|in\s+full))?\s+" + _AGENT
+    # what it went live on or cut over to stands between the verb and the date: "went live on
+    # Tessera in production on 9 March 2026", "cut over to FlowStock on 16 March 2026"
+    + r"(?P<comp>(?:to|onto|on|into|in|at)\s+(?!\d)(?:[\w'-]+\s+){1,4}?(?=on\s))?"
     + r"(?:on\s+|as\s+of\s+|at\s+|by\s+)?(?:\w+day,?\s+)?"
     r"(?P<date>" + DATE + ")", re.IGNORECASE)
 # "We completed the ERP migration on <date>": the object is what completed.
@@ -112,7 +115,8 @@ def find_events(doc: SourceDocument, sents: list[str]) -> tuple[Event, ...]:
         s = _SUCCESS_FIRST.sub("", plain_sentence(raw))
         for m in (*_COMPLETED_OBJ.finditer(s), *_COMPLETED.finditer(s)):
             on = parse_date(m.group("date"), tenant=doc.tenant)
-            if on is not None and (ev := _event(m.group("subj"), m.group("verb"), on)):
+            comp = m.groupdict().get("comp") or ""
+            if on is not None and (ev := _event(f"{m.group('subj')} {comp}", m.group("verb"), on)):
                 out.setdefault((ev.what, on), ev)
     if "|" in doc.text:
         for ev in _table_events(logical_lines(doc.text), doc.tenant):

@@ -54,11 +54,15 @@ _OTHER_ENDS = re.compile(r"\b(?:is|are|was|were|will\s+be)\s+(?:hereby\s+)?(?:re
                          r"|effective|as\s+of|from|on)\s+(?P<date>" + DATE + ")", re.IGNORECASE)
 # "The allowance is a pilot and is valid through 31 December 2025": the sentence's subject,
 # the noun phrase before the verb, is checked against the document's title.
-_TITLED = re.compile(r"^(?:the|our|this)\s+(?P<subj>(?:[\w-]+\s+){0,2}[\w-]+)\s+(?:is|are|remains|stays)\b[^.]*?\b"
+_TITLED = re.compile(r"^(?:the|our|this)\s+(?P<subj>(?:[\w-]+\s+){0,2}[\w-]+)\s+(?:(?:is|are|remains|stays)\b[^.]*?\b)?"
                      r"(?:" + _HOLDS + r"|" + _IN_FORCE + r")\s+(?P<dir>until|till|through|thru|to|from"
                      r"|as\s+of)\s+(?P<date>" + DATE + ")"
                      r"|^(?:the|our|this)\s+(?P<subj2>(?:[\w-]+\s+){0,2}[\w-]+)\s+" + _ENDS
                      + r"\s+(?:on\s+)?(?P<date2>" + DATE + ")", re.IGNORECASE)
+# "The offer applies from 1 March 2026 and is valid through 30 April 2026": the second
+# half of a sentence that :data:`_TITLED` found speaking of this document
+_AND_UNTIL = re.compile(r"\b(?:and|but)\s+(?:is\s+|are\s+|remains\s+|stays\s+)?" + _HOLDS
+                        + r"\s+(?:until|till|to|through|thru)\s+(?P<date>" + DATE + ")", re.IGNORECASE)
 _EFF_TRIGGER = re.compile(r"\b(?:effective|effect|force|valid|good|open|available|runs|lasts|applies|apply|expires"
                           r"|sunsets|lapses|ends|terminates|expire|sunset|lapse|end|terminate|rescinded|withdrawn|retired|replaced|superseded"
                           r"|revoked|no\s+longer|cancell?ed|canceled)\b", re.IGNORECASE)
@@ -94,7 +98,9 @@ def find_effective(sents: list[str], own: str | None = None, title: str = "", *,
         if end is None and (m := _ENDED.search(s)):
             if (d := parse_date(m.group("date"), tenant=tenant)) is not None:
                 end = d if (m.group("rel") or "").lower() == "after" else d - dt.timedelta(days=1)
-        if start is None and own and (m := _OTHER_ENDS.search(s)) and doc_ids_in(s, own):
+        # (the other document's id is read from the sentence as written: its backticks, which
+        # the plain text drops, are what mark "`marlow-page-green-choice`" as an id)
+        if start is None and own and (m := _OTHER_ENDS.search(s)) and (doc_ids_in(raw, own) or doc_ids_in(s, own)):
             start = parse_date(m.group("date"), tenant=tenant)
         if start is None and (m := _FROM.search(s)) and not (_ENDED.search(s)):
             start = parse_date(m.group("date"), tenant=tenant)
@@ -106,4 +112,6 @@ def find_effective(sents: list[str], own: str | None = None, title: str = "", *,
                 end = end or d
             else:
                 start = start or d
+                if end is None and (m2 := _AND_UNTIL.search(s, m.end())):
+                    end = parse_date(m2.group("date"), tenant=tenant)
     return start, end

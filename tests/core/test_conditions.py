@@ -44,6 +44,8 @@ def met(cond: str, event: str, cond_scope=("acme",), event_scope=("acme",)) -> b
     ("as long as the ledger migration lasts", "ledger migration completed"),
     # "cut over" is the cutover, written apart or hyphenated, on either side
     ("until the depot has cut over to FlowStock", "depot to flowstock cutover completed"),
+    ("until the east-wing refurbishment completes", "east wing refurbishment completed"),
+    ("until the east wing refurbishment completes", "east-wing refurbishment completed"),
     ("until the payroll team cuts over to Ledgerly", "payroll team to ledgerly cut-over completed"),
 ])
 def test_condition_met(cond, event):
@@ -69,6 +71,7 @@ def test_condition_met(cond, event):
     ("until the switch of library loans", "staging library loans cutover completed", "another environment"),
     ("while the east wing refurbishment continues", "west wing refurbishment completed", "another part"),
     ("until the depot has cut over to FlowStock", "depot to ledgerbin cutover completed", "another system"),
+    ("until the east-wing refurbishment completes", "west wing refurbishment completed", "another part"),
 ])
 def test_near_misses_never_end_a_condition(cond, event, why):
     assert not met(cond, event), why

@@ -121,7 +121,8 @@ _CUT_OVER = re.compile(r"\bcut[\s-]+over\b", re.IGNORECASE)
 
 def terms(text: str, known_entities: dict[str, str]) -> Terms:
     toks = tokenize(_CUT_OVER.sub("cutover", text))  # "has cut over to X" is X's cutover
-    idents = frozenset(identifiers(toks))
+    # a hyphenated word with no digit or underscore ("east-wing", "go-live") is a word, said by its parts
+    idents = frozenset(i for i in identifiers(toks) if any(c.isdigit() or c == "_" for c in i))
     ents = frozenset(known_entities[t] for t in toks if t in known_entities)
     words = frozenset(t for t in toks if t not in idents and t not in known_entities and t not in _FILLER)
     plain = [t for t in toks if t not in idents]
@@ -145,6 +146,8 @@ def condition_met(cond: Terms, cond_scope: Iterable[str], event: Terms, event_sc
     wanted = cond.words
     if wanted & _CHANGEOVER and event_words & _CHANGEOVER and wanted - _CHANGEOVER:
         wanted = wanted - _CHANGEOVER  # "the switch of X" is ended by "X cutover completed"
+    # a compound is said by its parts ("the east-wing refurbishment": "east wing refurbishment")
+    wanted = {w for w in wanted if not ("-" in w and set(tokenize(w.replace("-", " "))) <= event_words)}
     if not wanted <= event_words:
         return False
     # Near misses: another environment's or another site's completion.

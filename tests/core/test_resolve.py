@@ -235,6 +235,19 @@ def test_specific_outranks_general_only_while_in_force():
     assert pid(ps, "cutoff-policy") in selected(after)
 
 
+def test_a_passage_scoped_to_part_of_anothers_entities_is_the_narrower_one_whatever_is_asked():
+    # the question names a hotel the exception does not cover: the group policy still does
+    # not become the narrower one (the exception is Harbourside's alone)
+    group = doc("deposit-policy", "Every hotel takes a GBP 50 a night incidentals hold at check-in.",
+                doc_type="policy", entities=("marlow", "harbourside", "kingsgate"))
+    local = doc("desk-note", "Harbourside takes a GBP 0 a night incidentals hold at check-in for now.",
+                doc_type="comment", entities=("harbourside",))
+    ps = passages(group, local)
+    p = Principal(tenant="acme", subject="u1", groups=frozenset({"all-staff"}))
+    d = resolve(ps, p, D(2026, 1, 28), query="now Kingsgate is live, does Harbourside take the incidentals hold?")
+    assert rejected(d) == {pid(ps, "deposit-policy"): ("subordinate_to", pid(ps, "desk-note"))}
+
+
 def test_beaten_only_by_a_beaten_passage_stands():
     # runbook beats ticket (authority); ticket would beat comment, but the ticket is out.
     ps = passages(doc("rb", "The batch cutoff for settlement is 17:00 today.", doc_type="runbook"),

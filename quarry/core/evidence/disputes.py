@@ -21,8 +21,8 @@ def _specific(a: Envelope, b: Envelope, asked: frozenset[str] | None = None) -> 
     (the Birch Court page over the campus-wide handbook, for a question about Birch Court)."""
     if a.entities and (not b.entities or set(a.entities) < set(b.entities)):
         return True
-    if not asked:
-        return False
+    if not asked or (b.entities and set(b.entities) < set(a.entities)):
+        return False  # (a passage scoped to part of another's entities is the narrower one, whatever is asked)
     return bool((set(a.entities) & asked) - set(b.entities)) and not (set(b.entities) & asked) - set(a.entities)
 
 

@@ -248,6 +248,21 @@ def test_a_passage_scoped_to_part_of_anothers_entities_is_the_narrower_one_whate
     assert rejected(d) == {pid(ps, "deposit-policy"): ("subordinate_to", pid(ps, "desk-note"))}
 
 
+def test_a_page_naming_the_group_and_every_site_is_no_narrower_than_the_group_policy():
+    from quarry.core.evidence.disputes import _specific
+    from quarry.core.records import Envelope
+
+    def env(*entities):
+        return Envelope(doc_id="x", version="1", tenant="acme", acl=("all-staff",), entities=entities)
+
+    faq, group = env("marlow", "harbourside", "kingsgate", "riverview"), env("marlow")
+    assert not _specific(faq, group, frozenset({"kingsgate"}))  # it names the group too: no narrower
+    # a page about named places the policy does not name is narrower for a question about them
+    page, campus = env("north-campus", "halvorsen-hall", "birch-court"), env("lakeside")
+    assert _specific(page, campus, frozenset({"birch-court"}))
+    assert not _specific(campus, page, frozenset({"birch-court"}))
+
+
 def test_beaten_only_by_a_beaten_passage_stands():
     # runbook beats ticket (authority); ticket would beat comment, but the ticket is out.
     ps = passages(doc("rb", "The batch cutoff for settlement is 17:00 today.", doc_type="runbook"),

@@ -51,6 +51,13 @@ _EVIDENCE = (r"(?:[\w'-]+\s+){0,3}"
              r"(?:\s+(?:above|else|before))?|what\s+(?:you\s+were|the\s+\w+\s+says?)|the\s+above|above|previous|prior"
              r"|safety|restrictions?|guardrails?)\b")
 _IGNORE = re.compile(_START + _OVERRIDE_VERB + r"\s+(?:all\s+|any\s+|of\s+)?" + _EVIDENCE, re.IGNORECASE)
+# the rules a document sets ("ignore the lost-property rules"): not with "skip", which
+# operational text uses of its own steps ("skip the smoke-test procedure"); nor a procedure or
+# runbook: "do not follow the old runbook" is how a newer one retires it
+_IGNORE_RULES = re.compile(_START + r"(?:ignore|disregard|forget|override|overrule|bypass|set\s+aside"
+                           r"|stop\s+following|do\s+not\s+follow|don't\s+follow|never\s+follow)\s+(?:all\s+|any\s+)?"
+                           r"(?:[\w'-]+\s+){0,3}(?:rules|regulations|terms)\b",
+                           re.IGNORECASE)
 _ADDRESS = re.compile(
     r"\byou\s+(?:must|should|are\s+(?:required|instructed|told|to)"
     r"|have\s+to|need\s+to|will)\s+(?:now\s+|only\s+|always\s+)?"
@@ -69,10 +76,11 @@ _ROLE = re.compile(
     r"|admin(?:istrator)?|root|sudo)\s*(?:\|?>|\]|\))?\s*:"
     r"|^\s*(?:[#>*\-\s]*)(?:\[|<)\s*(?:system|assistant|developer|inst)\s*(?:\]|>)"
     r"|<\|im_start\|>|\[/?INST\]|<</?SYS>>"
-    r"|^\s*(?:[#>*\-\s]*)(?:override|admin\s+override|new\s+instructions?|updated\s+instructions?|instructions?\s+for"
-    r"\s+(?:the\s+)?(?:ai|assistant|agent|model|llm)s?)\s*:",
+    r"|^\s*(?:[#>*\-\s]*)(?:override|admin\s+override|new\s+instructions?|updated\s+instructions?|instructions?\s+(?:for"
+    r"|to)\s+(?:the\s+|any\s+|whatever\s+|whichever\s+|all\s+)?(?:ai|assistant|agent|model|llm|bot|chatbot)s?"
+    r"(?:\s+[\w'-]+){0,6})\s*:",
     re.IGNORECASE | re.MULTILINE)
-_PATTERNS = (_IGNORE, _ADDRESS, _ROLE)
+_PATTERNS = (_IGNORE, _IGNORE_RULES, _ADDRESS, _ROLE)
 
 # Quotations: double quotes, curly quotes, code spans, and blockquote lines.
 _QUOTE = re.compile(r"\"[^\"\n]{3,}\"|“[^”]{3,}”|`[^`\n]{3,}`|^\s*>.*$", re.MULTILINE)

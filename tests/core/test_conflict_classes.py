@@ -112,6 +112,19 @@ def test_the_heading_a_passage_sits_under_names_its_subject():
     assert "parking" not in other.subject
 
 
+def test_a_heading_names_a_subject_only_by_the_phrase_that_holds_it():
+    # "Memo: group deposit and balance terms": the deposit is the group deposit; the memo and
+    # the balance terms are other things the heading names, not words of the deposit's subject
+    from quarry.core.evidence.statements import statements_batch
+    memo = "For contracts signed from 2 March 2026, the deposit is 40% of the estimated room revenue."
+    policy = "A deposit of 25% of the estimated room revenue is paid when the group contract is signed."
+    under, plain = statements_batch([memo, policy], tenant="conflict-classes",
+                                            headings=["Memo: group deposit and balance terms from 2 March 2026",
+                                                      "Deposit and payment"])
+    assert "group" in under[0].subject and not {"memo", "balance", "term"} & set(under[0].subject)
+    assert conflict(under, plain) is not None
+
+
 def _fee(subject, predicate, value, context, clause):
     from quarry.core.evidence.statement import Statement
     return Statement(subject=subject, predicate=predicate, value=f"USD {value}", unit="currency:USD",

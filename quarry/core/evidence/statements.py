@@ -449,12 +449,29 @@ def _answering(s: Statement, topic: tuple[tuple[str, ...], tuple[str, ...]]) -> 
                    context=tuple(dict.fromkeys((*nouns, *verbs, *s.context))))
 
 
-def _named_by_heading(s: Statement, topic: tuple[tuple[str, ...], tuple[str, ...]]) -> Statement:
+def _noun_phrases(doc) -> tuple[tuple[str, ...], ...]:
+    """The lemmas of each noun phrase of a heading: a head noun with the compounds and
+    adjectives before it ("Memo: group deposit and balance terms" gives (memo,),
+    (group, deposit), (balance, term))."""
+    out = []
+    for t in doc:
+        if t.pos_ not in ("NOUN", "PROPN") or (t.dep_ in ("compound", "amod") and t.head.pos_ in ("NOUN", "PROPN")
+                                               and t.head.i > t.i):
+            continue
+        mods = [c for c in t.subtree if c.i <= t.i and c.dep_ in ("compound", "amod") and c.head.i > c.i]
+        if lem := _lemmas([*mods, t], set()):
+            out.append(tuple(dict.fromkeys(lem)))
+    return tuple(out)
+
+
+def _named_by_heading(s: Statement, phrases: tuple[tuple[str, ...], ...]) -> Statement:
     """A statement under a heading that names its subject in full ("Parking permits" over
-    "the office issues the permit within 3 days"): a subject noun the heading's nouns hold
-    takes the heading's other nouns (its modifiers) into the subject and the context."""
-    nouns, _ = topic
-    if not set(s.subject) & set(nouns) or set(nouns) <= set(s.subject):
+    "the office issues the permit within 3 days"): a subject noun a noun phrase of the
+    heading holds takes that phrase's other words (its modifiers) into the subject and the
+    context; the heading's other phrases name other things ("balance terms" says nothing of
+    the deposit in "Memo: group deposit and balance terms")."""
+    nouns = tuple(dict.fromkeys(w for ph in phrases if set(s.subject) & set(ph) for w in ph))
+    if not nouns or set(nouns) <= set(s.subject):
         return s
     return replace(s, subject=tuple(dict.fromkeys((*nouns, *s.subject))),
                    context=tuple(dict.fromkeys((*nouns, *s.context))))
@@ -490,7 +507,9 @@ def statements_batch(texts: Sequence[str], entities: Sequence[Sequence[str]] = (
     out: list[list[Statement]] = [[] for _ in texts]
     with _LOCK:  # one pipeline per process: one stream through it at a time
         phrases = sorted({q for q in (*asked, *titled, *captions) if q})
-        topics = dict(zip(phrases, (_topic(d) for d in nlp.pipe(phrases, batch_size=batch_size))))
+        parsed = list(nlp.pipe(phrases, batch_size=batch_size))
+        topics = dict(zip(phrases, (_topic(d) for d in parsed)))
+        heads = dict(zip(phrases, (_noun_phrases(d) for d in parsed)))
         for k, header, q, h, c, doc in zip(owners, headers, asked, titled, captions,
                                            nlp.pipe(sents, batch_size=batch_size)):
             ents = entities[k] if entities else ()
@@ -499,7 +518,7 @@ def statements_batch(texts: Sequence[str], entities: Sequence[Sequence[str]] = (
             if q:
                 made = [_answering(s, topics[q]) for s in made]
             elif h:
-                made = [_named_by_heading(s, topics[h]) for s in made]
+                made = [_named_by_heading(s, heads[h]) for s in made]
             out[k] += made
     return [tuple(x) for x in out]
 

@@ -263,6 +263,15 @@ def test_a_page_naming_the_group_and_every_site_is_no_narrower_than_the_group_po
     assert not _specific(campus, page, frozenset({"birch-court"}))
 
 
+def test_an_expired_passage_on_the_question_is_reported_rejected_when_no_survivor_shares_its_words():
+    ps = passages(doc("holiday-notice", "Extended returns for the holiday season: gifts can come back until 31 January.",
+                      title="Extended returns for the 2025 holiday season", effective_to=D(2026, 1, 31)),
+                  doc("returns-policy", "Unwanted items may be sent back within 28 days.", doc_type="policy"))
+    d = resolve(ps, ACME, D(2026, 2, 9), query="holiday season extended returns for a December present")
+    assert rejected(d) == {pid(ps, "holiday-notice"): ("no_longer_effective", None)}
+    assert pid(ps, "holiday-notice") not in {r.passage_id for r in d.related}
+
+
 def test_beaten_only_by_a_beaten_passage_stands():
     # runbook beats ticket (authority); ticket would beat comment, but the ticket is out.
     ps = passages(doc("rb", "The batch cutoff for settlement is 17:00 today.", doc_type="runbook"),

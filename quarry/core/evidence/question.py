@@ -159,7 +159,9 @@ def question_scope(st: ResolutionState, facts: Mapping[str, PassageFacts], query
     tier = next((t for t in (0, 1) if any(over[pid][t] >= ON_QUESTION for pid in pool)), None)
     if tier is None:
         answers = {pid for pid in alive if pid in shown}
-        on = set(answers)
+        # a rejected passage that speaks to the question is still its evidence: its rejection
+        # is reported (an expired holiday extension, when no survivor shares the words)
+        on = set(answers) | {pid for pid, o in over.items() if o[0] >= ON_QUESTION or o[1] >= ON_QUESTION}
     else:
         on = {pid for pid, o in over.items() if o[tier] >= ON_QUESTION}
         answers = on & set(alive)

@@ -272,6 +272,15 @@ def test_an_expired_passage_on_the_question_is_reported_rejected_when_no_survivo
     assert pid(ps, "holiday-notice") not in {r.passage_id for r in d.related}
 
 
+def test_a_higher_authority_stating_the_value_an_answer_repeats_governs_in_its_place():
+    ps = passages(doc("care-wiki", "Care desk wiki tip: express orders placed by 14:00 arrive the next working day.",
+                      title="Care desk wiki"),
+                  doc("delivery-policy", "Express orders placed by 14:00 arrive the next working day.",
+                      doc_type="policy", title="Delivery promise"))
+    d = resolve(ps, ACME, D(2026, 3, 10), query="the care desk wiki says express orders by 2pm, is that correct?")
+    assert {s.passage_id for s in d.governing} == {pid(ps, "delivery-policy")}
+
+
 def test_beaten_only_by_a_beaten_passage_stands():
     # runbook beats ticket (authority); ticket would beat comment, but the ticket is out.
     ps = passages(doc("rb", "The batch cutoff for settlement is 17:00 today.", doc_type="runbook"),

@@ -113,14 +113,23 @@ def _overlaps(q: frozenset[str], p: Passage, f: PassageFacts, kinds: frozenset[s
     return stated, len(q & about)
 
 
-def without_echoes(answers: set[str], st: ResolutionState, facts: Mapping[str, PassageFacts]) -> set[str]:
+def _echoes(a: str, b: str, st: ResolutionState, facts: Mapping[str, PassageFacts], similarity=None) -> bool:
+    """``a`` only repeats, at a lower authority than ``b``, a value ``b`` states for the same subject."""
+    return st.rank[a] < st.rank[b] and any(
+        x.unit == y.unit and x.value == y.value and same_subject(x, y, similarity)
+        for x in facts[a].statements for y in facts[b].statements)
+
+
+def without_echoes(answers: set[str], st: ResolutionState, facts: Mapping[str, PassageFacts],
+                   candidates: Sequence[str] = (), similarity=None) -> set[str]:
     """Answers less one that only repeats, at a lower authority, a value another answer
-    states for the same subject (an incident ticket quoting the policy's cutoff)."""
-    def echoes(a: str, b: str) -> bool:
-        return st.rank[a] < st.rank[b] and any(
-            same_subject(x, y) and x.unit == y.unit and x.value == y.value
-            for x in facts[a].statements for y in facts[b].statements)
-    return {a for a in answers if not any(echoes(a, b) for b in answers if b != a)}
+    states for the same subject (an incident ticket quoting the policy's cutoff). A
+    ``candidates`` survivor that an answer echoes answers in its place: asked about what
+    the care wiki says, the policy stating the same cutoff is what governs. ``similarity``
+    compares statements' masked clauses (:func:`.vectors.clause_similarity`)."""
+    answers = set(answers) | {c for c in candidates if c not in answers
+                              and any(_echoes(a, c, st, facts, similarity) for a in answers)}
+    return {a for a in answers if not any(_echoes(a, b, st, facts, similarity) for b in answers if b != a)}
 
 
 def question_scope(st: ResolutionState, facts: Mapping[str, PassageFacts], query: str | None, alive: Sequence[str],

@@ -139,7 +139,7 @@ def resolve(
         answers = {pid for pid in answers if doc_key(by_id[pid].envelope) not in proving
                    or not _taken_over(doc_key(by_id[pid].envelope), others, st, facts)}
     if answers and query is not None:  # a lower authority stating the same value for the same subject only agrees
-        answers = without_echoes(answers, st, facts)
+        answers = without_echoes(answers, st, facts, candidates, similarity)
     governing, supporting = [], []
     for pid in alive:
         notes = "; ".join(sorted(st.governs.get(pid, ())))

@@ -272,13 +272,25 @@ def test_an_expired_passage_on_the_question_is_reported_rejected_when_no_survivo
     assert pid(ps, "holiday-notice") not in {r.passage_id for r in d.related}
 
 
-def test_a_higher_authority_stating_the_value_an_answer_repeats_governs_in_its_place():
+@pytest.mark.parametrize("alike, governs", [(1.0, "delivery-policy"), (0.0, "care-wiki")])
+def test_a_higher_authority_stating_the_value_an_answer_repeats_governs_in_its_place(alike, governs):
+    # only where the two sentences say one thing in other words (the statement vectors'
+    # cosine reaches the paraphrase threshold): a report quoting the time is no such source
+    import numpy as np
+    from quarry.core.evidence.graph import facts_of
+
     ps = passages(doc("care-wiki", "Care desk wiki tip: express orders placed by 14:00 arrive the next working day.",
                       title="Care desk wiki"),
                   doc("delivery-policy", "Express orders placed by 14:00 arrive the next working day.",
                       doc_type="policy", title="Delivery promise"))
-    d = resolve(ps, ACME, D(2026, 3, 10), query="the care desk wiki says express orders by 2pm, is that correct?")
-    assert {s.passage_id for s in d.governing} == {pid(ps, "delivery-policy")}
+    rows = {pid(ps, "care-wiki"): np.array([1.0, 0.0]), pid(ps, "delivery-policy"): np.array([alike, 1 - alike])}
+    facts = {}
+    for p in ps:
+        f = facts_of(p)
+        facts[p.passage_id] = f.with_vectors(np.tile(rows[p.passage_id], (len(f.statements), 1)))
+    d = resolve(ps, ACME, D(2026, 3, 10), query="the care desk wiki says express orders by 2pm, is that correct?",
+                facts=facts)
+    assert {s.passage_id for s in d.governing} == {pid(ps, governs)}
 
 
 def test_beaten_only_by_a_beaten_passage_stands():

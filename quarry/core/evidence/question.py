@@ -11,7 +11,7 @@ from functools import lru_cache
 
 from quarry.core.evidence.graph import PassageFacts
 from quarry.core.evidence.rules import ResolutionState
-from quarry.core.evidence.subjects import _GENERIC_HEADS, GENERIC_WORDS, same_subject
+from quarry.core.evidence.subjects import _GENERIC_HEADS, DEFAULT_THRESHOLDS, GENERIC_WORDS, same_subject
 from quarry.core.records import Envelope, Passage
 from quarry.core.text.tokenizer import tokenize
 
@@ -113,10 +113,16 @@ def _overlaps(q: frozenset[str], p: Passage, f: PassageFacts, kinds: frozenset[s
     return stated, len(q & about)
 
 
-def _echoes(a: str, b: str, st: ResolutionState, facts: Mapping[str, PassageFacts], similarity=None) -> bool:
-    """``a`` only repeats, at a lower authority than ``b``, a value ``b`` states for the same subject."""
+def _echoes(a: str, b: str, st: ResolutionState, facts: Mapping[str, PassageFacts], similarity=None,
+            paraphrase: bool = False) -> bool:
+    """``a`` only repeats, at a lower authority than ``b``, a value ``b`` states for the same
+    subject; with ``paraphrase``, in a sentence that says the same thing in other words (the
+    masked clauses reach the embedder's paraphrase threshold)."""
+    if paraphrase and similarity is None:
+        return False
     return st.rank[a] < st.rank[b] and any(
         x.unit == y.unit and x.value == y.value and same_subject(x, y, similarity)
+        and (not paraphrase or similarity(x.clause, y.clause) >= DEFAULT_THRESHOLDS.synonym)
         for x in facts[a].statements for y in facts[b].statements)
 
 
@@ -125,10 +131,11 @@ def without_echoes(answers: set[str], st: ResolutionState, facts: Mapping[str, P
     """Answers less one that only repeats, at a lower authority, a value another answer
     states for the same subject (an incident ticket quoting the policy's cutoff). A
     ``candidates`` survivor that an answer echoes answers in its place: asked about what
-    the care wiki says, the policy stating the same cutoff is what governs. ``similarity``
+    the care wiki says, the policy stating the same cutoff in other words is what governs
+    (a ticket whose steps filter on the same time does not take an exception's place). ``similarity``
     compares statements' masked clauses (:func:`.vectors.clause_similarity`)."""
     answers = set(answers) | {c for c in candidates if c not in answers
-                              and any(_echoes(a, c, st, facts, similarity) for a in answers)}
+                              and any(_echoes(a, c, st, facts, similarity, paraphrase=True) for a in answers)}
     return {a for a in answers if not any(_echoes(a, b, st, facts, similarity) for b in answers if b != a)}
 
 

@@ -156,3 +156,44 @@ def test_compound_entity_names_in_prose_and_signed_off_as_completion():
     cond = terms("until the Elm Hall refit is signed off", known)
     assert condition_met(cond, ("elm-hall",), terms("elm hall heating refit completed", known), ("elm-hall",))
     assert not condition_met(cond, ("elm-hall",), terms("oak hall refit completed", known), ("oak-hall",))
+
+
+HOTELS = entity_stems(["harbourside", "kingsgate", "northgate"])
+
+
+@pytest.mark.parametrize("cond, what, title, ends", [
+    # the record's one event takes its title's words: it says what moved, and to what
+    ("until the Harbourside hotel has moved to the new PMS", "harbourside on tessera in production completed",
+     "Change PMS-047: Harbourside moved to Tessera", True),
+    ("until Harbourside's move to the new PMS", "harbourside on tessera in production completed",
+     "Change PMS-047: Harbourside moved to Tessera", True),
+    # without the title the event names no PMS: not the stopping event
+    ("until Harbourside's move to the new PMS", "harbourside on tessera in production completed", "", False),
+    # another hotel's move, a rehearsal: near misses still
+    ("until Harbourside's move to the new PMS", "kingsgate on tessera completed",
+     "Change PMS-044: Kingsgate moved to Tessera", False),
+    ("until Harbourside's move to the new PMS", "harbourside tessera training rehearsal completed",
+     "Change PMS-046: Harbourside moved to Tessera (rehearsal)", False),
+    # the title's site words are no qualifier of the event
+    ("until Northgate has cut over to FlowStock", "northgate to flowstock cutover completed",
+     "FlowStock WMS cutover, Northgate fulfilment centre", True),
+])
+def test_a_single_event_takes_its_records_title(cond, what, title, ends):
+    from quarry.core.evidence.conditions import event_terms
+
+    event = event_terms(what, title, True, HOTELS)
+    scope = ("harbourside",) if "harbourside" in cond.lower() else ("northgate",)
+    escope = ("kingsgate",) if "kingsgate" in what else scope
+    assert condition_met(terms(cond, HOTELS), scope, event, escope) is ends
+
+
+def test_a_record_of_several_events_keeps_each_to_its_own_words():
+    from quarry.core.evidence.conditions import event_terms
+
+    # "Q1 migrations" in the title must not make the badge rollout a migration
+    assert not condition_met(terms("until the migration completes", KNOWN), ("acme",),
+                             event_terms("badge rollout completed", "Change record: Q1 migrations", False, KNOWN),
+                             ("acme",))
+    assert condition_met(terms("until the migration completes", KNOWN), ("acme",),
+                         event_terms("badge rollout completed", "Change record: Q1 migrations", True, KNOWN),
+                         ("acme",))

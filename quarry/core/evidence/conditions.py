@@ -63,7 +63,7 @@ _PRODUCTION = frozenset(tokenize("production prod live"))
 _PLACES = frozenset(tokenize("clinic clinics site sites branch branches office offices warehouse warehouses depot "
                              "depots store stores hospital hospitals region regions plant plants campus datacenter "
                              "data-center ward wards school schools factory factories hub hubs centre center location "
-                             "locations facility facilities country market"))
+                             "locations facility facilities country market hotel hotels"))
 # A part or a preparation of the thing is not the thing: "migration planning completed",
 # "phase 1 of the rollout completed" do not end "until the migration/rollout completes".
 _PARTIAL = frozenset(tokenize("planning plan phase step part pilot kickoff kick-off preparation prep design dry-run "
@@ -116,6 +116,7 @@ def named_entities(text: str, entities: Iterable[str]) -> frozenset[str]:
     return frozenset(out)
 
 
+_NEW = frozenset(tokenize("new"))
 _CUT_OVER = re.compile(r"\bcut[\s-]+over\b", re.IGNORECASE)
 
 
@@ -124,7 +125,10 @@ def terms(text: str, known_entities: dict[str, str]) -> Terms:
     # a hyphenated word with no digit or underscore ("east-wing", "go-live") is a word, said by its parts
     idents = frozenset(i for i in identifiers(toks) if any(c.isdigit() or c == "_" for c in i))
     ents = frozenset(known_entities[t] for t in toks if t in known_entities)
-    words = frozenset(t for t in toks if t not in idents and t not in known_entities and t not in _FILLER)
+    # a place noun after an entity's name is what the entity is ("the Harbourside hotel"), not a word of the event
+    kind = {t for prev, t in zip(toks, toks[1:]) if t in _PLACES and prev in known_entities}
+    words = frozenset(t for t in toks if t not in idents and t not in known_entities and t not in _FILLER
+                      and t not in kind)
     plain = [t for t in toks if t not in idents]
     quals = {t for t in plain if t in _ENVIRONMENTS or t in _PARTIAL}
     quals |= {a for a, b in zip(plain, plain[1:]) if b in _PLACES and a not in _PLACES and a not in _FILLER}
@@ -132,6 +136,21 @@ def terms(text: str, known_entities: dict[str, str]) -> Terms:
     open_ended = text.strip().lower().startswith(_OPEN_ENDED)
     return Terms(idents, words, ents, frozenset(quals), open_ended)
 
+
+
+def event_terms(what: str, record_title: str, single: bool, known_entities: dict[str, str]) -> Terms:
+    """The terms of a recorded event: its own words, and, when the record states that one
+    event, the record's title too ("Change PMS-047: Harbourside moved to Tessera" over
+    "Marlow Harbourside went live on Tessera": the title says what moved). A record of
+    several events keeps each to its own words (a title naming one would lend it to all). The
+    title names no qualifier: "FlowStock WMS cutover, Northgate fulfilment centre" does not make
+    the cutover another site's."""
+    own = terms(what, known_entities)
+    if not single or not record_title:
+        return own
+    title = terms(record_title, known_entities)  # its words and identifiers; which site or part stays the event's
+    return Terms(own.identifiers | title.identifiers, own.words | title.words, own.entities | title.entities,
+                 own.qualifiers, own.open_ended)
 
 
 def condition_met(cond: Terms, cond_scope: Iterable[str], event: Terms, event_scope: Iterable[str]) -> bool:
@@ -145,7 +164,9 @@ def condition_met(cond: Terms, cond_scope: Iterable[str], event: Terms, event_sc
     event_words = event.words | {p for i in event.identifiers for p in tokenize(i.replace("-", " ").replace("_", " "))}
     wanted = cond.words
     if wanted & _CHANGEOVER and event_words & _CHANGEOVER and wanted - _CHANGEOVER:
-        wanted = wanted - _CHANGEOVER  # "the switch of X" is ended by "X cutover completed"
+        # "the switch of X" is ended by "X cutover completed"; and what it changes over to is
+        # new by definition ("the move to the new PMS" by "PMS-047: Harbourside moved to Tessera")
+        wanted = wanted - _CHANGEOVER - _NEW
     # a compound is said by its parts ("the east-wing refurbishment": "east wing refurbishment")
     wanted = {w for w in wanted if not ("-" in w and set(tokenize(w.replace("-", " "))) <= event_words)}
     if not wanted <= event_words:

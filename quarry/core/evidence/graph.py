@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from quarry.core.evidence.conditions import condition_met, entity_stems, terms
+from quarry.core.evidence.conditions import condition_met, entity_stems, event_terms, terms
 from quarry.core.evidence.conflict import conflicts
 from quarry.core.evidence.injection import instruction_shaped
 from quarry.core.evidence.statement import Statement
@@ -189,8 +189,8 @@ class EvidenceGraph:
 
     def _conditions(self) -> None:
         known = entity_stems(e for env in self.envelopes.values() for e in env.entities)
-        events = [(k, env, ev, terms(ev.what, known)) for k, env in sorted(self.envelopes.items())
-                  for ev in env.events]
+        events = [(k, env, ev, event_terms(ev.what, env.title, len(env.events) == 1, known))
+                  for k, env in sorted(self.envelopes.items()) for ev in env.events]
         self.stopping: dict[tuple[str, str], list[frozenset[str]]] = {}  # (conditioned, event doc) -> cues
         for k, env in sorted(self.envelopes.items()):
             if not env.condition:

@@ -10,7 +10,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from quarry.core.evidence.conditions import Terms, condition_met, entity_stems, terms
+from quarry.core.evidence.conditions import Terms, condition_met, entity_stems, event_terms, terms
 from quarry.core.evidence.graph import best_passage, doc_key, event_cue, passage_cue
 from quarry.core.records import DEFAULT_AUTHORITY, Envelope, Event, Passage, RejectReason
 
@@ -129,7 +129,7 @@ def stopping_conditions(st: ResolutionState, by_doc: dict[str, list[Passage]]) -
             continue
         for ev in env.events:
             if ev.on <= st.day:
-                events.append((ev.on, key, ev, terms(ev.what, known)))
+                events.append((ev.on, key, ev, event_terms(ev.what, env.title, len(env.events) == 1, known)))
     events.sort(key=lambda t: (t[0], t[1], t[2].what))
     for key, env in sorted(envs.items()):
         if not env.condition:

@@ -67,6 +67,9 @@ def test_clock_times():
     "1. Stop the reconciliation job.",
     "The maintenance window is on 2026-01-15.",
     "Ticket 482 was escalated to tier 2.",
+    # a period after "of each / every" says which day, not how long
+    "Salaries are paid on the last working day of each month.",
+    "Rotas are published on the first Monday of every week.",
 ])
 def test_dates_years_versions_and_ids_are_not_statements(text):
     assert statements(text) == ()
@@ -329,3 +332,8 @@ def test_a_table_caption_names_what_its_rows_are_values_of():
                               ["initech"])
     assert "settlement" in cutoff.subject and "initech" not in cutoff.subject  # an entity is scope
     assert "settlement" not in note.subject  # a cell that says what its value is of keeps its own subject
+
+
+def test_a_period_without_a_number_is_still_a_value():
+    (s,) = statements("Backups run every month.")
+    assert (s.value, s.unit) == ("1 month", "duration")

@@ -260,6 +260,8 @@ def _one_period(doc, tok, taken: set[int]) -> Value | None:
         name, last, days, approx = u
         if tok.i > 0 and doc[tok.i - 1].lower_ in ("per", "times", *_TIMES):
             return None
+        if w in ("every", "each") and tok.i > 0 and doc[tok.i - 1].lower_ == "of":
+            return None  # "the last working day of each month": which day, not how long
     else:
         return None
     count = 1.0

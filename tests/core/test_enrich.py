@@ -352,6 +352,9 @@ def test_events_only_in_change_records():
     ("This page was deprecated in favor of onboarding-guide.", (), ("onboarding-guide",)),
     ("This guide is superseded by `ops-guide@4`.", (), ("ops-guide@4",)),
     ("From March this policy is replaced by hr-policy_2026.", (), ("hr-policy_2026",)),
+    ("This schedule takes over from the 2025 fee schedule (`pawsworth-fees-2025`).", ("pawsworth-fees-2025",), ()),
+    ("The new rota takes the place of `ward-rota-2025`.", ("ward-rota-2025",), ()),
+    ("This edition succeeds `staff-handbook@6`.", ("staff-handbook@6",), ()),
 ])
 def test_supersession_in_other_words(text, sup, by):
     e = enrich(doc(text))
@@ -428,6 +431,9 @@ def test_import_of_core_stays_light():
     "The old rota (`ward-rota-2025`) will be replaced from 1 February 2026.",
     # an id in backticks need not look like one ("...-choice" is no document noun)
     "The reward on the Green Choice page (`marlow-page-green-choice`) is withdrawn with effect from 1 February 2026.",
+    # the active voice: this document replaces another from a date
+    "This schedule takes over from `fees-2025` for every appointment from Monday 1 February 2026.",
+    "This policy replaces `travel-policy-2024` with effect from 1 February 2026.",
 ])
 def test_a_document_ending_another_from_a_date_is_in_force_from_then(text):
     from quarry.core.ingest.enrich import enrich

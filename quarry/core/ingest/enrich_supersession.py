@@ -1,6 +1,7 @@
 """Envelope enrichment of ``supersedes`` / ``superseded_by``: a sentence naming another
 doc id (``settlement-runbook``, ``refund-policy@1``; in backticks or id-shaped) after
-"replaces", "supersedes", "rescinds", "withdraws", "retires" (-> ``supersedes``), or after "replaced by",
+"replaces", "supersedes", "rescinds", "withdraws", "retires", "takes over from", "takes the place
+of", "succeeds" (-> ``supersedes``), or after "replaced by",
 "superseded by", "succeeded by", "in favour of" / "in favor of" (-> ``superseded_by``);
 and "<id> is rescinded / withdrawn / retired / superseded / no longer in force" (this
 document speaking of the other -> ``supersedes``).
@@ -15,7 +16,8 @@ from quarry.core.records import SourceDocument
 __all__ = ["doc_ids_in", "find_supersession"]
 
 _SUPERSEDE = re.compile(r"\b(?P<verb>superseded\s+by|replaced\s+by|succeeded\s+by|in\s+favou?r\s+of|replaces|supersedes"
-                        r"|rescinds|withdraws|retires|revokes)\b(?P<rest>[^.;!?\n]*)", re.IGNORECASE)
+                        r"|rescinds|withdraws|retires|revokes|takes\s+over\s+from|takes\s+the\s+place\s+of|succeeds)\b"
+                        r"(?P<rest>[^.;!?\n]*)", re.IGNORECASE)
 _PASSIVE = re.compile(r"(?P<head>[^.;!?\n]*?)\b(?:is|are|was|were|has\s+been|have\s+been|hereby|now)\s+(?:hereby\s+)?"
                       r"(?:rescinded|withdrawn|retired|superseded|replaced|revoked|deprecated|no\s+longer\s+in\s+"
                       r"(?:force|effect))\b(?P<rest>[^.;!?\n]*)", re.IGNORECASE)
@@ -27,8 +29,8 @@ _ID_SHAPED = re.compile(r"[\d@_]|[-/](?:policy|policies|runbook|guide|sop|page|d
                         r"|standard|notice|faq|wiki|process|agreement|contract|terms|schedule|rates?|card)$",
                         re.IGNORECASE)
 _DOC_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_./:-]{0,200}(?:@[A-Za-z0-9][A-Za-z0-9_.-]{0,40})?$")
-_SUP_TRIGGER = re.compile(r"\b(?:supersed|replac|succeeded|favou?r|rescind|withdr[ae]w|retire|revok|deprecat"
-                          r"|no\s+longer)", re.IGNORECASE)
+_SUP_TRIGGER = re.compile(r"\b(?:supersed|replac|succeed|favou?r|rescind|withdr[ae]w|retire|revok|deprecat"
+                          r"|no\s+longer|takes\s+over|takes\s+the\s+place)", re.IGNORECASE)
 
 
 def doc_ids_in(rest: str, own: str, first: bool = True) -> list[str]:

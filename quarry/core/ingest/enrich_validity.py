@@ -52,6 +52,13 @@ _ENDED = re.compile(r"(?:^|\bthis\s+" + _DOC_NOUN
 _OTHER_ENDS = re.compile(r"\b(?:is|are|was|were|will\s+be)\s+(?:hereby\s+)?(?:rescinded|withdrawn|retired|revoked"
                          r"|replaced|superseded)\b[^.]*?\b(?:with\s+effect\s+from|effective\s+from|effective\s+as\s+of"
                          r"|effective|as\s+of|from|on)\s+(?P<date>" + DATE + ")", re.IGNORECASE)
+# "This schedule takes over from `fees-2025` for every appointment from Monday 2 March 2026":
+# this document replaces another from a date, so it is in force from then (the active voice
+# of :data:`_OTHER_ENDS`)
+_REPLACES_FROM = re.compile(r"\b(?:replaces|supersedes|rescinds|withdraws|retires|revokes|takes\s+over\s+from"
+                            r"|takes\s+the\s+place\s+of|succeeds)\b[^.]*?\b(?:with\s+effect\s+from|effective\s+from"
+                            r"|effective\s+as\s+of|effective|as\s+of|from|starting|beginning)\s+(?:\w+day,?\s+)?(?P<date>"
+                            + DATE + ")", re.IGNORECASE)
 # "The allowance is a pilot and is valid through 31 December 2025": the sentence's subject,
 # the noun phrase before the verb, is checked against the document's title.
 _TITLED = re.compile(r"^(?:the|our|this)\s+(?P<subj>(?:[\w-]+\s+){0,2}[\w-]+)\s+(?:(?:is|are|remains|stays)\b[^.]*?\b)?"
@@ -64,6 +71,7 @@ _TITLED = re.compile(r"^(?:the|our|this)\s+(?P<subj>(?:[\w-]+\s+){0,2}[\w-]+)\s+
 _AND_UNTIL = re.compile(r"\b(?:and|but)\s+(?:is\s+|are\s+|remains\s+|stays\s+)?" + _HOLDS
                         + r"\s+(?:until|till|to|through|thru)\s+(?P<date>" + DATE + ")", re.IGNORECASE)
 _EFF_TRIGGER = re.compile(r"\b(?:effective|effect|force|valid|good|open|available|runs|lasts|applies|apply|expires"
+                          r"|replaces|supersedes|rescinds|withdraws|retires|revokes|takes|succeeds"
                           r"|sunsets|lapses|ends|terminates|expire|sunset|lapse|end|terminate|rescinded|withdrawn|retired|replaced|superseded"
                           r"|revoked|no\s+longer|cancell?ed|canceled)\b", re.IGNORECASE)
 
@@ -100,7 +108,8 @@ def find_effective(sents: list[str], own: str | None = None, title: str = "", *,
                 end = d if (m.group("rel") or "").lower() == "after" else d - dt.timedelta(days=1)
         # (the other document's id is read from the sentence as written: its backticks, which
         # the plain text drops, are what mark "`marlow-page-green-choice`" as an id)
-        if start is None and own and (m := _OTHER_ENDS.search(s)) and (doc_ids_in(raw, own) or doc_ids_in(s, own)):
+        if start is None and own and (m := _OTHER_ENDS.search(s) or _REPLACES_FROM.search(s)) and (
+                doc_ids_in(raw, own) or doc_ids_in(s, own)):
             start = parse_date(m.group("date"), tenant=tenant)
         if start is None and (m := _FROM.search(s)) and not (_ENDED.search(s)):
             start = parse_date(m.group("date"), tenant=tenant)

@@ -45,6 +45,7 @@ def met(cond: str, event: str, cond_scope=("acme",), event_scope=("acme",)) -> b
     # "cut over" is the cutover, written apart or hyphenated, on either side
     ("until the depot has cut over to FlowStock", "depot to flowstock cutover completed"),
     ("until the east-wing refurbishment completes", "east wing refurbishment completed"),
+    ("until Elmfield has switched to ClinixPro", "elmfield to clinixpro in production cutover completed"),
     ("until the east wing refurbishment completes", "east-wing refurbishment completed"),
     ("until the payroll team cuts over to Ledgerly", "payroll team to ledgerly cut-over completed"),
 ])
@@ -72,6 +73,7 @@ def test_condition_met(cond, event):
     ("while the east wing refurbishment continues", "west wing refurbishment completed", "another part"),
     ("until the depot has cut over to FlowStock", "depot to ledgerbin cutover completed", "another system"),
     ("until the east-wing refurbishment completes", "west wing refurbishment completed", "another part"),
+    ("until Elmfield has switched to ClinixPro", "elmfield to vetledger cutover completed", "another system"),
 ])
 def test_near_misses_never_end_a_condition(cond, event, why):
     assert not met(cond, event), why
@@ -197,3 +199,12 @@ def test_a_record_of_several_events_keeps_each_to_its_own_words():
     assert condition_met(terms("until the migration completes", KNOWN), ("acme",),
                          event_terms("badge rollout completed", "Change record: Q1 migrations", True, KNOWN),
                          ("acme",))
+
+
+def test_a_changeover_named_by_entities_is_ended_only_by_one_naming_them_all():
+    known = entity_stems(["elmfield", "harwood", "clinixpro"])
+    cond = terms("until Elmfield has switched to ClinixPro", known)
+    mine = terms("elmfield to clinixpro in production cutover completed", known)
+    other = terms("harwood to clinixpro cutover completed", known)
+    assert condition_met(cond, ("elmfield", "clinixpro"), mine, ("elmfield", "clinixpro"))
+    assert not condition_met(cond, ("elmfield", "clinixpro"), other, ("harwood", "clinixpro"))

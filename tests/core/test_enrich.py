@@ -310,7 +310,13 @@ def _events(text: str, **kw) -> tuple[Event, ...]:
      "marlow harbourside on tessera in production completed", D(2026, 3, 9)),
     ("Northgate cut over to FlowStock on 16 March 2026.", "northgate to flowstock cutover completed",
      D(2026, 3, 16)),
-    ("The Leeds clinic was moved onto the new EHR on 4 May 2026.", None, None),  # "moved": no completion verb
+    # a changeover verb: the thing's cutover
+    ("The Leeds clinic was moved onto the new EHR on 4 May 2026.", "leeds clinic onto the new ehr cutover completed",
+     D(2026, 5, 4)),
+    ("Elmfield switched over to ClinixPro in production on Monday 9 March 2026.",
+     "elmfield to clinixpro in production cutover completed", D(2026, 3, 9)),
+    ("The Bristol depot migrated to Ledgerly on 2 March 2026.", "bristol depot to ledgerly cutover completed",
+     D(2026, 3, 2)),
     ("Payroll went live on Ledgerly on Monday, 2 March 2026.", "payroll on ledgerly completed", D(2026, 3, 2)),
 ])
 def test_events_in_other_words(text, what, on):

@@ -163,7 +163,11 @@ def condition_met(cond: Terms, cond_scope: Iterable[str], event: Terms, event_sc
     # Parts of the event's identifiers count as its words ("payout" in payout_batch_v2).
     event_words = event.words | {p for i in event.identifiers for p in tokenize(i.replace("-", " ").replace("_", " "))}
     wanted = cond.words
-    if wanted & _CHANGEOVER and event_words & _CHANGEOVER and wanted - _CHANGEOVER:
+    # what changes over is named by the condition's words, or by its entities when the event
+    # names every one of them ("until Elmfield has switched to ClinixPro": Elmfield's ClinixPro
+    # cutover; Harwood's is another)
+    named = bool(wanted - _CHANGEOVER) or bool(cond.entities) and cond.entities <= event.entities | set(event_scope)
+    if wanted & _CHANGEOVER and event_words & _CHANGEOVER and named:
         # "the switch of X" is ended by "X cutover completed"; and what it changes over to is
         # new by definition ("the move to the new PMS" by "PMS-047: Harbourside moved to Tessera")
         wanted = wanted - _CHANGEOVER - _NEW

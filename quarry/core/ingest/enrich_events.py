@@ -1,7 +1,8 @@
 """Envelope enrichment of ``events``: in deployment, rollout, change or migration
-records, "<subject> completed / finished / concluded / went live / was done / was cut over / rolled out /
+records, "<subject> completed / finished / concluded / went live / was done / was cut over / switched
+(over) / moved / migrated / rolled out /
 signed off / closed out / wrapped up / finalised / accepted / handed over [successfully] [by <whom>] on <date>" and "<subject> is complete as of <date>" -> ("<subject> completed", date);
-"was cut over" -> "<subject> cutover completed". A markdown table with a completion-date
+"was cut over", "switched over", "moved", "migrated" -> "<subject> cutover completed". A markdown table with a completion-date
 column ("Completed on", "Completion date", "Went live") gives one event per row, the
 row's first cell as the subject. No entity is added: where the text names none, the
 resolver takes the record's own entity scope (prefixing "acme" would turn "Globex
@@ -23,6 +24,7 @@ __all__ = ["find_events"]
 # ----------------------------------------------------------------------------- events
 
 _EVENT_VERB = (r"(?P<verb>completed|finished|concluded|went\s+live|rolled\s+out|done|cut\s+over|closed\s+out"
+               r"|switched\s+over|switched|changed\s+over|moved|migrated|transitioned"
                r"|signed\s+off|wrapped\s+up|finali[sz]ed|accepted|handed\s+over"
                r"|complete\s+as\s+of|completed\s+as\s+of|live\s+as\s+of|finished\s+as\s+of)")
 # Who signed it off stands between the verb and the date: "signed off by the city building
@@ -46,6 +48,7 @@ _EVENT_DOC = re.compile(r"\b(?:rollout|roll-out|deployment|release|cutover|migra
                         r"(?:record|log|report|ticket|request|note|summary)\b", re.IGNORECASE)
 _EVENT_TYPES = frozenset({"deployment", "rollout", "change", "migration", "release", "change-record", "cutover"})
 _EVENT_TRIGGER = re.compile(r"\b(?:completed|finished|concluded|live|rolled|done|cut\s+over|complete|closed|signed"
+                            r"|switched|changed|moved|migrated|transitioned"
                             r"|wrapped|finali[sz]ed|accepted|handed)\b",
                             re.IGNORECASE)
 _SUBJ_DROP = frozenset({"the", "a", "an", "its", "our", "their", "and", "then", "finally", "it", "this", "that",
@@ -57,6 +60,12 @@ _COMPLETION_COLUMN = re.compile(r"^(?:completed|completion|completion\s+date|dat
 
 def _event_doc(doc: SourceDocument) -> bool:
     return doc.doc_type in _EVENT_TYPES or bool(_EVENT_DOC.search(f"{doc.title}\n{doc.text[:300]}"))
+
+
+# Verbs of a changeover: the event is the thing's cutover ("Elmfield switched over to
+# ClinixPro" is "elmfield to clinixpro cutover completed"), which a condition naming a
+# switch, move or migration of it waits for.
+_CHANGEOVER_VERB = re.compile(r"cut\s+over|switched(?:\s+over)?|changed\s+over|moved|migrated|transitioned", re.IGNORECASE)
 
 
 def _event(subject: str, verb: str, on: dt.date) -> Event | None:
@@ -78,7 +87,7 @@ def _event(subject: str, verb: str, on: dt.date) -> Event | None:
     if not words:
         return None
     what = " ".join(words).lower()
-    what = f"{what} cutover completed" if re.fullmatch(r"cut\s+over", verb, re.IGNORECASE) and "cutover" not in what \
+    what = f"{what} cutover completed" if _CHANGEOVER_VERB.fullmatch(verb) and "cutover" not in what \
         else f"{what} completed"
     return Event(what=what, on=on) if 3 <= len(what) <= 300 else None
 

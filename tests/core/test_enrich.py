@@ -395,6 +395,9 @@ def test_no_supersession_without_another_doc_id(text):
     ("This standard is in effect from 3 August 2026.", D(2026, 8, 3), None),
     ("This notice comes into force on 1 April 2026.", D(2026, 4, 1), None),
     ("This offer is good through 30 April 2026.", None, D(2026, 4, 30)),
+    ("This local rule changes the group policy for Quayside only, and applies from 1 December 2025.",
+     D(2025, 12, 1), None),
+    ("This interim pricing policy is valid until 30 June 2026.", None, D(2026, 6, 30)),
     ("This arrangement lapses on 31 May 2026.", None, D(2026, 5, 31)),
 ])
 def test_validity_in_other_words(text, start, end):

@@ -23,7 +23,8 @@ __all__ = ["find_effective"]
 _DOC_NOUN = (r"(?:policy|document|agreement|contract|amendment|runbook|page|version|exception|rule|procedure|guideline"
              r"|guidance|notice|memo|standard|schedule|waiver|arrangement|addendum|circular|directive|sop|rate|offer"
              r"|price\s+list|plan|process|instruction|instructions)")
-_SELF = r"(?:^|\bthis\s+" + _DOC_NOUN + r"\b[^.]*?)"
+# "this policy", and with up to two words before the noun: "this local rule", "this interim pricing policy"
+_SELF = r"(?:^|\bthis\s+(?:[\w-]+\s+){0,2}?" + _DOC_NOUN + r"\b[^.]*?)"
 # Being in force, in its usual words: "effective", "in force / in effect", "takes effect",
 # "comes / goes / enters into force / effect", "applies", "valid".
 _IN_FORCE = (r"(?:effective|in\s+(?:force|effect)|takes\s+effect|(?:comes?|goes?|enters?|came|went|entered)\s+into"

@@ -72,6 +72,8 @@ def test_condition_met(cond, event):
     ("until the switch of library loans", "staging library loans cutover completed", "another environment"),
     ("while the east wing refurbishment continues", "west wing refurbishment completed", "another part"),
     ("until the depot has cut over to FlowStock", "depot to ledgerbin cutover completed", "another system"),
+    ("until the surgery wing works completes", "surgery wing works theatre 1 handed back completed", "a numbered part"),
+    ("while the east wing refurbishment continues", "east wing floors 4 and 5 reopened completed", "a numbered part"),
     ("until the east-wing refurbishment completes", "west wing refurbishment completed", "another part"),
     ("until Elmfield has switched to ClinixPro", "elmfield to vetledger cutover completed", "another system"),
 ])

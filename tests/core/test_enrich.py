@@ -225,6 +225,12 @@ def _cond(text: str) -> str | None:
      "until the east-wing refurbishment completes"),
     ("While the depot move is happening, orders ship from Leeds.", "until the depot move completes"),
     ("Parcels go by road as long as the bridge closure is continuing.", "until the bridge closure completes"),
+    # the verb itself says it goes on
+    ("For as long as the surgery wing works continue, Quayside cannot take any X-rays.",
+     "until the surgery wing works completes"),
+    ("While the ward refurbishment continues, visiting is limited to two people.",
+     "until the ward refurbishment completes"),
+    ("Parcels go by road as long as the strike lasts.", "until the strike completes"),
     # for the duration of
     ("For the duration of the ERP migration, invoices are approved manually.", "until the ERP migration completes"),
     ("Night shifts pay a 20% premium for the duration of the flu season.", "until the flu season completes"),

@@ -117,6 +117,9 @@ def named_entities(text: str, entities: Iterable[str]) -> frozenset[str]:
 
 
 _NEW = frozenset(tokenize("new"))
+_NUMBERED = re.compile(r"\b([A-Za-z][A-Za-z-]*)\s+\d+\b")
+_MONTHS = frozenset("january february march april may june july august september october november december jan feb mar "
+                    "apr jun jul aug sep sept oct nov dec on by from since until after before in at of and to".split())
 _CUT_OVER = re.compile(r"\bcut[\s-]+over\b", re.IGNORECASE)
 
 
@@ -132,6 +135,9 @@ def terms(text: str, known_entities: dict[str, str]) -> Terms:
     plain = [t for t in toks if t not in idents]
     quals = {t for t in plain if t in _ENVIRONMENTS or t in _PARTIAL}
     quals |= {a for a, b in zip(plain, plain[1:]) if b in _PLACES and a not in _PLACES and a not in _FILLER}
+    # a numbered part ("theatre 1", "floors 4 and 5", "line 3") says which part: the whole is another thing
+    quals |= {t for w in _NUMBERED.findall(text) if w.lower() not in _MONTHS
+              for t in tokenize(w) if t not in _FILLER and t not in idents}
     quals -= set(known_entities)
     open_ended = text.strip().lower().startswith(_OPEN_ENDED)
     return Terms(idents, words, ents, frozenset(quals), open_ended)

@@ -51,10 +51,12 @@ _FRONT_UNTIL = re.compile(r"^\W*(?:(?:so|and|but|then|now|therefore|meanwhile),?
 _ONGOING = (r"(?:under\s*way|in\s+progress|ongoing|running|being\s+\w+|going\s+on|continuing|happening|taking\s+place"
             r"|not\s+yet\s+(?:complete|completed|finished|done))")
 _IN_PLACE = r"(?:in\s+(?:place|effect|force)|active|open|on)"
-_WHILE = re.compile(r"\b(?:while|whilst)\s+(?P<cond>[^.;:!?\n,]{2,100}?)\s+(?:is|are|remains?|stays?)\s+"
-                    + _ONGOING + r"\b", re.IGNORECASE)
-_AS_LONG_AS = re.compile(r"\b(?:as|so)\s+long\s+as\s+(?P<cond>[^.;:!?\n,]{2,100}?)\s+(?:is|are|remains?|stays?)\s+"
-                         r"(?P<state>" + _ONGOING + "|" + _IN_PLACE + r")\b", re.IGNORECASE)
+# "while the works continue", "as long as the strike lasts": the verb itself says it is under way
+_GOES_ON = r"(?:continues?|lasts?|goes\s+on|go\s+on|persists?|carries\s+on|carry\s+on)"
+_WHILE = re.compile(r"\b(?:while|whilst)\s+(?P<cond>[^.;:!?\n,]{2,100}?)\s+(?:(?:is|are|remains?|stays?)\s+"
+                    + _ONGOING + "|" + _GOES_ON + r")\b", re.IGNORECASE)
+_AS_LONG_AS = re.compile(r"\b(?:as|so)\s+long\s+as\s+(?P<cond>[^.;:!?\n,]{2,100}?)\s+(?:(?:is|are|remains?|stays?)\s+"
+                         r"(?P<state>" + _ONGOING + "|" + _IN_PLACE + r")|(?P<goes>" + _GOES_ON + r"))\b", re.IGNORECASE)
 _DURATION = re.compile(r"\b(?:for|during)\s+the\s+(?:duration|course|length)\s+of\s+" + _CLAUSE, re.IGNORECASE)
 _PENDING = re.compile(r"(?:(?:^|[,;(]\s*)pending\s+(?=(?:the|a|an|its|their|our|this|that|[\w-]+'s)\s)|\b(?:held"
                       r"|frozen|suspended|paused|deferred|on\s+hold|blocked|postponed|waived|applies|apply|remains?"
@@ -132,7 +134,7 @@ def _conditions_in(s: str) -> list[tuple[int, str]]:
     for m in _WHILE.finditer(s):
         out.append((m.start(), f"until {_clause(m.group('cond'))} completes"))
     for m in _AS_LONG_AS.finditer(s):
-        ongoing = re.fullmatch(_ONGOING, m.group("state"), re.IGNORECASE)
+        ongoing = m.group("goes") or re.fullmatch(_ONGOING, m.group("state"), re.IGNORECASE)
         out.append((m.start(), f"until {_clause(m.group('cond'))} {'completes' if ongoing else 'ends'}"))
     for m in _DURATION.finditer(s):
         out.append((m.start(), f"until {_clause(m.group('cond'))} completes"))

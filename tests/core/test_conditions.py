@@ -210,3 +210,14 @@ def test_a_changeover_named_by_entities_is_ended_only_by_one_naming_them_all():
     other = terms("harwood to clinixpro cutover completed", known)
     assert condition_met(cond, ("elmfield", "clinixpro"), mine, ("elmfield", "clinixpro"))
     assert not condition_met(cond, ("elmfield", "clinixpro"), other, ("harwood", "clinixpro"))
+
+
+def test_a_condition_naming_only_entities_is_ended_by_an_event_naming_them_all():
+    known = entity_stems(["elmfield", "harwood", "clinixpro"])
+    cond = terms("until clinixpro is live at harwood", known)
+    assert condition_met(cond, ("harwood", "clinixpro"), terms("clinixpro went live at harwood", known),
+                         ("harwood", "clinixpro"))
+    assert not condition_met(cond, ("harwood", "clinixpro"), terms("clinixpro went live at elmfield", known),
+                             ("elmfield", "clinixpro"))
+    assert not condition_met(cond, ("harwood", "clinixpro"),
+                             terms("clinixpro training rehearsal at harwood completed", known), ("harwood",))

@@ -293,6 +293,31 @@ def test_a_higher_authority_stating_the_value_an_answer_repeats_governs_in_its_p
     assert {s.passage_id for s in d.governing} == {pid(ps, governs)}
 
 
+def test_an_ended_exception_gives_way_to_the_rule_it_stood_in_for():
+    # the question shares its words with the exception ("Acme", "ready") and the rollout
+    # record, too few with the policy's statement: once the exception ended, the policy's
+    # value for the exception's subject answers again
+    import numpy as np
+    from quarry.core.evidence.graph import facts_of
+
+    policy = doc("rx-policy", "Repeat prescriptions are ready 2 working days after the request.",
+                 doc_type="policy", published_at=D(2025, 6, 1))
+    ticket = doc("rx-note", "Acme repeat prescriptions are ready 4 working days after the request.",
+                 doc_type="comment", entities=("acme",), published_at=D(2026, 1, 3), condition="until cutover")
+    record = doc("rollout", "Acme cutover: Acme went live on the new platform and its prescription ordering works again.",
+                 doc_type="deployment", entities=("acme",), published_at=D(2026, 1, 15),
+                 events=(Event(what="acme cutover completed", on=D(2026, 1, 15)),))
+    ps = passages(policy, ticket, record)
+    facts = {}
+    for p in ps:
+        f = facts_of(p)
+        facts[p.passage_id] = f.with_vectors(np.tile([1.0, 0.0], (len(f.statements), 1))) if f.statements else f
+    q = "Acme: when are they ready, now the Acme cutover has completed?"
+    after = resolve(ps, ACME, D(2026, 2, 11), query=q, facts=facts)
+    assert rejected(after)[pid(ps, "rx-note")] == ("condition_ended", pid(ps, "rollout"))
+    assert pid(ps, "rx-policy") in {s.passage_id for s in after.governing}
+
+
 def test_beaten_only_by_a_beaten_passage_stands():
     # runbook beats ticket (authority); ticket would beat comment, but the ticket is out.
     ps = passages(doc("rb", "The batch cutoff for settlement is 17:00 today.", doc_type="runbook"),

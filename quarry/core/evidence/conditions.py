@@ -162,8 +162,10 @@ def event_terms(what: str, record_title: str, single: bool, known_entities: dict
 def condition_met(cond: Terms, cond_scope: Iterable[str], event: Terms, event_scope: Iterable[str]) -> bool:
     """Whether ``event`` is the stopping event ``cond`` waits for. ``*_scope`` are the
     envelope entities of the two records, used where the text names no entity."""
-    if cond.open_ended or (not cond.identifiers and not cond.words):
+    if cond.open_ended or (not cond.identifiers and not cond.words and not cond.entities):
         return False  # "until further notice" names nothing a record could prove
+    if not cond.identifiers and not cond.words and not cond.entities <= (event.entities or frozenset(event_scope)):
+        return False  # "until ClinixPro is live at Harwood" names only entities: the event must name them all
     if not cond.identifiers <= event.identifiers:
         return False
     # Parts of the event's identifiers count as its words ("payout" in payout_batch_v2).

@@ -22,7 +22,7 @@ _STANDS_IN = ("superseded_by", "condition_ended")
 _MEANING_MARGIN = 0.05
 _TEXT_MARGIN = 1  # on words in the text alone, a passage sharing fewer than the best less this does not answer
 
-__all__ = ["ON_QUESTION", "answer_kinds", "can_answer", "question_scope", "speaks_to", "without_echoes"]
+__all__ = ["ON_QUESTION", "answer_kinds", "can_answer", "question_scope", "resumed", "speaks_to", "without_echoes"]
 
 _PERIODS = r"(?:minutes?|hours?|days?|nights?|weeks?|fortnights?|months?|years?)"
 _NUMBER_WORDS = r"(?:\d+(?:[.,]\d+)?|an?|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|fifteen|twenty|thirty)"
@@ -124,6 +124,28 @@ def _echoes(a: str, b: str, st: ResolutionState, facts: Mapping[str, PassageFact
         x.unit == y.unit and x.value == y.value and same_subject(x, y, similarity)
         and (not paraphrase or similarity(x.clause, y.clause) >= DEFAULT_THRESHOLDS.synonym)
         for x in facts[a].statements for y in facts[b].statements)
+
+
+def resumed(st: ResolutionState, facts: Mapping[str, PassageFacts], query: str, candidates: Sequence[str],
+            answers: set[str], similarity=None) -> set[str]:
+    """Survivors that take an ended exception's place. A passage whose condition ended
+    ("Harwood repeats take 4 working days, pending Harwood's switch") stated a value the
+    question asks about (its words share ``ON_QUESTION`` stems with the question); a
+    candidate stating a value for the same subject (the policy's 2 working days) is the rule
+    again and answers, unless an answer already states one for that subject."""
+    q = frozenset(tokenize(query))
+    kinds = answer_kinds(query)
+    ended = [s for pid, r in sorted(st.rejected.items()) if r.reason == "condition_ended"
+             for s in facts[pid].statements if fits(s, kinds) and len(q & _stated(s)) >= ON_QUESTION]
+    if not ended:
+        return set()
+
+    def states(pid: str) -> bool:
+        return any(x.unit.split("/")[0] == y.unit.split("/")[0] and same_subject(x, y, similarity)
+                   for x in ended for y in facts[pid].statements)
+    if any(states(a) for a in answers):
+        return set()
+    return {c for c in candidates if c not in answers and states(c)}
 
 
 def without_echoes(answers: set[str], st: ResolutionState, facts: Mapping[str, PassageFacts],

@@ -55,7 +55,7 @@ from quarry.core.evidence.conditions import named_entities
 from quarry.core.evidence.disputes import decide_conflicts
 from quarry.core.evidence.graph import PassageFacts, doc_key, facts_of
 from quarry.core.evidence.predicates import MIN_SHARED, predicates
-from quarry.core.evidence.question import ON_QUESTION, can_answer, question_scope, speaks_to, without_echoes
+from quarry.core.evidence.question import ON_QUESTION, can_answer, question_scope, resumed, speaks_to, without_echoes
 from quarry.core.evidence.rules import (
     ResolutionState, rank_of, effective_dates, start_of, stopping_conditions, supersession,
 )
@@ -129,6 +129,8 @@ def resolve(
     def sel(pid: str, reason: str) -> SelectedEvidence:
         return SelectedEvidence(passage_id=pid, reason=reason, validity=validity(by_id[pid].envelope, day))
 
+    if query is not None:  # an exception whose condition ended gives way to the rule it stood in for
+        answers |= resumed(st, facts, query, candidates, answers, similarity)
     # A record that proves an event or a link the decision rests on supports the answer
     # (the proving passage; its other passages are related), unless nothing else answers.
     asks = frozenset(tokenize(query)) if query is not None else frozenset()

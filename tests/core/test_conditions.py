@@ -75,6 +75,7 @@ def test_condition_met(cond, event):
     ("until the surgery wing works completes", "surgery wing works theatre 1 handed back completed", "a numbered part"),
     ("while the east wing refurbishment continues", "east wing floors 4 and 5 reopened completed", "a numbered part"),
     ("until the east-wing refurbishment completes", "west wing refurbishment completed", "another part"),
+    ("until the Acme cutover completes", "acme ledger migration completed", "another changeover of the entity"),
     ("until Elmfield has switched to ClinixPro", "elmfield to vetledger cutover completed", "another system"),
 ])
 def test_near_misses_never_end_a_condition(cond, event, why):

@@ -174,7 +174,9 @@ def condition_met(cond: Terms, cond_scope: Iterable[str], event: Terms, event_sc
     # what changes over is named by the condition's words, or by its entities when the event
     # names every one of them ("until Elmfield has switched to ClinixPro": Elmfield's ClinixPro
     # cutover; Harwood's is another)
-    named = bool(wanted - _CHANGEOVER) or bool(cond.entities) and cond.entities <= event.entities | set(event_scope)
+    # (by its entities only when it names what moves and where to: "until the Acme cutover" names one
+    # entity, and any other Acme migration is not it)
+    named = bool(wanted - _CHANGEOVER) or len(cond.entities) >= 2 and cond.entities <= event.entities | set(event_scope)
     if wanted & _CHANGEOVER and event_words & _CHANGEOVER and named:
         # "the switch of X" is ended by "X cutover completed"; and what it changes over to is
         # new by definition ("the move to the new PMS" by "PMS-047: Harbourside moved to Tessera")

@@ -318,22 +318,6 @@ def test_an_ended_exception_gives_way_to_the_rule_it_stood_in_for():
     assert pid(ps, "rx-policy") in {s.passage_id for s in after.governing}
 
 
-def test_only_what_defeats_a_passage_on_the_question_supports_the_answer():
-    # the wiki is on the question (its cutoff) and also disputes the backup runbook; the
-    # runbook's own supersession of its first version is no evidence for the cutoff
-    ps = passages(doc("cutoff-policy", "The EUR settlement cutoff is 15:00.", doc_type="policy"),
-                  doc("ops-wiki", "The EUR settlement cutoff is 16:00. Database backups are kept for 60 days.",
-                      doc_type="page"),
-                  doc("backup-runbook", "Database backups are kept for 14 days.", doc_type="runbook",
-                      published_at=D(2025, 1, 1)),
-                  doc("backup-runbook", "Database backups are kept for 30 days.", doc_type="runbook", version="2",
-                      published_at=D(2025, 6, 1)))
-    d = resolve(ps, ACME, D(2026, 2, 1), query="What is the EUR settlement cutoff?")
-    assert {s.passage_id for s in d.governing} == {pid(ps, "cutoff-policy")}
-    assert rejected(d)[pid(ps, "ops-wiki")] == ("subordinate_to", pid(ps, "cutoff-policy"))
-    assert pid(ps, "backup-runbook", "2") not in {s.passage_id for s in d.supporting}
-
-
 def test_beaten_only_by_a_beaten_passage_stands():
     # runbook beats ticket (authority); ticket would beat comment, but the ticket is out.
     ps = passages(doc("rb", "The batch cutoff for settlement is 17:00 today.", doc_type="runbook"),

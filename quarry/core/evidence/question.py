@@ -224,7 +224,6 @@ def question_scope(st: ResolutionState, facts: Mapping[str, PassageFacts], query
         st.on_tier = set(on)
         # the question's evidence grows from whatever speaks to it by either test
         on |= {pid for pid, o in over.items() if o[0] >= ON_QUESTION or o[1] >= ON_QUESTION}
-    st.on_question = set(on)
     edges: dict[str, set[str]] = {pid: set() for pid in st.by_id}
     links = [(pid, r.by) for pid, r in st.rejected.items() if r.by] + list(pairs) + [
         (g[0], x) for g in groups for x in g[1:]]

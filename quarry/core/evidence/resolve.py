@@ -147,10 +147,7 @@ def resolve(
         notes = "; ".join(sorted(st.governs.get(pid, ())))
         if pid in answers:
             governing.append(sel(pid, notes or "answers the question"))
-        elif pid in scope and notes and (st.on_question is None or any(
-                r.by == pid and x in st.on_question for x, r in st.rejected.items())):
-            # only what defeated or ended a passage that speaks to the question supports the
-            # answer: a supersession two links away is no evidence for this question
+        elif pid in scope and notes:
             supporting.append(sel(pid, notes))
     rejected = tuple(RejectedEvidence(passage_id=pid, reason=r.reason, by=r.by, detail=r.detail)
                      for pid, r in sorted(st.rejected.items()) if pid in scope)

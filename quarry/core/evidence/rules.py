@@ -38,7 +38,6 @@ class ResolutionState:
     rejected: dict[str, Rejection] = field(default_factory=dict)
     governs: dict[str, set[str]] = field(default_factory=dict)  # passage id -> reasons it governs
     on_tier: set[str] | None = None  # the passages on the question (its tier), when there is a question
-    on_question: set[str] | None = None  # the passages that speak to the question by either test, before links
 
     def reject(self, pid: str, reason: RejectReason, by: str | None, detail: str, note: str | None = None) -> None:
         self.rejected[pid] = Rejection(reason, by, detail)

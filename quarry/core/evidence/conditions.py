@@ -118,8 +118,10 @@ def named_entities(text: str, entities: Iterable[str]) -> frozenset[str]:
 
 _NEW = frozenset(tokenize("new"))
 _NUMBERED = re.compile(r"\b([A-Za-z][A-Za-z-]*)\s+\d+\b")
-_MONTHS = frozenset("january february march april may june july august september october november december jan feb mar "
-                    "apr jun jul aug sep sept oct nov dec on by from since until after before in at of and to".split())
+# words a number follows that name no part: a month ("March 2026") or a preposition ("on 9")
+_NOT_A_PART = frozenset("january february march april may june july august september october november december jan "
+                        "feb mar apr jun jul aug sep sept oct nov dec on by from since until after before in at of and "
+                        "to".split())
 _CUT_OVER = re.compile(r"\bcut[\s-]+over\b", re.IGNORECASE)
 
 
@@ -136,7 +138,7 @@ def terms(text: str, known_entities: dict[str, str]) -> Terms:
     quals = {t for t in plain if t in _ENVIRONMENTS or t in _PARTIAL}
     quals |= {a for a, b in zip(plain, plain[1:]) if b in _PLACES and a not in _PLACES and a not in _FILLER}
     # a numbered part ("theatre 1", "floors 4 and 5", "line 3") says which part: the whole is another thing
-    quals |= {t for w in _NUMBERED.findall(text) if w.lower() not in _MONTHS
+    quals |= {t for w in _NUMBERED.findall(text) if w.lower() not in _NOT_A_PART
               for t in tokenize(w) if t not in _FILLER and t not in idents}
     quals -= set(known_entities)
     open_ended = text.strip().lower().startswith(_OPEN_ENDED)
@@ -171,11 +173,10 @@ def condition_met(cond: Terms, cond_scope: Iterable[str], event: Terms, event_sc
     # Parts of the event's identifiers count as its words ("payout" in payout_batch_v2).
     event_words = event.words | {p for i in event.identifiers for p in tokenize(i.replace("-", " ").replace("_", " "))}
     wanted = cond.words
-    # what changes over is named by the condition's words, or by its entities when the event
-    # names every one of them ("until Elmfield has switched to ClinixPro": Elmfield's ClinixPro
-    # cutover; Harwood's is another)
-    # (by its entities only when it names what moves and where to: "until the Acme cutover" names one
-    # entity, and any other Acme migration is not it)
+    # what changes over is named by the condition's words, or by two or more entities (what
+    # moves and where to) that the event names too: "until Elmfield has switched to ClinixPro" is
+    # Elmfield's ClinixPro cutover, Harwood's is another; "until the Acme cutover" names one
+    # entity, and any other Acme migration is not it
     named = bool(wanted - _CHANGEOVER) or len(cond.entities) >= 2 and cond.entities <= event.entities | set(event_scope)
     if wanted & _CHANGEOVER and event_words & _CHANGEOVER and named:
         # "the switch of X" is ended by "X cutover completed"; and what it changes over to is

@@ -13,11 +13,14 @@ import re
 
 from quarry.core.records import SourceDocument
 
-__all__ = ["doc_ids_in", "find_supersession"]
+__all__ = ["SUPERSEDES_VERB", "doc_ids_in", "find_supersession"]
 
-_SUPERSEDE = re.compile(r"\b(?P<verb>superseded\s+by|replaced\s+by|succeeded\s+by|in\s+favou?r\s+of|replaces|supersedes"
-                        r"|rescinds|withdraws|retires|revokes|takes\s+over\s+from|takes\s+the\s+place\s+of|succeeds)\b"
-                        r"(?P<rest>[^.;!?\n]*)", re.IGNORECASE)
+# The active verbs by which this document ends another (also read by the validity enricher:
+# "takes over from X from 2 March" makes this document in force from then).
+SUPERSEDES_VERB = (r"(?:replaces|supersedes|rescinds|withdraws|retires|revokes|takes\s+over\s+from"
+                   r"|takes\s+the\s+place\s+of|succeeds)")
+_SUPERSEDE = re.compile(r"\b(?P<verb>superseded\s+by|replaced\s+by|succeeded\s+by|in\s+favou?r\s+of|"
+                        + SUPERSEDES_VERB + r")\b(?P<rest>[^.;!?\n]*)", re.IGNORECASE)
 _PASSIVE = re.compile(r"(?P<head>[^.;!?\n]*?)\b(?:is|are|was|were|has\s+been|have\s+been|hereby|now)\s+(?:hereby\s+)?"
                       r"(?:rescinded|withdrawn|retired|superseded|replaced|revoked|deprecated|no\s+longer\s+in\s+"
                       r"(?:force|effect))\b(?P<rest>[^.;!?\n]*)", re.IGNORECASE)

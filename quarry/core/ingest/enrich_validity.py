@@ -13,7 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 
-from quarry.core.ingest.enrich_supersession import doc_ids_in
+from quarry.core.ingest.enrich_supersession import SUPERSEDES_VERB, doc_ids_in
 from quarry.core.text.markdown import plain_sentence
 from quarry.core.text.nlp import DATE, parse_date
 from quarry.core.text.tokenizer import tokenize
@@ -56,8 +56,7 @@ _OTHER_ENDS = re.compile(r"\b(?:is|are|was|were|will\s+be)\s+(?:hereby\s+)?(?:re
 # "This schedule takes over from `fees-2025` for every appointment from Monday 2 March 2026":
 # this document replaces another from a date, so it is in force from then (the active voice
 # of :data:`_OTHER_ENDS`)
-_REPLACES_FROM = re.compile(r"\b(?:replaces|supersedes|rescinds|withdraws|retires|revokes|takes\s+over\s+from"
-                            r"|takes\s+the\s+place\s+of|succeeds)\b[^.]*?\b(?:with\s+effect\s+from|effective\s+from"
+_REPLACES_FROM = re.compile(r"\b" + SUPERSEDES_VERB + r"\b[^.]*?\b(?:with\s+effect\s+from|effective\s+from"
                             r"|effective\s+as\s+of|effective|as\s+of|from|starting|beginning)\s+(?:\w+day,?\s+)?(?P<date>"
                             + DATE + ")", re.IGNORECASE)
 # "The allowance is a pilot and is valid through 31 December 2025": the sentence's subject,

@@ -337,3 +337,15 @@ def test_a_table_caption_names_what_its_rows_are_values_of():
 def test_a_period_without_a_number_is_still_a_value():
     (s,) = statements("Backups run every month.")
     assert (s.value, s.unit) == ("1 month", "duration")
+
+
+@pytest.mark.parametrize("text, words", [
+    # the small model reads the "before" clause as a conjunct of the main verb
+    ("The practice-management system sends every client a booster reminder by text message and by email "
+     "14 days before the booster falls due.", {"booster", "reminder"}),
+    ("The office mails each tenant a renewal notice by post and by email 60 days before the lease ends.",
+     {"renewal", "notice"}),
+])
+def test_a_reference_clause_read_as_a_conjunct_is_still_the_reference_point(text, words):
+    (s,) = statements(text)
+    assert words <= {w.lower() for w in s.words}

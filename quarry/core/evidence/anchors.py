@@ -118,7 +118,9 @@ def value_anchor(doc, v: Value):
         if t.lower_ in _QUALIFIERS and t.i > r.i and t.pos_ in ("ADJ", "ADV", "DET", "PRON"):
             child, t = t, t.head  # "30 kg gross per package": a qualifier of the value
             continue
-        if (t.pos_ in ("VERB", "AUX") and t.dep_ == "advcl" and t.head.pos_ in ("VERB", "AUX", "NOUN")
+        # (the small model sometimes reads the clause as a conjunct: "sends a reminder 14 days
+        # before the booster falls due", "falls" as a conj of "sends")
+        if (t.pos_ in ("VERB", "AUX") and t.dep_ in ("advcl", "conj") and t.head.pos_ in ("VERB", "AUX", "NOUN")
                 and any(c.dep_ == "mark" and c.lower_ in _REFERENCE_MARKS and c.i > child.i for c in t.children)):
             via_when = True  # "48 hours before the vehicle arrives": the clause is the reference point
             child, t = t, t.head

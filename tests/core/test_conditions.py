@@ -222,3 +222,23 @@ def test_a_condition_naming_only_entities_is_ended_by_an_event_naming_them_all()
                              ("elmfield", "clinixpro"))
     assert not condition_met(cond, ("harwood", "clinixpro"),
                              terms("clinixpro training rehearsal at harwood completed", known), ("harwood",))
+
+
+def test_one_of_several_sites_is_a_part_of_them():
+    known = entity_stems(["vale", "brackley", "elston", "wyle", "inc-7781"])
+    scope = ("vale", "brackley", "elston", "wyle", "inc-7781")
+    cond = terms("until the Vale exchanges ends", known)
+    one = terms("brackley exchange service restored after the vale flooding", known)
+    whole = terms("vale exchanges flood outage ended, all three exchanges back in service", known)
+    assert not condition_met(cond, scope, one, scope)
+    assert condition_met(cond, scope, whole, scope)
+    # the same event names every site: the whole
+    every = terms("brackley, elston and wyle exchanges back in service", known)
+    assert condition_met(terms("until the exchanges ends", known), scope, every, scope)
+
+
+def test_moved_across_is_a_move():
+    known = entity_stems(["arclight", "carebill"])
+    cond = terms("until the North West has been moved across to Arclight", known)
+    ev = terms("north west residential accounts to arclight in production cutover completed", known)
+    assert condition_met(cond, ("north-west", "arclight"), ev, ("north-west", "arclight"))

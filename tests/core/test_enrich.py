@@ -498,3 +498,49 @@ def test_a_fronted_until_clause_limits_the_rule_that_follows(text, cond):
     from quarry.core.ingest.enrich_conditions import find_condition
 
     assert find_condition([text]) == cond
+
+
+@pytest.mark.parametrize("text, what, on", [
+    # what went live "for" someone; a change done over a span of days ends on its last day
+    ("Arclight went live for the North West on Monday 16 March 2026 at 07:00.", "arclight for the north west completed",
+     D(2026, 3, 16)),
+    ("The Leeds accounts were moved to Ledgerly over the weekend of 14 and 15 March 2026.",
+     "leeds accounts to ledgerly cutover completed", D(2026, 3, 15)),
+    ("The depot stock was migrated to FlowStock during the night of 3 to 4 May 2026.",
+     "depot stock to flowstock cutover completed", D(2026, 5, 4)),
+])
+def test_events_for_someone_and_over_a_span_of_days(text, what, on):
+    assert (what, on) in {(e.what, e.on) for e in _events(text)}
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("As long as the Vale exchanges are out of service, customers there can leave without a charge.",
+     "until the Vale exchanges ends"),
+    ("As long as the east lift is down, porters carry luggage up.", "until the east lift ends"),
+    ("So long as the car park is closed, staff may claim taxi fares.", "until the car park ends"),
+])
+def test_a_disruption_that_lasts_is_a_condition(text, expected):
+    assert _cond(text) == expected
+
+
+@pytest.mark.parametrize("text", [
+    "We are closing the Refer a Friend scheme on the referral page (`acme-page-referral`). It is withdrawn with "
+    "effect from 16 February 2026, and its credits stop.",
+    "We are discontinuing the old guide (`acme-old-guide`). It is retired from 16 February 2026.",
+])
+def test_a_pronoun_after_the_sentence_naming_another_document(text):
+    d = enrich(doc(text, doc_id="acme-memo"))
+    assert d.supersedes and d.supersedes[0].startswith("acme-") and d.effective_from == D(2026, 2, 16)
+
+
+@pytest.mark.parametrize("text, day", [
+    ("From 2 March 2026 the most you can offer is 20% off. This replaces the 15% ceiling in the playbook.",
+     D(2026, 3, 2)),
+    ("As of 1 April 2026 refunds are paid within 5 days; this replaces the 10-day rule.", D(2026, 4, 1)),
+])
+def test_a_rule_fronted_by_its_date_that_replaces_another(text, day):
+    assert enrich(doc(text)).effective_from == day
+
+
+def test_a_fronted_date_without_a_replacement_is_not_the_documents_start():
+    assert enrich(doc("From 2 March 2026 the canteen opens at 08:00. Parking is free.")).effective_from is None

@@ -349,3 +349,12 @@ def test_a_period_without_a_number_is_still_a_value():
 def test_a_reference_clause_read_as_a_conjunct_is_still_the_reference_point(text, words):
     (s,) = statements(text)
     assert words <= {w.lower() for w in s.words}
+
+
+def test_a_bound_after_a_plural_noun_counts_it_and_a_cadence_is_no_rate():
+    (s,) = statements("The overdue amount is split into equal monthly instalments, at most 6, on top of the bill.")
+    assert (s.value, s.unit) == ("6 instalment", "count:instalment")
+    (t,) = statements("A customer can be offered at most 3 monthly instalments.")
+    assert (t.value, t.unit) == ("3 instalment", "count:instalment")
+    assert statements("We charge GBP 10 monthly.")[0].unit == "currency:GBP/duration"
+    assert not statements("A customer who cannot pay in one go can ask for a plan.")

@@ -22,6 +22,8 @@ A condition is met by an event when
   the rollout completed" against "until the erp migration / the rollout completes");
 - "until further notice" (``Terms.open_ended``) names nothing a record could prove: it
   never ends;
+- one of several sites is a part: an event naming some of the conditioned record's sites
+  that the condition does not name (Brackley, of Brackley, Elston and Wyle) does not end it;
 - the entities agree: the entities the condition names (else the conditioned passage's
   scope) meet the entities the event names (else its record's scope). Another entity's
   cutover does not end Acme's exception.
@@ -54,6 +56,7 @@ _FILLER = frozenset(tokenize(
     # the condition's own framing: what it waits for is the thing, not that it is under way
     "while whilst during pending under way underway progress ongoing duration course "
     "continue continues continuing lasts remains remain stays persists long"  # "while the refurbishment continues", "as long as"
+    " across"  # the particle of "moved across to": "moved over", "switched over"
 ))
 # Environments: another environment's completion is a near miss, not the stopping event.
 _ENVIRONMENTS = frozenset(tokenize("production prod staging stage dev development test testing qa uat sandbox "
@@ -192,6 +195,13 @@ def condition_met(cond: Terms, cond_scope: Iterable[str], event: Terms, event_sc
     default_env = _PRODUCTION if not cond.qualifiers & _ENVIRONMENTS else set()
     other = event.qualifiers - cond.words - scope_words - default_env
     if other:
+        return False
+    # One of several sites is a part: a record scoped to sites its condition does not name
+    # ("as long as the Vale exchanges are out of service", on Brackley, Elston and Wyle) is
+    # not ended by an event naming some of them ("Brackley exchange service restored").
+    # (it names at least one and leaves out at least two: a group's name may go unsaid)
+    rest = {e for e in cond_scope if e not in cond.entities and not any(c.isdigit() for c in e)}
+    if event.entities & rest and len(rest - event.entities) >= 2:
         return False
     c_ents = cond.entities or frozenset(cond_scope)
     e_ents = event.entities or frozenset(event_scope)

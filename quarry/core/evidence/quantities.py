@@ -482,12 +482,31 @@ def sentence_values(doc, *, tenant: str) -> list[Value]:
     return [_with_rate(doc, v) for v in out]
 
 
+_NO_COUNT = frozenset({"go", "point", "way"})
+_BOUND_WORDS = frozenset("at most least up to no more fewer than a maximum minimum max min of".split())
+
+
+def _bounded_after(doc, i: int):
+    """The plural noun a bare bound after a comma counts: "split into monthly instalments,
+    at most 6" (6 instalments), "guests, up to 4"; None otherwise."""
+    j = i - 1
+    while j >= 0 and doc[j].lower_ in _BOUND_WORDS:
+        j -= 1
+    if j == i - 1 or j < 1 or doc[j].text not in (",", "(") or doc[j - 1].tag_ != "NNS":
+        return None
+    return doc[j - 1]
+
+
 def _count(doc, i: int, value: float, date_tokens: set[int]) -> Value | None:
     """A number that counts the noun after it ("10 seats", "5 failed login attempts")."""
     tok = doc[i]
     if i in date_tokens:
         return None  # a year or a day of a month
+    if (noun := _bounded_after(doc, i)) is not None:  # "monthly instalments, at most 6"
+        return Value(frozenset({i}), f"{_fmt(value)} {noun.lemma_.lower()}", f"count:{noun.lemma_.lower()}", value)
     head = tok.head
+    if head.lower_ in _NO_COUNT:
+        return None  # "in one go": an idiom, not a count
     if tok.dep_ not in ("nummod", "quantmod") or head.i <= i or head.pos_ not in ("NOUN",):
         return None  # "SAML 2.0", "tier 2", "Ticket 482": a label, not a count
     if head.lower_ in _MERIDIEM:
@@ -508,7 +527,10 @@ def _with_rate(doc, v: Value) -> Value:
     j = max(v.tokens) + 1
     if j < len(doc) and v.magnitude is not None and v.unit not in ("duration", "time_of_day"):
         # "USD 425 annually", "EUR 40 a month", "GBP 10 each month": a time rate
-        if doc[j].lower_ in _PERIOD_ADVERBS:
+        if doc[j].lower_ in _PERIOD_ADVERBS and v.unit.startswith("count:") and doc[j].dep_ == "amod" \
+                and doc[j].head.i > j:
+            name = None  # "3 monthly instalments": three instalments, each a month apart, not 3 a month
+        elif doc[j].lower_ in _PERIOD_ADVERBS:
             name, last = _PERIOD_ADVERBS[doc[j].lower_], j
             days, approx = _period_days(name), name not in ("hour", "day")
         elif doc[j].lower_ in ("a", "an", "each", "every") and (u := _duration_unit(doc, j + 1)) is not None:

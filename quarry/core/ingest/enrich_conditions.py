@@ -5,7 +5,8 @@ as "until <what>" so the resolver's matching (``core.evidence.conditions``) read
   needs a state word in its sentence: remains, stays, keeps, instead of, valid, ...);
 * "... remains in effect / in force / valid until X" -> "until X";
 * "while X is under way / in progress / ongoing" and "for the duration of X" ->
-  "until X completes"; "as long as X is in place / active" -> "until X ends";
+  "until X completes"; "as long as X is in place / active / out of service / down" ->
+  "until X ends";
 * "pending X" -> "until X";
 * "once X is finished, <the rule> applies again / resumes" -> "until X completes";
 * "ceases to apply / no longer applies / lapses when X" -> "until X";
@@ -51,12 +52,16 @@ _FRONT_UNTIL = re.compile(r"^\W*(?:(?:so|and|but|then|now|therefore|meanwhile),?
 _ONGOING = (r"(?:under\s*way|in\s+progress|ongoing|running|being\s+\w+|going\s+on|continuing|happening|taking\s+place"
             r"|not\s+yet\s+(?:complete|completed|finished|done))")
 _IN_PLACE = r"(?:in\s+(?:place|effect|force)|active|open|on)"
+# a disruption that lasts: "as long as the exchanges are out of service", "while the lift is down"
+_DISRUPTED = (r"(?:out\s+of\s+(?:service|action|use|order)|down|offline|unavailable|closed|shut|flooded|disrupted"
+              r"|not\s+(?:available|working|in\s+service))")
 # "while the works continue", "as long as the strike lasts": the verb itself says it is under way
 _GOES_ON = r"(?:continues?|lasts?|goes\s+on|go\s+on|persists?|carries\s+on|carry\s+on)"
 _WHILE = re.compile(r"\b(?:while|whilst)\s+(?P<cond>[^.;:!?\n,]{2,100}?)\s+(?:(?:is|are|remains?|stays?)\s+"
                     + _ONGOING + "|" + _GOES_ON + r")\b", re.IGNORECASE)
 _AS_LONG_AS = re.compile(r"\b(?:as|so)\s+long\s+as\s+(?P<cond>[^.;:!?\n,]{2,100}?)\s+(?:(?:is|are|remains?|stays?)\s+"
-                         r"(?P<state>" + _ONGOING + "|" + _IN_PLACE + r")|(?P<goes>" + _GOES_ON + r"))\b", re.IGNORECASE)
+                         r"(?P<state>" + _ONGOING + "|" + _IN_PLACE + "|" + _DISRUPTED + r")|(?P<goes>" + _GOES_ON
+                         + r"))\b", re.IGNORECASE)
 _DURATION = re.compile(r"\b(?:for|during)\s+the\s+(?:duration|course|length)\s+of\s+" + _CLAUSE, re.IGNORECASE)
 _PENDING = re.compile(r"(?:(?:^|[,;(]\s*)pending\s+(?=(?:the|a|an|its|their|our|this|that|[\w-]+'s)\s)|\b(?:held"
                       r"|frozen|suspended|paused|deferred|on\s+hold|blocked|postponed|waived|applies|apply|remains?"

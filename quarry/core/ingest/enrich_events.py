@@ -30,13 +30,18 @@ _EVENT_VERB = (r"(?P<verb>completed|finished|concluded|went\s+live|rolled\s+out|
 # Who signed it off stands between the verb and the date: "signed off by the city building
 # inspector on 16 February 2026".
 _AGENT = r"(?:by\s+(?:[\w'-]+\s+){1,5}?(?=on\s))?"
+# A span of days ends on its last: "over the weekend of 14 and 15 March 2026", "during the
+# night of 3 to 4 May".
+_SPAN_LEAD = (r"(?:over|during)\s+the\s+(?:weekend|night|evening)\s+of\s+"
+              r"(?:\d{1,2}(?:st|nd|rd|th)?\s+(?:and|to|-|–)\s+)?")
 _COMPLETED = re.compile(
     r"(?P<subj>(?:[\w'-]+\s+){0,9}?)(?:was\s+|were\s+|has\s+been\s+|have\s+been\s+|had\s+been\s+|is\s+|are\s+|got\s+)?"
     + _EVENT_VERB + r"(?:\s+(?:successfully|fully|in\s+full))?\s+" + _AGENT
     # what it went live on or cut over to stands between the verb and the date: "went live on
     # Tessera in production on 9 March 2026", "cut over to FlowStock on 16 March 2026"
-    + r"(?P<comp>(?:to|onto|on|into|in|at)\s+(?!\d)(?:[\w'-]+\s+){1,4}?(?=on\s))?"
-    + r"(?:on\s+|as\s+of\s+|at\s+|by\s+)?(?:\w+day,?\s+)?"
+    # ("went live for the North West on ...")
+    + r"(?P<comp>(?:to|onto|on|into|in|at|for)\s+(?!\d)(?:[\w'-]+\s+){1,4}?(?=on\s|" + _SPAN_LEAD + r"))?"
+    + r"(?:on\s+|as\s+of\s+|at\s+|by\s+|" + _SPAN_LEAD + r")?(?:\w+day,?\s+)?"
     r"(?P<date>" + DATE + ")", re.IGNORECASE)
 # "We completed the ERP migration on <date>": the object is what completed.
 _COMPLETED_OBJ = re.compile(

@@ -1,10 +1,11 @@
 """Envelope enrichment of ``supersedes`` / ``superseded_by``: a sentence naming another
 doc id (``settlement-runbook``, ``refund-policy@1``; in backticks or id-shaped) after
 "replaces", "supersedes", "rescinds", "withdraws", "retires", "takes over from", "takes the place
-of", "succeeds" (-> ``supersedes``), or after "replaced by",
+of", "succeeds", "closes", "discontinues", "is closing" (-> ``supersedes``), or after "replaced by",
 "superseded by", "succeeded by", "in favour of" / "in favor of" (-> ``superseded_by``);
 and "<id> is rescinded / withdrawn / retired / superseded / no longer in force" (this
-document speaking of the other -> ``supersedes``).
+document speaking of the other -> ``supersedes``), also as "It is withdrawn ..." right after a
+sentence naming the other.
 """
 
 from __future__ import annotations
@@ -13,12 +14,13 @@ import re
 
 from quarry.core.records import SourceDocument
 
-__all__ = ["SUPERSEDES_VERB", "doc_ids_in", "find_supersession"]
+__all__ = ["SUPERSEDES_VERB", "doc_ids_in", "find_supersession", "pronoun_ids"]
 
 # The active verbs by which this document ends another (also read by the validity enricher:
 # "takes over from X from 2 March" makes this document in force from then).
 SUPERSEDES_VERB = (r"(?:replaces|supersedes|rescinds|withdraws|retires|revokes|takes\s+over\s+from"
-                   r"|takes\s+the\s+place\s+of|succeeds)")
+                   r"|takes\s+the\s+place\s+of|succeeds|(?:is|are)\s+(?:closing|withdrawing|discontinuing|retiring)"
+                   r"|closes|discontinues)")
 _SUPERSEDE = re.compile(r"\b(?P<verb>superseded\s+by|replaced\s+by|succeeded\s+by|in\s+favou?r\s+of|"
                         + SUPERSEDES_VERB + r")\b(?P<rest>[^.;!?\n]*)", re.IGNORECASE)
 _PASSIVE = re.compile(r"(?P<head>[^.;!?\n]*?)\b(?:is|are|was|were|has\s+been|have\s+been|hereby|now)\s+(?:hereby\s+)?"
@@ -32,8 +34,16 @@ _ID_SHAPED = re.compile(r"[\d@_]|[-/](?:policy|policies|runbook|guide|sop|page|d
                         r"|standard|notice|faq|wiki|process|agreement|contract|terms|schedule|rates?|card)$",
                         re.IGNORECASE)
 _DOC_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_./:-]{0,200}(?:@[A-Za-z0-9][A-Za-z0-9_.-]{0,40})?$")
-_SUP_TRIGGER = re.compile(r"\b(?:supersed|replac|succeed|favou?r|rescind|withdr[ae]w|retire|revok|deprecat"
-                          r"|no\s+longer|takes\s+over|takes\s+the\s+place)", re.IGNORECASE)
+_SUP_TRIGGER = re.compile(r"\b(?:supersed|replac|succeed|favou?r|rescind|withdr[ae]w|retir|revok|deprecat"
+                          r"|no\s+longer|takes\s+over|takes\s+the\s+place|clos|discontinu)", re.IGNORECASE)
+# "We are closing the scheme (`old-page`). It is withdrawn from 16 February": a sentence whose
+# subject is only a pronoun speaks of the document the sentence before it named.
+_PRONOUN = re.compile(r"^\W*(?:it|they|this|these)\W*$", re.IGNORECASE)
+
+
+def pronoun_ids(head: str, previous: str, own: str) -> list[str]:
+    """The ids of the sentence before, when ``head`` (a sentence's subject) is a pronoun."""
+    return doc_ids_in(previous, own, first=False) if _PRONOUN.match(head) else []
 
 
 def doc_ids_in(rest: str, own: str, first: bool = True) -> list[str]:
@@ -56,7 +66,9 @@ def doc_ids_in(rest: str, own: str, first: bool = True) -> list[str]:
 def find_supersession(doc: SourceDocument, sents: list[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
     sup: list[str] = []
     by: list[str] = []
+    previous = ""
     for s in sents:
+        before, previous = previous, s
         if not _SUP_TRIGGER.search(s):
             continue
         for m in _SUPERSEDE.finditer(s):
@@ -71,7 +83,8 @@ def find_supersession(doc: SourceDocument, sents: list[str]) -> tuple[tuple[str,
         for m in _PASSIVE.finditer(s):
             if re.match(r"\s*(?:by|in\s+favou?r\s+of)\s+(?!this\b)", m.group("rest"), re.IGNORECASE):
                 continue  # "<a> is superseded by <b>": a link between two others, or ours above
-            for i in doc_ids_in(m.group("head"), doc.doc_id, first=False):
+            for i in doc_ids_in(m.group("head"), doc.doc_id, first=False) or pronoun_ids(m.group("head"), before,
+                                                                                         doc.doc_id):
                 if i not in sup and i not in by:
                     sup.append(i)
     return tuple(sorted(sup)), tuple(sorted(by))

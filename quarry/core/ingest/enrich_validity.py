@@ -5,7 +5,9 @@ on] <date>", "in force / in effect from <date>", "takes effect / comes into forc
 (it opens with the phrase, or says "this policy / document / ..."). A document that says
 of itself that it "is rescinded / withdrawn / retired / no longer in force as of / on /
 from / with effect from <date>" ends the day before: a document rescinded on 1 March is
-not in force on 1 March ("no longer in force after <date>" ends on that date).
+not in force on 1 March ("no longer in force after <date>" ends on that date). A rule fronted
+by a date ("From 2 March 2026 the ceiling is 20%") that it, or the next sentence, says replaces
+another ("This replaces the 15% ceiling") is in force from that date.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 
-from quarry.core.ingest.enrich_supersession import SUPERSEDES_VERB, doc_ids_in
+from quarry.core.ingest.enrich_supersession import SUPERSEDES_VERB, doc_ids_in, pronoun_ids
 from quarry.core.text.markdown import plain_sentence
 from quarry.core.text.nlp import DATE, parse_date
 from quarry.core.text.tokenizer import tokenize
@@ -56,6 +58,12 @@ _OTHER_ENDS = re.compile(r"\b(?:is|are|was|were|will\s+be)\s+(?:hereby\s+)?(?:re
 # "This schedule takes over from `fees-2025` for every appointment from Monday 2 March 2026":
 # this document replaces another from a date, so it is in force from then (the active voice
 # of :data:`_OTHER_ENDS`)
+# "From 2 March 2026 the ceiling is 20%. This replaces the 15% ceiling in the playbook": a
+# rule fronted by its start date, which the same or the next sentence says replaces another
+_FRONTED_FROM = re.compile(r"^\W*(?:from|as\s+of|with\s+effect\s+from|starting|beginning)\s+(?:\w+day,?\s+)?(?P<date>"
+                           + DATE + ")", re.IGNORECASE)
+_THIS_REPLACES = re.compile(r"(?:^\W*|[,;]\s*)(?:this|it|that)\s+(?:[\w-]+\s+){0,2}?" + SUPERSEDES_VERB + r"\b",
+                            re.IGNORECASE)
 _REPLACES_FROM = re.compile(r"\b" + SUPERSEDES_VERB + r"\b[^.]*?\b(?:with\s+effect\s+from|effective\s+from"
                             r"|effective\s+as\s+of|effective|as\s+of|from|starting|beginning)\s+(?:\w+day,?\s+)?(?P<date>"
                             + DATE + ")", re.IGNORECASE)
@@ -96,7 +104,9 @@ def find_effective(sents: list[str], own: str | None = None, title: str = "", *,
     ...", in "Wellbeing allowance 2025") speaks of this document. ``tenant`` owns the text."""
     start = end = None
     named = frozenset(tokenize(title))
+    previous = ""
     for raw in sents:
+        before, previous = previous, raw
         if not _EFF_TRIGGER.search(raw):
             continue
         s = plain_sentence(raw)
@@ -108,8 +118,13 @@ def find_effective(sents: list[str], own: str | None = None, title: str = "", *,
                 end = d if (m.group("rel") or "").lower() == "after" else d - dt.timedelta(days=1)
         # (the other document's id is read from the sentence as written: its backticks, which
         # the plain text drops, are what mark "`marlow-page-green-choice`" as an id)
+        # ("It is withdrawn with effect from ...", after the sentence naming it)
         if start is None and own and (m := _OTHER_ENDS.search(s) or _REPLACES_FROM.search(s)) and (
-                doc_ids_in(raw, own) or doc_ids_in(s, own)):
+                doc_ids_in(raw, own) or doc_ids_in(s, own)
+                or pronoun_ids(s[:m.start()], before, own)):
+            start = parse_date(m.group("date"), tenant=tenant)
+        if start is None and _THIS_REPLACES.search(s) and (
+                (m := _FRONTED_FROM.search(s)) or (m := _FRONTED_FROM.search(plain_sentence(before)))):
             start = parse_date(m.group("date"), tenant=tenant)
         if start is None and (m := _FROM.search(s)) and not (_ENDED.search(s)):
             start = parse_date(m.group("date"), tenant=tenant)

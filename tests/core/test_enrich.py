@@ -544,3 +544,13 @@ def test_a_rule_fronted_by_its_date_that_replaces_another(text, day):
 
 def test_a_fronted_date_without_a_replacement_is_not_the_documents_start():
     assert enrich(doc("From 2 March 2026 the canteen opens at 08:00. Parking is free.")).effective_from is None
+
+
+@pytest.mark.parametrize("text, start, end", [
+    ("The offer runs from 2 February 2026 to 31 March 2026; the order has to be placed within those dates.",
+     D(2026, 2, 2), D(2026, 3, 31)),
+    ("The promotion applies from 1 May 2026 until 30 June 2026.", D(2026, 5, 1), D(2026, 6, 30)),
+])
+def test_a_titled_range_gives_both_dates(text, start, end):
+    d = enrich(doc(text, title="Spring offer and promotion"))
+    assert (d.effective_from, d.effective_to) == (start, end)

@@ -491,3 +491,16 @@ def test_a_passage_scoped_to_the_place_the_question_names_beats_the_general_rule
     assert rejected(there) == {pid(ps, "housing-handbook"): ("subordinate_to", pid(ps, "annex-page"))}
     anywhere = resolve(ps, ACME, D(2026, 2, 1), query="How many consecutive nights may a guest stay?")
     assert rejected(anywhere) == {pid(ps, "annex-page"): ("subordinate_to", pid(ps, "housing-handbook"))}
+
+
+def test_a_new_version_is_named_by_the_section_of_the_same_heading():
+    old = ("# Cancelling\n\n## Leaving after the minimum term\n\nCustomers give 30 days' notice.\n\n"
+           "## Leaving early\n\nA customer who leaves before the end of the minimum term pays an early termination "
+           "charge of GBP 12 a month.\n")
+    new = ("# Cancelling\n\n## Leaving after the minimum term\n\nCustomers give 30 days' notice.\n\n"
+           "## Leaving early\n\nLeaving during the minimum term costs GBP 9 for every whole month still to run.\n")
+    ps = passages(doc("cancel", old, version="1", effective_from=D(2025, 1, 1)),
+                  doc("cancel", new, version="2", effective_from=D(2026, 2, 2)))
+    d = resolve(ps, ACME, D(2026, 3, 1))
+    early = {p.envelope.version: p.passage_id for p in ps if p.heading_path and p.heading_path[-1] == "Leaving early"}
+    assert rejected(d)[early["1"]] == ("superseded_by", early["2"])

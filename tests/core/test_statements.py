@@ -358,3 +358,17 @@ def test_a_bound_after_a_plural_noun_counts_it_and_a_cadence_is_no_rate():
     assert (t.value, t.unit) == ("3 instalment", "count:instalment")
     assert statements("We charge GBP 10 monthly.")[0].unit == "currency:GBP/duration"
     assert not statements("A customer who cannot pay in one go can ask for a plan.")
+
+
+def test_the_first_months_of_a_price_are_a_portion_not_a_value():
+    got = statements("New customers pay GBP 29 a month for the first 18 months instead of the normal price.")
+    assert [s.unit for s in got] == ["currency:GBP/duration"]
+    (s,) = statements("Probation lasts for the first 6 months.")  # the only value: it is the value
+    assert s.value == "6 month"
+
+
+def test_a_charge_for_use_is_no_subject_of_its_own():
+    # an unanchored liability cap shares only "charge" and "use" with a roaming pass: no one subject
+    assert not clash("| Europe roaming day pass (charged on each day the phone is used abroad) | GBP 2.50 |",
+                     "Reassure the customer: the most they can be charged for use by someone else before they "
+                     "told us about the theft is GBP 50.")

@@ -108,15 +108,23 @@ class EvidenceSet:
     pooled: tuple[str, ...] = ()  # ranked candidates past the delivered ones that resolution decides over too
 
 
-def best_passage(candidates: Sequence[Passage], like: frozenset[str]) -> str:
+def best_passage(candidates: Sequence[Passage], like: frozenset[str], heading: frozenset[str] = frozenset()) -> str:
     """The passage of a document that best states what defeats or proves another: most
-    words shared with ``like`` in its section heading, then in its text, then the smallest
-    id. Deterministic word overlap, never a relevance score; the graph and the resolver
-    choose with this one rule, so the same passage is named whatever was delivered."""
+    words shared with ``heading`` (the defeated passage's own section heading) in its
+    section heading, then with ``like`` in its heading, then in its text, then the smallest
+    id ("Leaving early" of version 2 for "Leaving early" of version 1, not "Leaving after
+    the minimum term", whose heading shares more of the old passage's text). Deterministic
+    word overlap, never a relevance score; the graph and the resolver choose with this one
+    rule, so the same passage is named whatever was delivered."""
     def key(p: Passage) -> tuple:
-        heading = set(tokenize(p.heading_path[-1])) if p.heading_path else set()
-        return -len(like & heading), -len(like & set(tokenize(p.text))), p.passage_id
+        own = heading_words(p)
+        return -len(heading & own), -len(like & own), -len(like & set(tokenize(p.text))), p.passage_id
     return min(candidates, key=key).passage_id
+
+
+def heading_words(p: Passage) -> frozenset[str]:
+    """The stemmed words of a passage's own section heading."""
+    return frozenset(tokenize(p.heading_path[-1])) if p.heading_path else frozenset()
 
 
 def passage_cue(p: Passage) -> frozenset[str]:
@@ -251,7 +259,8 @@ class EvidenceGraph:
                 else:  # supersession: the passage the resolver names as ``by``, and the closest in subject
                     cands = [self.passage_of(r) for r in self.rows_of[other]]
                     by_id = {p.passage_id: r for p, r in zip(cands, self.rows_of[other])}
-                    out.append(by_id[best_passage(cands, passage_cue(self.passage_of(row)))])
+                    p = self.passage_of(row)
+                    out.append(by_id[best_passage(cands, passage_cue(p), heading_words(p))])
                     out += self._best_rows(other, like, PER_LINK)
         linked = list(dict.fromkeys(out))
         out = []

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from quarry.core.evidence.conditions import Terms, condition_met, entity_stems, event_terms, terms
-from quarry.core.evidence.graph import best_passage, doc_key, event_cue, passage_cue
+from quarry.core.evidence.graph import best_passage, doc_key, event_cue, heading_words, passage_cue
 from quarry.core.records import DEFAULT_AUTHORITY, Envelope, Event, Passage, RejectReason
 
 __all__ = ["Rejection", "ResolutionState", "rank_of", "effective_dates", "start_of", "stopping_conditions",
@@ -112,7 +112,7 @@ def supersession(st: ResolutionState, by_doc: dict[str, list[Passage]]) -> None:
         start, _, new_key, how = max(winners)
         expired = old.effective_to is not None and old.effective_to < st.day
         for p in by_doc[old_key]:
-            by = best_passage(by_doc[new_key], passage_cue(p))
+            by = best_passage(by_doc[new_key], passage_cue(p), heading_words(p))
             since = f" in force from {start.isoformat()}" if start != dt.date.min else ""
             detail = (f"{'later version ' if how == 'version' else ''}{new_key}{since} supersedes {old_key}"
                       + (f"; effective_to {old.effective_to.isoformat()}" if expired else ""))

@@ -335,6 +335,17 @@ def _unanchored(doc, v: Value, values: list[Value], k: int, skip: set[int], scop
                      context=context, clause=_masked(doc, value_ids), qualifiers=_qualifiers(doc, values, k))
 
 
+_PORTION = frozenset("first last next final remaining initial opening closing".split())
+
+
+def _portion(doc, v: Value) -> bool:
+    """A span that says over which part of a period another value of the sentence holds:
+    "pay GBP 29 a month for *the first 18 months*", "free for the last 2 weeks"."""
+    i = min(v.tokens)
+    return (v.unit == "duration" and i >= 2 and doc[i - 1].lower_ in _PORTION
+            and doc[i - 2].lower_ in ("the", "its", "their", "your", "our"))
+
+
 def _sentence_statements(doc, entities: Sequence[str], header: Sequence[str] = (), *, tenant: str,
                          caption: Sequence[str] = ()) -> list[Statement]:
     """The statements of one parsed sentence; ``header`` holds the column names of the
@@ -354,7 +365,7 @@ def _sentence_statements(doc, entities: Sequence[str], header: Sequence[str] = (
                               scope_names)) if paren_ids else tuple(sorted(scope_names))
     made: dict[int, Statement] = {}
     for k, v in enumerate(values):
-        if k in equiv:
+        if k in equiv or (len(values) > 1 and _portion(doc, v)):
             continue
         got = value_anchor(doc, v)
         cell = next(((a, b) for a, b in cells if a <= min(v.tokens) <= b), None) if cells else None

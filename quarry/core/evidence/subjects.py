@@ -108,6 +108,9 @@ def _reduced(w: str) -> str:
     return w
 
 
+# The predicate words of :data:`SYNONYMS` other than the periods: what is said of a value
+_SAID_KEYS = frozenset(_reduced(g[0]) for g in SYNONYMS if g[0] not in ("hour", "day", "week", "fortnight", "month",
+                                                                     "year", "package")) | {_reduced("use")}
 # (no generic head is an agent noun or an irregular verb form: the lemma tables stay unloaded at import)
 _HEAD_KEYS = frozenset(_reduced(CANON.get(w, w)) for w in _GENERIC_HEADS)
 
@@ -266,7 +269,10 @@ def _share_a_head(a: Statement, b: Statement) -> bool:
     ba, bb = _bag(a), _bag(b)
     if ba & bb:
         return True
-    return (not a.subject and bool(context_keys(a) & bb)) or (not b.subject and bool(context_keys(b) & ba))
+    # (what is said of any value of a kind, "charged", "paid", "used", names no subject: a
+    # roaming day pass and a theft liability cap are both "charged" for "use")
+    return (not a.subject and bool(context_keys(a) & bb - _SAID_KEYS)) or (
+        not b.subject and bool(context_keys(b) & ba - _SAID_KEYS))
 
 
 def same_subject(a: Statement, b: Statement, similarity: Callable[[str, str], float] | None = None,

@@ -554,3 +554,24 @@ def test_a_fronted_date_without_a_replacement_is_not_the_documents_start():
 def test_a_titled_range_gives_both_dates(text, start, end):
     d = enrich(doc(text, title="Spring offer and promotion"))
     assert (d.effective_from, d.effective_to) == (start, end)
+
+
+@pytest.mark.parametrize("text, title, start, end", [
+    ("This policy takes effect in place of the 2024 Chromebook loan agreement on 5 January 2026, the first school "
+     "day after the break.", "Chromebook loans", D(2026, 1, 5), None),
+    ("The principal agreed a local rule. It applies from the first day of term 3 on 23 March 2026, in place of the "
+     "district arrival times.", "Local rule: arrival", D(2026, 3, 23), None),
+    ("The winter timetable no longer applies after 27 February 2026.", "Winter bus timetable", None, D(2026, 2, 27)),
+    ("The winter timetable no longer applies from 2 March 2026.", "Winter bus timetable", None, D(2026, 3, 1)),
+    ("The arrangement runs until the end of the spring term on 12 June 2026.", "Free breakfast", None,
+     D(2026, 6, 12)),
+])
+def test_validity_in_other_words(text, title, start, end):
+    d = enrich(doc(text, title=title))
+    assert (d.effective_from, d.effective_to) == (start, end)
+
+
+def test_no_longer_applies_speaks_of_this_document_only():
+    # the subject names nothing of the title and is no bare document noun: another thing
+    d = enrich(doc("The parking permit no longer applies after 27 February 2026.", title="Winter bus timetable"))
+    assert d.effective_to is None

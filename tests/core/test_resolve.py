@@ -504,3 +504,16 @@ def test_a_new_version_is_named_by_the_section_of_the_same_heading():
     d = resolve(ps, ACME, D(2026, 3, 1))
     early = {p.envelope.version: p.passage_id for p in ps if p.heading_path and p.heading_path[-1] == "Leaving early"}
     assert rejected(d)[early["1"]] == ("superseded_by", early["2"])
+
+
+@pytest.mark.parametrize("memo", [
+    "Bereaved staff now get 5 days of paid bereavement leave. This supersedes the 3-day entitlement in the staff "
+    "leave policy.",
+    "Bereaved staff now get 5 days of paid bereavement leave. This replaces the 3 days in the staff leave policy.",
+])
+def test_a_memo_naming_the_value_it_supersedes_overrides_it(memo):
+    ps = passages(doc("leave-policy", "Staff get 3 days of paid bereavement leave.", doc_type="policy"),
+                  doc("hr-memo", memo, doc_type="policy"))
+    d = resolve(ps, ACME, D(2026, 3, 10), query="how many days of bereavement leave do staff get?")
+    assert rejected(d)[pid(ps, "leave-policy")][0] == "subordinate_to"
+    assert {s.passage_id for s in d.governing} == {pid(ps, "hr-memo")}

@@ -26,9 +26,10 @@ def _specific(a: Envelope, b: Envelope, asked: frozenset[str] | None = None) -> 
     return bool((set(a.entities) & asked) - set(b.entities)) and not (set(b.entities) & asked) - set(a.entities)
 
 
-# "EUR 10 instead of EUR 20", "15:00 rather than 16:00", "now 30 days, down from 45": the
-# value after such words is the one the sentence replaces
-_REPLACED = re.compile(r"\b(?:instead of|rather than|in place of|replacing|down from|up from|formerly|previously)\b"
+# "EUR 10 instead of EUR 20", "15:00 rather than 16:00", "now 30 days, down from 45", "This
+# supersedes the 3-day entitlement": the value after such words is the one the sentence replaces
+_REPLACED = re.compile(r"\b(?:instead of|rather than|in place of|replacing|down from|up from|formerly|previously"
+                       r"|replaces|supersedes|takes the place of)\b"
                        r"(?:\s+(?:the|a|an|its|our|standard|previous|old|usual|current))*\s+([^.;]{1,40})", re.I)
 _NUMBER = re.compile(r"\d+(?::\d\d)?(?:[.,]\d+)*")
 

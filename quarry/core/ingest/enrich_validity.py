@@ -35,9 +35,14 @@ _IN_FORCE = (r"(?:effective|in\s+(?:force|effect)|takes\s+effect|(?:comes?|goes?
 # ending on one ("expires / sunsets / lapses / ends / terminates / runs out on").
 _HOLDS = r"(?:effective|in\s+(?:force|effect)|valid|good|open|available|applies|apply|runs|lasts)"
 _ENDS = r"(?:expires|sunsets|lapses|ends|terminates|runs\s+out|will\s+(?:expire|sunset|lapse|end|terminate))"
-_FROM = re.compile(_SELF + r"\b(?:is\s+|are\s+|becomes\s+|will\s+be\s+)?" + _IN_FORCE
-                   + r"\s*(?:from|on|as\s+of|starting|beginning|with\s+effect\s+from)?:?\s*(?P<date>" + DATE
-                   + ")", re.IGNORECASE)
+# what it takes the place of, or which day of a calendar it starts on, may stand before the date:
+# "takes effect in place of the 2024 loan agreement on 5 January 2026", "applies from the first
+# day of term 3 on 23 March 2026"
+_BETWEEN = (r"(?:\s+(?:in\s+place\s+of|instead\s+of|replacing)\s+(?:[\w'-]+\s+){1,8}?(?=on\s|from\s)"
+            r"|\s+from\s+the\s+(?:first|start|beginning)\s+(?:[\w'-]+\s+){1,5}?(?=on\s))?")
+_FROM = re.compile(r"(?:^(?:it|this)\s+|" + _SELF + r")\b(?:is\s+|are\s+|becomes\s+|will\s+be\s+)?" + _IN_FORCE
+                   + _BETWEEN + r"\s*(?:from|on|as\s+of|starting|beginning|with\s+effect\s+from)?:?\s*(?P<date>"
+                   + DATE + ")", re.IGNORECASE)
 _TO = re.compile(_SELF + r"\b(?:is\s+|are\s+|remains\s+|stays\s+)?" + _HOLDS + r"\s+(?:until|till"
                  r"|to|through|thru|up\s+to\s+and\s+including)\s*:?\s*(?P<date>" + DATE + r")"
                  r"|(?:^|\bthis\s+" + _DOC_NOUN + r"\b[^.]*?|\b(?:it|and)\s+)\b" + _ENDS + r"\s+(?:on\s+)?(?P<date2>"
@@ -71,16 +76,22 @@ _REPLACES_FROM = re.compile(r"\b" + SUPERSEDES_VERB + r"\b[^.]*?\b(?:with\s+effe
 # the noun phrase before the verb, is checked against the document's title.
 _TITLED = re.compile(r"^(?:the|our|this)\s+(?P<subj>(?:[\w-]+\s+){0,2}[\w-]+)\s+(?:(?:is|are|remains|stays)\b[^.]*?\b)?"
                      r"(?:" + _HOLDS + r"|" + _IN_FORCE + r")\s+(?P<dir>until|till|through|thru|to|from"
-                     r"|as\s+of)\s+(?P<date>" + DATE + ")"
+                     r"|as\s+of)\s+(?:the\s+end\s+of\s+(?:[\w'-]+\s+){1,4}?on\s+)?(?P<date>" + DATE + ")"
                      r"|^(?:the|our|this)\s+(?P<subj2>(?:[\w-]+\s+){0,2}[\w-]+)\s+" + _ENDS
                      + r"\s+(?:on\s+)?(?P<date2>" + DATE + ")", re.IGNORECASE)
+# "The winter timetable no longer applies after 27 February 2026" (its last day), "... from 2
+# March" (the day before is its last)
+_NO_LONGER = re.compile(r"^(?:the|our|this)\s+(?P<subj>(?:[\w-]+\s+){0,2}[\w-]+)\s+(?:will\s+)?no\s+longer\s+"
+                        r"(?:applies|apply|runs|run|operates|operate|holds|be\s+valid|is\s+valid|is\s+in\s+(?:force"
+                        r"|effect|use))\s+(?P<rel>after|from|on|as\s+of)\s+(?:\w+day,?\s+)?(?P<date>" + DATE + ")",
+                        re.IGNORECASE)
 # "The offer applies from 1 March 2026 and is valid through 30 April 2026": the second
 # half of a sentence that :data:`_TITLED` found speaking of this document
 _AND_UNTIL = re.compile(r"\b(?:and|but)\s+(?:is\s+|are\s+|remains\s+|stays\s+)?" + _HOLDS
                         + r"\s+(?:until|till|to|through|thru)\s+(?P<date>" + DATE + ")", re.IGNORECASE)
 # "The offer runs from 2 February 2026 to 31 March 2026": the end of a range right after its start
 _RANGE_END = re.compile(r"\s*(?:to|until|till|through|thru|-|–)\s*(?:\w+day,?\s+)?(?P<date>" + DATE + ")", re.IGNORECASE)
-_EFF_TRIGGER = re.compile(r"\b(?:effective|effect|force|valid|good|open|available|runs|lasts|applies|apply|expires"
+_EFF_TRIGGER = re.compile(r"\b(?:effective|effect|force|valid|good|open|available|runs|lasts|applies|apply|expires|longer"
                           r"|replaces|supersedes|rescinds|withdraws|retires|revokes|takes|succeeds"
                           r"|sunsets|lapses|ends|terminates|expire|sunset|lapse|end|terminate|rescinded|withdrawn|retired|replaced|superseded"
                           r"|revoked|no\s+longer|cancell?ed|canceled)\b", re.IGNORECASE)
@@ -132,6 +143,9 @@ def find_effective(sents: list[str], own: str | None = None, title: str = "", *,
             start = parse_date(m.group("date"), tenant=tenant)
         if end is None and (m := _TO.search(s)):
             end = parse_date(m.group("date") or m.group("date2"), tenant=tenant)
+        if end is None and (m := _NO_LONGER.search(s)) and _speaks_of_itself(m.group("subj"), named, s, own):
+            if (d := parse_date(m.group("date"), tenant=tenant)) is not None:
+                end = d if m.group("rel").lower() == "after" else d - dt.timedelta(days=1)
         if (m := _TITLED.search(s)) and _speaks_of_itself(m.group("subj") or m.group("subj2"), named, s, own):
             d = parse_date(m.group("date") or m.group("date2"), tenant=tenant)
             if m.group("date2") or m.group("dir").lower().startswith(("until", "till", "through", "thru", "to")):

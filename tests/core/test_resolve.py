@@ -517,3 +517,36 @@ def test_a_memo_naming_the_value_it_supersedes_overrides_it(memo):
     d = resolve(ps, ACME, D(2026, 3, 10), query="how many days of bereavement leave do staff get?")
     assert rejected(d)[pid(ps, "leave-policy")][0] == "subordinate_to"
     assert {s.passage_id for s in d.governing} == {pid(ps, "hr-memo")}
+
+
+def test_policies_on_different_topics_do_not_conflict():
+    # two policies whose titles share no topic word and that never name each other state
+    # values of neighbouring subjects, not one subject twice
+    checkout = doc("checkout-policy", "Rooms are vacated by 11:00 on the day of departure.", doc_type="policy",
+                   title="Check-in and check-out policy")
+    housekeeping = doc("housekeeping", "Rooms vacated in the morning are cleaned and checked so that they are ready "
+                       "by 15:00.", doc_type="policy", title="Housekeeping standards")
+    ps = passages(checkout, housekeeping)
+    d = resolve(ps, ACME, D(2026, 3, 10), query="by what time must a guest vacate the room?")
+    assert not d.rejected and not d.unresolved
+    assert pid(ps, "checkout-policy") in {s.passage_id for s in d.governing}
+
+
+def test_policies_that_name_each_other_or_share_a_topic_still_conflict():
+    policy = doc("payment-terms", "A balance still unpaid 60 days after treatment is passed to the collection agency.",
+                 doc_type="policy", title="Payment terms for clients", effective_from=D(2025, 9, 1))
+    memo = doc("billing-memo", "From 2 March 2026 a balance is passed to the collection agency once it has been "
+               "unpaid for 90 days after treatment, not after 60 days as the payment terms policy says.",
+               doc_type="policy", title="Billing memo: unpaid balances", effective_from=D(2026, 3, 2))
+    ps = passages(policy, memo)
+    d = resolve(ps, ACME, D(2026, 3, 10), query="when is an unpaid balance passed to the collection agency?")
+    assert rejected(d)[pid(ps, "payment-terms")][0] == "subordinate_to"
+
+
+def test_runbooks_on_different_topics_keep_their_dispute():
+    a = doc("front-desk", "Late clients are rebooked after 10 minutes.", doc_type="runbook", title="Front desk runbook")
+    b = doc("consulting", "Late clients are rebooked after 5 minutes.", doc_type="runbook",
+            title="Consulting room procedures")
+    ps = passages(a, b)
+    d = resolve(ps, ACME, D(2026, 3, 10), query="after how many minutes is a late client rebooked?")
+    assert d.unresolved

@@ -11,6 +11,7 @@ from quarry.core.evidence.conflict import conflict, conflicts
 from quarry.core.evidence.graph import PassageFacts, doc_key
 from quarry.core.evidence.rules import ResolutionState
 from quarry.core.records import Envelope
+from quarry.core.text.tokenizer import tokenize
 
 __all__ = ["decide_conflicts"]
 
@@ -59,6 +60,41 @@ def _conflict_on(a: tuple, b: tuple, on: Callable[[object], bool] | None, simila
     return any(conflicts(sa, sb, similarity) for sa in a for sb in b if on(sa) or on(sb))
 
 
+# Words of a title that name what kind of document it is, not its topic.
+_TITLE_KINDS = frozenset(tokenize("policy policies procedure procedures handbook guide memo standard standards rule "
+                                  "rules terms conditions schedule and the of for our a an to on in with from"))
+
+
+_DOC_NOUNS = frozenset(tokenize("policy procedure handbook guide memo standards rules schedule agreement page faq "
+                                "wiki runbook notice"))
+
+
+def _apart_policies(a: Envelope, b: Envelope, text_a: str, text_b: str) -> bool:
+    """Two policies on different topics: both of policy authority, their titles share no
+    topic word ("Attendance policy" and "Admissions policy"; "Check-in and check-out" and
+    "Housekeeping standards"), and neither names the other (by id, or by its title's words). Policies of one organisation
+    that state different values for what looks like one subject are, far more often than not,
+    speaking of neighbouring subjects; the rule binds policies only, so two runbooks or help
+    pages that disagree stay a dispute."""
+    if a.authority != "policy" or b.authority != "policy":
+        return False
+    ta = frozenset(tokenize(a.title)) - _TITLE_KINDS
+    tb = frozenset(tokenize(b.title)) - _TITLE_KINDS
+    return bool(ta) and bool(tb) and not ta & tb and not _names(text_b, a, ta) and not _names(text_a, b, tb)
+
+
+def _names(text: str, env: Envelope, topic: frozenset[str]) -> bool:
+    """``text`` names the document of ``env``: by its id, or by two topic words its title has
+    side by side and a document noun after them ("as the *payment terms policy* says", of
+    "Payment terms for clients"; "four school days" does not name "The school day, ...")."""
+    if env.doc_id in text:
+        return True
+    title = tokenize(env.title)
+    pairs = {(x, y) for x, y in zip(title, title[1:]) if x in topic}
+    words = tokenize(text)
+    return any((x, y) in pairs and z in _DOC_NOUNS for x, y, z in zip(words, words[1:], words[2:]))
+
+
 def _later_effective(a, b) -> bool:
     """Whether envelope ``a`` states an effective date later than ``b``'s (both stated)."""
     return a.effective_from is not None and b.effective_from is not None and a.effective_from > b.effective_from
@@ -94,6 +130,7 @@ def decide_conflicts(st: ResolutionState, facts: Mapping[str, PassageFacts], ask
         for b in alive[i + 1:]:
             ea, eb = st.by_id[a].envelope, st.by_id[b].envelope
             if doc_key(ea) == doc_key(eb) or not stated[a] or not stated[b] \
+                    or _apart_policies(ea, eb, st.by_id[a].text, st.by_id[b].text) \
                     or not _conflict_on(stated[a], stated[b], on, similarity):
                 continue
             pairs.append((a, b))

@@ -60,11 +60,10 @@ def _conflict_on(a: tuple, b: tuple, on: Callable[[object], bool] | None, simila
     return any(conflicts(sa, sb, similarity) for sa in a for sb in b if on(sa) or on(sb))
 
 
-# Words of a title that name what kind of document it is, not its topic.
+# Words of a title that name what kind of document it is, not its topic; and the document
+# nouns after which a title's words name that document ("the payment terms policy").
 _TITLE_KINDS = frozenset(tokenize("policy policies procedure procedures handbook guide memo standard standards rule "
                                   "rules terms conditions schedule and the of for our a an to on in with from"))
-
-
 _DOC_NOUNS = frozenset(tokenize("policy procedure handbook guide memo standards rules schedule agreement page faq "
                                 "wiki runbook notice"))
 
@@ -72,10 +71,10 @@ _DOC_NOUNS = frozenset(tokenize("policy procedure handbook guide memo standards 
 def _apart_policies(a: Envelope, b: Envelope, text_a: str, text_b: str) -> bool:
     """Two policies on different topics: both of policy authority, their titles share no
     topic word ("Attendance policy" and "Admissions policy"; "Check-in and check-out" and
-    "Housekeeping standards"), and neither names the other (by id, or by its title's words). Policies of one organisation
-    that state different values for what looks like one subject are, far more often than not,
-    speaking of neighbouring subjects; the rule binds policies only, so two runbooks or help
-    pages that disagree stay a dispute."""
+    "Housekeeping standards"), and neither names the other (:func:`_names`). Policies of one
+    organisation that state different values for what looks like one subject are, far more
+    often than not, speaking of neighbouring subjects; the rule binds policies only, so two
+    runbooks or help pages that disagree stay a dispute."""
     if a.authority != "policy" or b.authority != "policy":
         return False
     ta = frozenset(tokenize(a.title)) - _TITLE_KINDS
@@ -130,9 +129,9 @@ def decide_conflicts(st: ResolutionState, facts: Mapping[str, PassageFacts], ask
         for b in alive[i + 1:]:
             ea, eb = st.by_id[a].envelope, st.by_id[b].envelope
             if doc_key(ea) == doc_key(eb) or not stated[a] or not stated[b] \
-                    or _apart_policies(ea, eb, st.by_id[a].text, st.by_id[b].text) \
-                    or not _conflict_on(stated[a], stated[b], on, similarity):
-                continue
+                    or not _conflict_on(stated[a], stated[b], on, similarity) \
+                    or _apart_policies(ea, eb, st.by_id[a].text, st.by_id[b].text):
+                continue  # (the topic test reads titles and texts: only for pairs that do conflict)
             pairs.append((a, b))
             ia, ib = facts[a].instruction, facts[b].instruction
             if ia != ib:

@@ -52,7 +52,7 @@ _FRONT_UNTIL = re.compile(r"^\W*(?:(?:so|and|but|then|now|therefore|meanwhile),?
 _ONGOING = (r"(?:under\s*way|in\s+progress|ongoing|running|being\s+\w+|going\s+on|continuing|happening|taking\s+place"
             r"|not\s+yet\s+(?:complete|completed|finished|done))")
 _IN_PLACE = r"(?:in\s+(?:place|effect|force)|active|open|on)"
-# a disruption that lasts: "as long as the exchanges are out of service", "while the lift is down"
+# a disruption that lasts: "as long as the exchanges are out of service", "so long as the lift is down"
 _DISRUPTED = (r"(?:out\s+of\s+(?:service|action|use|order)|down|offline|unavailable|closed|shut|flooded|disrupted"
               r"|not\s+(?:available|working|in\s+service))")
 # "while the works continue", "as long as the strike lasts": the verb itself says it is under way

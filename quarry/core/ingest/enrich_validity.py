@@ -90,8 +90,9 @@ _NO_LONGER = re.compile(r"^(?:the|our|this)\s+(?P<subj>(?:[\w-]+\s+){0,2}[\w-]+)
 _AND_UNTIL = re.compile(r"\b(?:and|but)\s+(?:is\s+|are\s+|remains\s+|stays\s+)?" + _HOLDS
                         + r"\s+(?:until|till|to|through|thru)\s+(?P<date>" + DATE + ")", re.IGNORECASE)
 # "The offer runs from 2 February 2026 to 31 March 2026": the end of a range right after its start
-_RANGE_END = re.compile(r"\s*(?:to|until|till|through|thru|-|–)\s*(?:\w+day,?\s+)?(?P<date>" + DATE + ")", re.IGNORECASE)
-_EFF_TRIGGER = re.compile(r"\b(?:effective|effect|force|valid|good|open|available|runs|lasts|applies|apply|expires|longer"
+_RANGE_END = re.compile(r"\s*(?:to|until|till|through|thru|-|–)\s*(?:\w+day,?\s+)?(?P<date>" + DATE + ")",
+                        re.IGNORECASE)
+_EFF_TRIGGER = re.compile(r"\b(?:effective|effect|force|valid|good|open|available|runs|lasts|applies|apply|expires"
                           r"|replaces|supersedes|rescinds|withdraws|retires|revokes|takes|succeeds"
                           r"|sunsets|lapses|ends|terminates|expire|sunset|lapse|end|terminate|rescinded|withdrawn|retired|replaced|superseded"
                           r"|revoked|no\s+longer|cancell?ed|canceled)\b", re.IGNORECASE)

@@ -293,6 +293,26 @@ def test_a_higher_authority_stating_the_value_an_answer_repeats_governs_in_its_p
     assert {s.passage_id for s in d.governing} == {pid(ps, governs)}
 
 
+def test_an_answer_repeating_a_value_in_another_notation_gives_way_to_the_higher_authority():
+    # "a fortnight" and "14 days", "a quarter of an hour" and "15 minutes": one value, so
+    # the wiki only repeats what the policy says (equal magnitudes, not equal strings)
+    import numpy as np
+    from quarry.core.evidence.graph import facts_of
+
+    ps = passages(doc("care-wiki", "Care desk wiki tip: unwanted items can come back within a fortnight.",
+                      title="Care desk wiki"),
+                  doc("returns-policy", "Unwanted items can come back within 14 days.",
+                      doc_type="policy", title="Returns promise"))
+    facts = {}
+    for p in ps:
+        f = facts_of(p)
+        facts[p.passage_id] = f.with_vectors(np.tile(np.array([1.0, 0.0]), (len(f.statements), 1)))
+    assert {s.value for f in facts.values() for s in f.statements} == {"1 fortnight", "14 day"}
+    d = resolve(ps, ACME, D(2026, 3, 10), query="the care desk wiki says unwanted items within a fortnight, right?",
+                facts=facts)
+    assert {s.passage_id for s in d.governing} == {pid(ps, "returns-policy")}
+
+
 def test_an_ended_exception_gives_way_to_the_rule_it_stood_in_for():
     # the question shares its words with the exception ("Acme", "ready") and the rollout
     # record, too few with the policy's statement: once the exception ended, the policy's

@@ -10,13 +10,15 @@ from collections.abc import Callable
 from quarry.core.evidence.statement import Statement
 from quarry.core.evidence.subjects import DEFAULT_THRESHOLDS, Thresholds, same_subject
 
-__all__ = ["conflict", "conflicts"]
+__all__ = ["conflict", "conflicts", "same_value"]
 
 # Calendar units are approximate (a month is 28-31 days): values within 2% are one value.
 _CALENDAR_TOLERANCE = 0.02
 
 
-def _same_value(a: Statement, b: Statement) -> bool:
+def same_value(a: Statement, b: Statement) -> bool:
+    """One value, whatever its notation: equal magnitudes (calendar spans within 2%), or one
+    converted into another unit and rounded as written ("10 mph" and "16 km/h")."""
     if a.magnitude is None or b.magnitude is None:
         return a.value == b.value
     calendar = any(w in s.value for s in (a, b) for w in ("month", "year", "week"))
@@ -75,7 +77,7 @@ def conflicts(a: Statement, b: Statement, similarity: Callable[[str, str], float
         # another currency; but a scoped amount in another currency than a general one is
         # the local equivalent ("EUR 5,800 in Porto" for "GBP 5,000")
         return set(a.scope) == set(b.scope)
-    return not _same_value(a, b)
+    return not same_value(a, b)
 
 
 def conflict(a: tuple[Statement, ...], b: tuple[Statement, ...],

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 import re
 from functools import lru_cache
 
+from quarry.core.evidence.conflict import same_value
 from quarry.core.evidence.graph import PassageFacts
 from quarry.core.evidence.rules import ResolutionState
 from quarry.core.evidence.subjects import _GENERIC_HEADS, DEFAULT_THRESHOLDS, GENERIC_WORDS, same_subject
@@ -121,7 +122,7 @@ def _echoes(a: str, b: str, st: ResolutionState, facts: Mapping[str, PassageFact
     if paraphrase and similarity is None:
         return False
     return st.rank[a] < st.rank[b] and any(
-        x.unit == y.unit and x.value == y.value and same_subject(x, y, similarity)
+        x.unit == y.unit and same_value(x, y) and same_subject(x, y, similarity)
         and (not paraphrase or similarity(x.clause, y.clause) >= DEFAULT_THRESHOLDS.synonym)
         for x in facts[a].statements for y in facts[b].statements)
 

@@ -110,6 +110,15 @@ def _speaks_of_itself(subject: str, named: frozenset[str], sentence: str, own: s
     return bool(_BARE_DOC.match(subject.strip())) and not doc_ids_in(sentence, own or "")
 
 
+def _last_day(m: re.Match, tenant: str) -> dt.date | None:
+    """The last day in force of a document that ends at ``m``'s date: that day after "after",
+    the day before otherwise (a document rescinded on 1 March is not in force on 1 March)."""
+    d = parse_date(m.group("date"), tenant=tenant)
+    if d is None:
+        return None
+    return d if (m.group("rel") or "").lower() == "after" else d - dt.timedelta(days=1)
+
+
 def find_effective(sents: list[str], own: str | None = None, title: str = "", *,
                    tenant: str) -> tuple[dt.date | None, dt.date | None]:
     """(effective_from, effective_to) this document states; ``own`` is its doc id, so a
@@ -128,8 +137,7 @@ def find_effective(sents: list[str], own: str | None = None, title: str = "", *,
             start = start or parse_date(m.group("a"), tenant=tenant)
             end = end or parse_date(m.group("b"), tenant=tenant)
         if end is None and (m := _ENDED.search(s)):
-            if (d := parse_date(m.group("date"), tenant=tenant)) is not None:
-                end = d if (m.group("rel") or "").lower() == "after" else d - dt.timedelta(days=1)
+            end = _last_day(m, tenant)
         # (the other document's id is read from the sentence as written: its backticks, which
         # the plain text drops, are what mark "`marlow-page-green-choice`" as an id)
         # ("It is withdrawn with effect from ...", after the sentence naming it)
@@ -145,8 +153,7 @@ def find_effective(sents: list[str], own: str | None = None, title: str = "", *,
         if end is None and (m := _TO.search(s)):
             end = parse_date(m.group("date") or m.group("date2"), tenant=tenant)
         if end is None and (m := _NO_LONGER.search(s)) and _speaks_of_itself(m.group("subj"), named, s, own):
-            if (d := parse_date(m.group("date"), tenant=tenant)) is not None:
-                end = d if m.group("rel").lower() == "after" else d - dt.timedelta(days=1)
+            end = _last_day(m, tenant)
         if (m := _TITLED.search(s)) and _speaks_of_itself(m.group("subj") or m.group("subj2"), named, s, own):
             d = parse_date(m.group("date") or m.group("date2"), tenant=tenant)
             if m.group("date2") or m.group("dir").lower().startswith(("until", "till", "through", "thru", "to")):

@@ -178,7 +178,9 @@ def decide_conflicts(st: ResolutionState, facts: Mapping[str, PassageFacts], ask
     for pid in alive:
         if label.get(pid) == "out":
             winners = [w for w in attacks[pid] if label.get(w) == "in"]
-            win = min(winners, key=lambda w: (-st.rank[w], w))
+            # the record names the winner that speaks to the question (the policy asked
+            # about, not a neighbouring one the loser also contradicts), then the highest
+            win = min(winners, key=lambda w: (on is not None and not any(on(s) for s in stated[w]), -st.rank[w], w))
             st.reject(pid, "subordinate_to", win, attacks[pid][win], f"outranks {pid}")
     undecided = [(a, b) for a in alive for b in attacks[a] if a not in label and b not in label]
     return _components(undecided), pairs

@@ -54,10 +54,11 @@ from collections.abc import Mapping, Sequence
 from quarry.core.evidence.conditions import named_entities
 from quarry.core.evidence.disputes import decide_conflicts
 from quarry.core.evidence.graph import PassageFacts, doc_key, facts_of
+from quarry.core.evidence.conflict import same_value
 from quarry.core.evidence.predicates import MIN_SHARED, predicates
 from quarry.core.evidence.question import ON_QUESTION, can_answer, question_scope, resumed, speaks_to, without_echoes
 from quarry.core.evidence.rules import (
-    ResolutionState, rank_of, effective_dates, start_of, stopping_conditions, supersession,
+    Rejection, ResolutionState, rank_of, effective_dates, start_of, stopping_conditions, supersession,
 )
 from quarry.core.evidence.statements import statements
 from quarry.core.evidence.subjects import same_subject
@@ -142,6 +143,8 @@ def resolve(
                    or not _taken_over(doc_key(by_id[pid].envelope), others, st, facts)}
     if answers and query is not None:  # a lower authority stating the same value for the same subject only agrees
         answers = without_echoes(answers, st, facts, candidates, similarity)
+    if answers and query is not None:
+        _name_the_answer(st, facts, answers, speaks_to(query))
     governing, supporting = [], []
     for pid in alive:
         notes = "; ".join(sorted(st.governs.get(pid, ())))
@@ -165,6 +168,32 @@ def resolve(
         for pid in sorted(shown - placed))
     return Decision(valid_at=day, governing=tuple(governing), supporting=tuple(supporting), rejected=rejected,
                     unresolved=unresolved, related=related)
+
+
+def _name_the_answer(st: ResolutionState, facts: Mapping[str, PassageFacts], answers: set[str], on) -> None:
+    """A passage that lost a conflict to a neighbouring rule (a wiki's many quick answers
+    contradicting the billing policy) names, as what defeats it, the answer to the question
+    when it also states another value of the same kind on the question's words as that
+    answer, from a higher authority: the record points at the evidence that governs what
+    was asked."""
+    for pid, r in sorted(st.rejected.items()):
+        if r.reason == "untrusted_instruction" and r.by is None:
+            # an instruction that nothing contradicted in so many words gives way to what
+            # answers the question at a higher authority
+            top = sorted((b for b in answers if st.rank[b] > st.rank[pid]), key=lambda x: (-st.rank[x], x))
+            if top:
+                st.rejected[pid] = Rejection(r.reason, top[0], r.detail)
+            continue
+        if r.reason != "subordinate_to" or r.by in answers:
+            continue
+        mine = [x for x in facts[pid].statements if on(x)]
+        for b in sorted(answers, key=lambda x: (-st.rank[x], x)):
+            if st.rank[b] > st.rank[pid] and any(
+                    x.unit == y.unit and not same_value(x, y) for x in mine for y in facts[b].statements if on(y)):
+                st.rejected[pid] = Rejection("subordinate_to", b, f"authority: {st.by_id[b].envelope.authority} "
+                                             f"({st.rank[b]}) over {st.by_id[pid].envelope.authority} ({st.rank[pid]})")
+                st.governs.setdefault(b, set()).add(f"outranks {pid}")
+                break
 
 
 def _taken_over(proof: str, others: set[str], st: ResolutionState, facts: Mapping[str, PassageFacts]) -> bool:

@@ -89,6 +89,9 @@ class SourceDocument(Frozen):
     effective_to: dt.date | None = None  # inclusive: the last day in force
     supersedes: tuple[str, ...] = ()
     superseded_by: tuple[str, ...] = ()
+    # documents this one says it replaces, named by title in its text ("the fee schedule issued
+    # in April 2025"): matched against the tenant's titles when a generation is resolved
+    supersedes_titles: tuple[str, ...] = ()
     condition: str | None = None
     events: tuple[Event, ...] = ()
     # Envelope fields the build's enricher (core.enrich) filled from the text, not the source.
@@ -164,6 +167,7 @@ class Envelope(Frozen):
     effective_to: dt.date | None = None
     supersedes: tuple[str, ...] = ()
     superseded_by: tuple[str, ...] = ()
+    supersedes_titles: tuple[str, ...] = ()  # other documents named by title as replaced (SourceDocument)
     condition: str | None = None
     events: tuple[Event, ...] = ()
     extracted: tuple[str, ...] = ()  # fields filled by the enricher from the text (core.enrich)

@@ -74,8 +74,11 @@ def test_explicit_supersession_needs_a_doc_id():
     assert e.supersedes == ("settlement-runbook",) and e.extracted == ("supersedes",)
     by = enrich(doc("This page is superseded by refund-policy@2 from January."))
     assert by.superseded_by == ("refund-policy@2",) and by.supersedes == ()
-    # No id after the verb: nothing is guessed from a description.
-    assert enrich(doc("It replaces the old table in the runbook.")).extracted == ()
+    # No id after the verb: no id is guessed from a description; a phrase with a document
+    # noun is kept as a title to match when resolved (core.evidence.titles)
+    assert enrich(doc("It replaces the old table.")).extracted == ()
+    described = enrich(doc("It replaces the old table in the runbook."))
+    assert described.supersedes == () and described.supersedes_titles == ("the old table in the runbook",)
     # A document never supersedes itself.
     assert enrich(doc("This version supersedes `d1` v1.")).supersedes == ()
 

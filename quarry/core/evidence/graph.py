@@ -41,6 +41,7 @@ from quarry.core.evidence.injection import instruction_shaped
 from quarry.core.evidence.statement import Statement
 from quarry.core.evidence.statements import statements_batch
 from quarry.core.evidence.subjects import DEFAULT_THRESHOLDS, subject_keys
+from quarry.core.evidence.titles import names_title
 from quarry.core.evidence.vectors import clause_similarity
 from quarry.core.records import Envelope, Passage, Principal
 from quarry.core.text.tokenizer import tokenize
@@ -189,6 +190,11 @@ class EvidenceGraph:
                 targets = ([ref] if ref in self.envelopes else []) if "@" in ref else by_doc.get(ref, [])
                 for t in targets:
                     self._link(k, t, "supersession")
+        for k, env in sorted(self.envelopes.items()):  # documents named by title in another's text
+            for t in env.supersedes_titles:
+                for o, other in sorted(self.envelopes.items()):
+                    if other.doc_id != env.doc_id and names_title(t, other.title):
+                        self._link(k, o, "supersession")
         for keys in by_doc.values():  # the versions of one doc_id (the resolver orders them)
             for a in keys:
                 for b in keys:

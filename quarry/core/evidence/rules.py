@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from quarry.core.evidence.conditions import Terms, condition_met, entity_stems, event_terms, terms
 from quarry.core.evidence.graph import best_passage, doc_key, event_cue, heading_words, passage_cue
+from quarry.core.evidence.titles import names_title
 from quarry.core.records import DEFAULT_AUTHORITY, Envelope, Event, Passage, RejectReason
 
 __all__ = ["Rejection", "ResolutionState", "rank_of", "effective_dates", "start_of", "stopping_conditions",
@@ -88,6 +89,8 @@ def _supersedes(newer: Envelope, older: Envelope) -> str | None:
         return "link"
     if newer.doc_id == older.doc_id and _version_key(newer.version) > _version_key(older.version):
         return "version"
+    if newer.doc_id != older.doc_id and any(names_title(t, older.title) for t in newer.supersedes_titles):
+        return "link"  # named by its title in the newer one's text
     return None
 
 

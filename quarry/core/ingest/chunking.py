@@ -110,6 +110,7 @@ def envelope_for(doc: SourceDocument, authority: Mapping[str, int] = DEFAULT_AUT
         authority_rank=authority.get(name, authority.get("unknown", 0)), source_url=doc.source_url,
         published_at=doc.published_at, ingested_at=doc.ingested_at, effective_from=doc.effective_from,
         effective_to=doc.effective_to, supersedes=doc.supersedes, superseded_by=doc.superseded_by,
+        supersedes_titles=doc.supersedes_titles,
         condition=doc.condition, events=doc.events, extracted=doc.extracted,
     )
 

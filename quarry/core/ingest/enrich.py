@@ -41,7 +41,7 @@ from quarry.core.text.units import line_sentences
 
 __all__ = ["FIELDS", "enrich"]
 
-FIELDS = ("condition", "events", "supersedes", "superseded_by", "effective_from", "effective_to")  # what it may fill
+FIELDS = ("condition", "events", "supersedes", "superseded_by", "supersedes_titles", "effective_from", "effective_to")  # what it may fill
 
 _ABBREV_MONTH = re.compile(r"\b(?:jan|feb|mar|apr|jun|jul|aug|sep|sept|oct|nov|dec)\.$", re.IGNORECASE)
 
@@ -67,9 +67,11 @@ def enrich(doc: SourceDocument, pipeline: str = DEFAULT_PIPELINE) -> SourceDocum
         found["condition"] = c
     if not doc.events and (ev := find_events(doc, sents)):
         found["events"] = ev
-    sup, by = find_supersession(doc, sents) if not (doc.supersedes and doc.superseded_by) else ((), ())
+    sup, by, titles = find_supersession(doc, sents) if not (doc.supersedes and doc.superseded_by) else ((), (), ())
     if not doc.supersedes and sup:
         found["supersedes"] = sup
+    if not doc.supersedes and not doc.supersedes_titles and titles:
+        found["supersedes_titles"] = titles
     if not doc.superseded_by and by:
         found["superseded_by"] = by
     start, end = find_effective(sents, doc.doc_id, doc.title, tenant=doc.tenant) if doc.effective_from is None or doc.effective_to is None else (None, None)

@@ -18,7 +18,7 @@ __all__ = ["SUPERSEDES_VERB", "doc_ids_in", "find_supersession", "pronoun_ids"]
 
 # The active verbs by which this document ends another (also read by the validity enricher:
 # "takes over from X from 2 March" makes this document in force from then).
-SUPERSEDES_VERB = (r"(?:replaces|supersedes|rescinds|withdraws|retires|revokes|takes\s+over\s+from"
+SUPERSEDES_VERB = (r"(?:replaces|supersedes|rescinds|withdraws|retires|revokes|takes\s+over\s+from|stands\s+in\s+for"
                    r"|takes\s+the\s+place\s+of|succeeds|(?:is|are)\s+(?:closing|withdrawing|discontinuing|retiring)"
                    r"|closes|discontinues)")
 _SUPERSEDE = re.compile(r"\b(?P<verb>superseded\s+by|replaced\s+by|succeeded\s+by|in\s+favou?r\s+of|"
@@ -34,7 +34,7 @@ _ID_SHAPED = re.compile(r"[\d@_]|[-/](?:policy|policies|runbook|guide|sop|page|d
                         r"|standard|notice|faq|wiki|process|agreement|contract|terms|schedule|rates?|card)$",
                         re.IGNORECASE)
 _DOC_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_./:-]{0,200}(?:@[A-Za-z0-9][A-Za-z0-9_.-]{0,40})?$")
-_SUP_TRIGGER = re.compile(r"\b(?:supersed|replac|succeed|favou?r|rescind|withdr[ae]w|retir|revok|deprecat"
+_SUP_TRIGGER = re.compile(r"\b(?:supersed|replac|succeed|favou?r|rescind|withdr[ae]w|retir|revok|deprecat|stands\s+in"
                           r"|no\s+longer|takes\s+over|takes\s+the\s+place|clos|discontinu)", re.IGNORECASE)
 # "We are closing the scheme (`old-page`). It is withdrawn from 16 February": a sentence whose
 # subject is only a pronoun speaks of the document the sentence before it named.
@@ -63,9 +63,37 @@ def doc_ids_in(rest: str, own: str, first: bool = True) -> list[str]:
     return ids[-1:] if not first else ids[:1]  # the id nearest the verb: "replaces X, which replaced Y" names X
 
 
-def find_supersession(doc: SourceDocument, sents: list[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+# where a phrase naming a document by title ends: a clause or an aside after it
+_PHRASE_END = re.compile(r"\s*(?:[,;:(]|\s-\s|\b(?:which|that|who|because|so|and\s+(?:is|are|was)|on\s+(?:that|the\s+same)"
+                         r"\s+(?:date|day)|with\s+effect|from\s+\d|as\s+from|as\s+of|effective|for\s+(?:any|all)"
+                         r")\b)", re.IGNORECASE)
+# this document as the subject of an active verb: "this standard stands in for", "it replaces"
+_SELF_SUBJECT = re.compile(r"\b(?:this|it)\b(?:\s+[\w-]+){0,3}\s*$", re.IGNORECASE)
+
+
+# a phrase names a document only with a document noun in it ("the fee schedule issued in
+# April 2025"; not "the controllers and motors")
+_DOC_NOUN = re.compile(r"\b(?:polic(?:y|ies)|schedules?|standards?|handbooks?|guides?|guidance|guidelines|runbooks?"
+                       r"|manuals?|procedures?|playbooks?|memos?|memorandum|notices?|agreements?|terms|rules|plans?"
+                       r"|price\s+lists?|tariffs?|charters?|codes?|pages?|faqs?|wikis?|sops?|circulars?|directives?"
+                       r"|instructions|process|timetables?|rate\s+cards?|protocols?|regulations?|bulletins?)\b",
+                       re.IGNORECASE)
+
+
+def _title_phrase(text: str) -> str | None:
+    """The words naming a document, up to the first clause or aside after them."""
+    words = _PHRASE_END.split(text.strip(), maxsplit=1)[0].strip(" .\"'`")
+    if re.match(r"(?:this|it|these|they)\b", words, re.IGNORECASE):
+        return None  # this document itself
+    return words if 2 <= len(words.split()) <= 14 and _DOC_NOUN.search(words) else None
+
+
+def find_supersession(doc: SourceDocument, sents: list[str]) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """(doc ids this document supersedes, doc ids it is superseded by, phrases naming by
+    title a document it supersedes: ``Envelope.supersedes_titles``, matched when resolved)."""
     sup: list[str] = []
     by: list[str] = []
+    titles: list[str] = []
     previous = ""
     for s in sents:
         before, previous = previous, s
@@ -77,14 +105,22 @@ def find_supersession(doc: SourceDocument, sents: list[str]) -> tuple[tuple[str,
             if passive and doc_ids_in(s[:m.start()], doc.doc_id):
                 continue  # "`a` is superseded by `b`": a link between two other documents
             target = by if passive else sup
-            for i in doc_ids_in(m.group("rest"), doc.doc_id):
+            ids = doc_ids_in(m.group("rest"), doc.doc_id)
+            for i in ids:
                 if i not in target:
                     target.append(i)
+            # a phrase naming the document by title, unless an id in backticks names it
+            if not passive and not _BACKTICKED.search(m.group("rest")) and _SELF_SUBJECT.search(s[:m.start()]) and (
+                    t := _title_phrase(m.group("rest"))) and t not in titles:
+                titles.append(t)
         for m in _PASSIVE.finditer(s):
             if re.match(r"\s*(?:by|in\s+favou?r\s+of)\s+(?!this\b)", m.group("rest"), re.IGNORECASE):
                 continue  # "<a> is superseded by <b>": a link between two others, or ours above
-            for i in doc_ids_in(m.group("head"), doc.doc_id, first=False) or pronoun_ids(m.group("head"), before,
-                                                                                         doc.doc_id):
+            ids = doc_ids_in(m.group("head"), doc.doc_id, first=False) or pronoun_ids(m.group("head"), before,
+                                                                                      doc.doc_id)
+            for i in ids:
                 if i not in sup and i not in by:
                     sup.append(i)
-    return tuple(sorted(sup)), tuple(sorted(by))
+            if not _BACKTICKED.search(m.group("head")) and (t := _title_phrase(m.group("head"))) and t not in titles:
+                titles.append(t)
+    return tuple(sorted(sup)), tuple(sorted(by)), tuple(titles)

@@ -148,6 +148,10 @@ def find_effective(sents: list[str], own: str | None = None, title: str = "", *,
         if start is None and _THIS_REPLACES.search(s) and (
                 (m := _FRONTED_FROM.search(s)) or (m := _FRONTED_FROM.search(plain_sentence(before)))):
             start = parse_date(m.group("date"), tenant=tenant)
+        # "With effect from 1 March 2026 this standard stands in for ...": the date fronts the
+        # sentence whose subject, this document, replaces another
+        if start is None and (m := _FRONTED_FROM.search(s)) and _THIS_REPLACES.match(s[m.end():].lstrip(" ,")):
+            start = parse_date(m.group("date"), tenant=tenant)
         if start is None and (m := _FROM.search(s)) and not (_ENDED.search(s)):
             start = parse_date(m.group("date"), tenant=tenant)
         if end is None and (m := _TO.search(s)):

@@ -1,0 +1,41 @@
+"""A document named by its title in another's text: "With effect from 1 March this
+standard stands in for the Contractor Induction Standard CI-01", "The fee schedule issued
+in April 2025 is retired on that date". The build keeps such phrases
+(``Envelope.supersedes_titles``, :mod:`quarry.core.ingest.enrich_supersession`); the graph and the
+resolver match them against the titles of the tenant generation's documents, so a memo
+written about "the car parking policy" needs no doc id.
+
+A phrase names a title when it starts with the title's words (a leading "current" or
+"previous" aside: "the GBP 80 monthly charge in the car parking policy" names a value *in*
+that policy, not the policy), holds most of them (``COVERAGE``, at least two) and every
+title word holding a digit (CI-01 is not CI-02; the 2025 schedule is not the 2026 one).
+Stemmed words, no model."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from quarry.core.text.tokenizer import tokenize
+
+__all__ = ["COVERAGE", "names_title"]
+
+COVERAGE = 0.75  # share of a title's words a phrase must hold
+_LEADING = frozenset(tokenize("current previous old existing earlier former present whole entire"))
+
+
+@lru_cache(maxsize=8192)
+def _words(text: str) -> tuple[str, ...]:
+    return tuple(tokenize(text))
+
+
+def names_title(phrase: str, title: str) -> bool:
+    """Whether ``phrase`` names the document titled ``title``."""
+    t = frozenset(_words(title))
+    p = _words(phrase)
+    while p and p[0] in _LEADING:
+        p = p[1:]
+    if len(t) < 2 or not p or p[0] not in t:
+        return False
+    shared = t & frozenset(p)
+    return len(shared) >= 2 and len(shared) >= COVERAGE * len(t) and all(
+        w in shared for w in t if any(c.isdigit() for c in w))

@@ -570,3 +570,25 @@ def test_runbooks_on_different_topics_keep_their_dispute():
     ps = passages(a, b)
     d = resolve(ps, ACME, D(2026, 3, 10), query="after how many minutes is a late client rebooked?")
     assert d.unresolved
+
+
+# ----------------------------------------------------------------------------- local rules
+
+def test_a_local_rule_does_not_dispute_the_general_rule_for_a_question_naming_no_site():
+    # invented: a ferry operator's boarding policy for every port, and one port's own times
+    ps = passages(
+        doc("boarding-policy", "Boarding closes 20 minutes before departure.", doc_type="policy",
+            entities=("acme", "northport", "eastport", "westport")),
+        doc("westport-times", "Boarding closes 30 minutes before departure.", doc_type="policy",
+            entities=("westport",)),
+        doc("desk-wiki", "Boarding closes 25 minutes before departure.", doc_type="page",
+            entities=("acme", "northport")),
+    )
+    general = resolve(ps, ACME, D(2026, 3, 1), query="when does boarding close before departure?")
+    assert not general.unresolved
+    assert pid(ps, "boarding-policy") in {s.passage_id for s in general.governing}
+    # a page of lower authority naming some of the policy's entities is no local rule
+    assert rejected(general)[pid(ps, "desk-wiki")] == ("subordinate_to", pid(ps, "boarding-policy"))
+    # asked about the port, its own rule governs over the general one
+    there = resolve(ps, ACME, D(2026, 3, 1), query="when does boarding close before departure at westport?")
+    assert rejected(there)[pid(ps, "boarding-policy")] == ("subordinate_to", pid(ps, "westport-times"))

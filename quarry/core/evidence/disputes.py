@@ -94,6 +94,17 @@ def _names(text: str, env: Envelope, topic: frozenset[str]) -> bool:
     return any((x, y) in pairs and z in _DOC_NOUNS for x, y, z in zip(words, words[1:], words[2:]))
 
 
+def _local_rule(a: Envelope, b: Envelope, rank_a: int, rank_b: int) -> bool:
+    """One of two scoped passages of one authority is the other's local rule: scoped to at
+    most half of the other's entities (the Torbury station times within the check-in
+    policy of every station). A page of another authority listing some of the policy's
+    entities, or a memo naming one party more than the policy, is no local rule."""
+    if not a.entities or not b.entities or rank_a != rank_b:
+        return False
+    ea, eb = set(a.entities), set(b.entities)
+    return (ea < eb and 2 * len(ea) <= len(eb)) or (eb < ea and 2 * len(eb) <= len(ea))
+
+
 def _later_effective(a, b) -> bool:
     """Whether envelope ``a`` states an effective date later than ``b``'s (both stated)."""
     return a.effective_from is not None and b.effective_from is not None and a.effective_from > b.effective_from
@@ -137,6 +148,8 @@ def decide_conflicts(st: ResolutionState, facts: Mapping[str, PassageFacts], ask
             if ia != ib:
                 win, lose = (b, a) if ia else (a, b)
                 attacks[lose][win] = f"untrusted instruction in {doc_key(st.by_id[lose].envelope)}"
+            elif asked is not None and not asked and _local_rule(ea, eb, st.rank[a], st.rank[b]):
+                continue  # a local rule of as high an authority does not speak to a question naming no entity
             elif (_specific(ea, eb, asked) or _specific(eb, ea, asked)) and not (
                     asked is not None and not asked and ea.entities and eb.entities):
                 # (a question naming no entity, two scoped passages: a page listing every store

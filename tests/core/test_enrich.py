@@ -578,3 +578,11 @@ def test_no_longer_applies_speaks_of_this_document_only():
     # the subject names nothing of the title and is no bare document noun: another thing
     d = enrich(doc("The parking permit no longer applies after 27 February 2026.", title="Winter bus timetable"))
     assert d.effective_to is None
+
+
+def test_validity_of_plural_arrangements_stated_in_the_text():
+    # invented: a marina's summer arrangements, named by the title's words
+    e = enrich(doc("These summer arrangements run from 1 May 2026 and lapse at the end of 30 September 2026.",
+                   title="Summer 2026: visitor berths and fuel dock"))
+    assert (e.effective_from, e.effective_to) == (D(2026, 5, 1), D(2026, 9, 30))
+    assert enrich(doc("These arrangements lapse on 30 September 2026.", title="Fuel dock hours")).effective_to is None

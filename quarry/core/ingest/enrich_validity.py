@@ -33,8 +33,9 @@ _IN_FORCE = (r"(?:effective|in\s+(?:force|effect)|takes\s+effect|(?:comes?|goes?
              r"\s+(?:force|effect)|applies|apply|valid)")
 # Being good up to a date ("valid / good / open / available / in effect through"), or
 # ending on one ("expires / sunsets / lapses / ends / terminates / runs out on").
-_HOLDS = r"(?:effective|in\s+(?:force|effect)|valid|good|open|available|applies|apply|runs|lasts)"
-_ENDS = r"(?:expires|sunsets|lapses|ends|terminates|runs\s+out|will\s+(?:expire|sunset|lapse|end|terminate))"
+_HOLDS = r"(?:effective|in\s+(?:force|effect)|valid|good|open|available|applies|apply|runs|run|lasts|last)"
+_ENDS = (r"(?:expires|sunsets|lapses|ends|terminates|runs\s+out|(?:will\s+)?(?:expire|sunset|lapse|end|terminate)"
+         r"|run\s+out)(?:\s+at\s+the\s+(?:end|close)\s+of)?")
 # what it takes the place of, or which day of a calendar it starts on, may stand before the date:
 # "takes effect in place of the 2024 loan agreement on 5 January 2026", "applies from the first
 # day of term 3 on 23 March 2026"
@@ -74,21 +75,22 @@ _REPLACES_FROM = re.compile(r"\b" + SUPERSEDES_VERB + r"\b[^.]*?\b(?:with\s+effe
                             + DATE + ")", re.IGNORECASE)
 # "The allowance is a pilot and is valid through 31 December 2025": the sentence's subject,
 # the noun phrase before the verb, is checked against the document's title.
-_TITLED = re.compile(r"^(?:the|our|this)\s+(?P<subj>(?:[\w-]+\s+){0,2}[\w-]+)\s+(?:(?:is|are|remains|stays)\b[^.]*?\b)?"
+_TITLED = re.compile(r"^(?:the|our|this|these)\s+(?P<subj>(?:[\w-]+\s+){0,2}[\w-]+)\s+(?:(?:is|are|remains|stays)\b[^.]*?\b)?"
                      r"(?:" + _HOLDS + r"|" + _IN_FORCE + r")\s+(?P<dir>until|till|through|thru|to|from"
                      r"|as\s+of)\s+(?:the\s+end\s+of\s+(?:[\w'-]+\s+){1,4}?on\s+)?(?P<date>" + DATE + ")"
-                     r"|^(?:the|our|this)\s+(?P<subj2>(?:[\w-]+\s+){0,2}[\w-]+)\s+" + _ENDS
+                     r"|^(?:the|our|this|these)\s+(?P<subj2>(?:[\w-]+\s+){0,2}[\w-]+)\s+" + _ENDS
                      + r"\s+(?:on\s+)?(?P<date2>" + DATE + ")", re.IGNORECASE)
 # "The winter timetable no longer applies after 27 February 2026" (its last day), "... from 2
 # March" (the day before is its last)
-_NO_LONGER = re.compile(r"^(?:the|our|this)\s+(?P<subj>(?:[\w-]+\s+){0,2}[\w-]+)\s+(?:will\s+)?no\s+longer\s+"
+_NO_LONGER = re.compile(r"^(?:the|our|this|these)\s+(?P<subj>(?:[\w-]+\s+){0,2}[\w-]+)\s+(?:will\s+)?no\s+longer\s+"
                         r"(?:applies|apply|runs|run|operates|operate|holds|be\s+valid|is\s+valid|is\s+in\s+(?:force"
                         r"|effect|use))\s+(?P<rel>after|from|on|as\s+of)\s+(?:\w+day,?\s+)?(?P<date>" + DATE + ")",
                         re.IGNORECASE)
 # "The offer applies from 1 March 2026 and is valid through 30 April 2026": the second
 # half of a sentence that :data:`_TITLED` found speaking of this document
-_AND_UNTIL = re.compile(r"\b(?:and|but)\s+(?:is\s+|are\s+|remains\s+|stays\s+)?" + _HOLDS
-                        + r"\s+(?:until|till|to|through|thru)\s+(?P<date>" + DATE + ")", re.IGNORECASE)
+_AND_UNTIL = re.compile(r"\b(?:and|but)\s+(?:(?:is\s+|are\s+|remains\s+|remain\s+|stays\s+|stay\s+)?" + _HOLDS
+                        + r"\s+(?:until|till|to|through|thru)|" + _ENDS + r"(?:\s+on)?)\s+(?P<date>" + DATE + ")",
+                        re.IGNORECASE)
 # "The offer runs from 2 February 2026 to 31 March 2026": the end of a range right after its start
 _RANGE_END = re.compile(r"\s*(?:to|until|till|through|thru|-|–)\s*(?:\w+day,?\s+)?(?P<date>" + DATE + ")",
                         re.IGNORECASE)

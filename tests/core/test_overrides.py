@@ -36,7 +36,7 @@ def test_the_side_that_names_the_other_value_as_replaced_wins():
     d, ids = decide("The late return fee for a rented bike is EUR 12 instead of EUR 18.")
     assert ids["amendment"] in {g.passage_id for g in d.governing}
     assert {(r.passage_id, r.reason, r.by) for r in d.rejected} >= {
-        (ids["rental-terms"], "subordinate_to", ids["amendment"])}
+        (ids["rental-terms"], "superseded_by", ids["amendment"])}  # it names the value it replaces
     assert not d.unresolved
 
 

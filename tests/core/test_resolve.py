@@ -531,11 +531,12 @@ def test_a_new_version_is_named_by_the_section_of_the_same_heading():
     "leave policy.",
     "Bereaved staff now get 5 days of paid bereavement leave. This replaces the 3 days in the staff leave policy.",
 ])
-def test_a_memo_naming_the_value_it_supersedes_overrides_it(memo):
+def test_a_memo_naming_the_value_it_supersedes_supersedes_that_rule(memo):
     ps = passages(doc("leave-policy", "Staff get 3 days of paid bereavement leave.", doc_type="policy"),
                   doc("hr-memo", memo, doc_type="policy"))
     d = resolve(ps, ACME, D(2026, 3, 10), query="how many days of bereavement leave do staff get?")
-    assert rejected(d)[pid(ps, "leave-policy")][0] == "subordinate_to"
+    # the memo names the value it replaces: it supersedes that rule of the policy
+    assert rejected(d)[pid(ps, "leave-policy")] == ("superseded_by", pid(ps, "hr-memo"))
     assert {s.passage_id for s in d.governing} == {pid(ps, "hr-memo")}
 
 

@@ -194,7 +194,11 @@ def decide_conflicts(st: ResolutionState, facts: Mapping[str, PassageFacts], ask
             # the record names the winner that speaks to the question (the policy asked
             # about, not a neighbouring one the loser also contradicts), then the highest
             win = min(winners, key=lambda w: (on is not None and not any(on(s) for s in stated[w]), -st.rank[w], w))
-            st.reject(pid, "subordinate_to", win, attacks[pid][win], f"outranks {pid}")
+            # a winner naming the loser's value as the one it replaces supersedes that rule
+            # ("This supersedes the 3-day entitlement in the staff leave policy")
+            replaced = attacks[pid][win].startswith("override:")
+            st.reject(pid, "superseded_by" if replaced else "subordinate_to", win, attacks[pid][win],
+                      f"{'supersedes' if replaced else 'outranks'} {pid}")
     undecided = [(a, b) for a in alive for b in attacks[a] if a not in label and b not in label]
     return _components(undecided), pairs
 

@@ -22,7 +22,10 @@ may read:
    same subject (:mod:`.conflict`) are compared by *scope* first (an entity-specific
    passage outranks a general one: it survived 1-3, so it is in force), then by
    *authority* (the configurable table, ``DEFAULT_AUTHORITY``). The loser is
-   ``subordinate_to`` the winner; equal authority leaves both ``unresolved``.
+   ``subordinate_to`` the winner (``superseded_by`` when the winner names the loser's value
+   as the one it replaces); equal authority leaves both ``unresolved``. A local rule (one
+   authority, scoped to at most half of the other's entities) does not dispute the general
+   rule for a question naming no entity.
 
 5. **Instructions.** An instruction-shaped passage (:mod:`.injection`) loses every
    conflict it is in; one that nothing else defeated is ``untrusted_instruction``.

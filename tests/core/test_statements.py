@@ -273,6 +273,8 @@ def test_number_words_periods_and_how_often():
     assert s.magnitude * 24 == 1.0
     (s,) = statements("Calls are returned within a quarter of an hour.")
     assert abs(s.magnitude * 24 * 60 - 15) < 1e-9
+    (s,) = statements("Desks close three quarters of an hour before departure.")  # not 3 "quarter" (a mass)
+    assert s.unit == "duration" and abs(s.magnitude * 24 * 60 - 45) < 1e-9
     (s,) = statements("Passwords rotate twice a year.")
     assert s.unit == "duration" and abs(s.magnitude - 365.25 / 2) < 1e-9
     assert not clash("Passwords rotate twice a year.", "Passwords rotate every 6 months.")

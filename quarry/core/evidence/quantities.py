@@ -437,6 +437,11 @@ def sentence_values(doc, *, tenant: str) -> list[Value]:
             j += j < len(doc) and doc[j].lower_ in ("a", "an")
         elif amount is None:
             continue
+        elif j + 1 < len(doc) and doc[j].lower_ in _FRACTIONS and doc[j + 1].lower_ == "of":
+            # "three quarters of an hour": a count of fractions of the unit
+            amount *= _FRACTIONS[doc[j].lower_]
+            j += 2
+            j += j < len(doc) and doc[j].lower_ in ("a", "an")
         if j < len(doc) and doc[j].tag_ == "HYPH":
             j += 1  # "30-day"
         if j + 1 < len(doc) and doc[j].lower_ in DAY_COUNT_WORDS and (u := _unit_at(doc, j + 1)) is not None \

@@ -107,8 +107,8 @@ def test_later_version_supersedes_without_link_only_when_known_to_have_started()
     v2 = doc("guide", "Use the green button.", version="2", published_at=D(2026, 1, 20))
     ps = passages(v1, v2)
     assert rejected(resolve(ps, ACME, D(2026, 2, 1))) == {pid(ps, "guide", "1"): ("superseded_by", pid(ps, "guide", "2"))}
-    # Not yet published at valid_at: the earlier version stands.
-    assert not resolve(ps, ACME, D(2026, 1, 10)).rejected
+    # Not yet published at valid_at: the earlier version stands, the later one was not yet in force.
+    assert rejected(resolve(ps, ACME, D(2026, 1, 10))) == {pid(ps, "guide", "2"): ("not_yet_effective", None)}
     # An undated later version is not known to be in force: nothing is superseded.
     undated = passages(v1, v2.model_copy(update={"published_at": None}))
     assert not resolve(undated, ACME, D(2026, 2, 1)).rejected
@@ -593,3 +593,19 @@ def test_a_local_rule_does_not_dispute_the_general_rule_for_a_question_naming_no
     # asked about the port, its own rule governs over the general one
     there = resolve(ps, ACME, D(2026, 3, 1), query="when does boarding close before departure at westport?")
     assert rejected(there)[pid(ps, "boarding-policy")] == ("subordinate_to", pid(ps, "westport-times"))
+
+
+def test_a_replacement_published_after_valid_at_was_not_yet_in_force():
+    # invented: a marina's price lists; the new one states no start date of its own
+    old = doc("prices-2025", "A visitor berth costs EUR 40 a night.", doc_type="policy", effective_from=D(2025, 6, 1))
+    new = doc("prices-2026", "A visitor berth costs EUR 46 a night.", doc_type="policy", published_at=D(2026, 2, 9),
+              supersedes=("prices-2025",))
+    ps = passages(old, new)
+    before = resolve(ps, ACME, D(2026, 1, 15), query="what does a visitor berth cost a night?")
+    assert rejected(before) == {pid(ps, "prices-2026"): ("not_yet_effective", None)}
+    assert not before.unresolved
+    after = resolve(ps, ACME, D(2026, 3, 1), query="what does a visitor berth cost a night?")
+    assert rejected(after) == {pid(ps, "prices-2025"): ("superseded_by", pid(ps, "prices-2026"))}
+    # a page published later that replaces nothing is not dated out by its publication
+    page = doc("berth-faq", "Visitor berths are booked at the harbour office.", published_at=D(2026, 2, 9))
+    assert pid(passages(page), "berth-faq") not in rejected(resolve(passages(page), ACME, D(2026, 1, 15)))

@@ -69,11 +69,21 @@ def rank_of(env: Envelope, table: Mapping[str, int] | None) -> int:
 
 
 def effective_dates(st: ResolutionState) -> None:
+    versions: dict[str, list[str]] = {}
+    for p in st.by_id.values():
+        versions.setdefault(p.envelope.doc_id, []).append(p.envelope.version)
     for pid, p in st.by_id.items():
         e = p.envelope
+        replaces = bool(e.supersedes or e.supersedes_titles) or any(
+            _version_key(v) < _version_key(e.version) for v in versions[e.doc_id])
         if e.effective_from is not None and e.effective_from > st.day:
             st.reject(pid, "not_yet_effective", None,
                       f"effective_from {e.effective_from.isoformat()} is after valid_at {st.day.isoformat()}")
+        elif e.effective_from is None and replaces and e.published_at is not None and e.published_at > st.day:
+            # a replacement published after valid_at, stating no start of its own, was not yet in force
+            st.reject(pid, "not_yet_effective", None,
+                      f"published_at {e.published_at.isoformat()} is after valid_at {st.day.isoformat()} and it "
+                      f"replaces another document")
         elif e.effective_to is not None and e.effective_to < st.day:
             st.reject(pid, "no_longer_effective", None,
                       f"effective_to {e.effective_to.isoformat()} is before valid_at {st.day.isoformat()}")

@@ -13,8 +13,6 @@ Stemmed words, no model."""
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 from quarry.core.text.tokenizer import tokenize
 
 __all__ = ["COVERAGE", "names_title"]
@@ -23,9 +21,8 @@ COVERAGE = 0.75  # share of a title's words a phrase must hold
 _LEADING = frozenset(tokenize("current previous old existing earlier former present whole entire"))
 
 
-@lru_cache(maxsize=8192)
 def _words(text: str) -> tuple[str, ...]:
-    return tuple(tokenize(text))
+    return tuple(tokenize(text))  # not cached: titles are tenant text (caches are keyed by tenant)
 
 
 def names_title(phrase: str, title: str) -> bool:

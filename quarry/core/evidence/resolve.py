@@ -195,6 +195,7 @@ def _name_the_answer(st: ResolutionState, facts: Mapping[str, PassageFacts], ans
                     x.unit == y.unit and not same_value(x, y) for x in mine for y in facts[b].statements if on(y)):
                 st.rejected[pid] = Rejection("subordinate_to", b, f"authority: {st.by_id[b].envelope.authority} "
                                              f"({st.rank[b]}) over {st.by_id[pid].envelope.authority} ({st.rank[pid]})")
+                st.governs.get(r.by, set()).discard(f"outranks {pid}")  # the neighbouring rule no longer names it
                 st.governs.setdefault(b, set()).add(f"outranks {pid}")
                 break
 

@@ -21,14 +21,10 @@ COVERAGE = 0.75  # share of a title's words a phrase must hold
 _LEADING = frozenset(tokenize("current previous old existing earlier former present whole entire"))
 
 
-def _words(text: str) -> tuple[str, ...]:
-    return tuple(tokenize(text))  # not cached: titles are tenant text (caches are keyed by tenant)
-
-
 def names_title(phrase: str, title: str) -> bool:
     """Whether ``phrase`` names the document titled ``title``."""
-    t = frozenset(_words(title))
-    p = _words(phrase)
+    t = frozenset(tokenize(title))  # (not cached: titles are tenant text, and every cache is keyed by tenant)
+    p = tokenize(phrase)
     while p and p[0] in _LEADING:
         p = p[1:]
     if len(t) < 2 or not p or p[0] not in t:

@@ -83,6 +83,19 @@ def test_explicit_supersession_needs_a_doc_id():
     assert enrich(doc("This version supersedes `d1` v1.")).supersedes == ()
 
 
+@pytest.mark.parametrize("text, title", [
+    # a quoted title is kept whole, colon and year included, with or without a document noun
+    ('From 1 May 2026 this list takes over from "Boat hire: prices and deposits (2025)". Older bookings keep '
+     'their price.', "Boat hire: prices and deposits (2025)"),
+    ("This sheet replaces \u2018Harbour moorings 2025\u2019 for every berth.", "Harbour moorings 2025"),
+    # a code in the title is no conjunction "so": the phrase runs on to the aside
+    ("This standard takes over from the Marina Safety Standard SO-2 (May 2024) on 1 March 2026.",
+     "the Marina Safety Standard SO-2"),
+])
+def test_supersession_by_a_quoted_or_coded_title(text, title):
+    assert enrich(doc(text)).supersedes_titles == (title,)
+
+
 def test_effective_dates_stated_about_this_document():
     e = enrich(doc("This policy is effective from 1 January 2026 and is in force until 2026-12-31."))
     assert (e.effective_from, e.effective_to) == (D(2026, 1, 1), D(2026, 12, 31))

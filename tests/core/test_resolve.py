@@ -540,6 +540,30 @@ def test_a_memo_naming_the_value_it_supersedes_supersedes_that_rule(memo):
     assert {s.passage_id for s in d.governing} == {pid(ps, "hr-memo")}
 
 
+@pytest.mark.parametrize("memo", [
+    "The 30-minute cool-down no longer applies: kilns now cool for at least 45 minutes before they are opened.",
+    "The 30-minute cool-down is replaced: kilns now cool for at least 45 minutes before they are opened.",
+    "The studio rules' 30-minute cool-down is out of date: kilns now cool for at least 45 minutes before they "
+    "are opened.",
+])
+def test_a_memo_retiring_the_value_it_replaces_supersedes_that_rule(memo):
+    # invented: a pottery studio; the memo names the old value as the subject it retires
+    ps = passages(doc("studio-rules", "Kilns cool for at least 30 minutes before they are opened.", doc_type="policy"),
+                  doc("studio-memo", memo, doc_type="policy"))
+    d = resolve(ps, ACME, D(2026, 3, 10), query="how long must a kiln cool before it is opened?")
+    assert rejected(d)[pid(ps, "studio-rules")] == ("superseded_by", pid(ps, "studio-memo"))
+    assert not d.unresolved
+
+
+def test_a_retired_value_of_another_kind_overrides_nothing():
+    # the memo retires a 20-minute rule; the rules' 30 minutes is not it: a dispute stays
+    ps = passages(doc("studio-rules", "Kilns cool for at least 30 minutes before they are opened.", doc_type="policy"),
+                  doc("studio-memo", "The 20-minute glaze rest no longer applies. Kilns cool for at least 45 minutes "
+                      "before they are opened.", doc_type="policy"))
+    d = resolve(ps, ACME, D(2026, 3, 10), query="how long must a kiln cool before it is opened?")
+    assert d.unresolved
+
+
 def test_policies_on_different_topics_do_not_conflict():
     # two policies whose titles share no topic word and that never name each other state
     # values of neighbouring subjects, not one subject twice

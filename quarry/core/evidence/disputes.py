@@ -32,6 +32,11 @@ def _specific(a: Envelope, b: Envelope, asked: frozenset[str] | None = None) -> 
 _REPLACED = re.compile(r"\b(?:instead of|rather than|in place of|replacing|down from|up from|formerly|previously"
                        r"|replaces|supersedes|takes the place of)\b"
                        r"(?:\s+(?:the|a|an|its|our|standard|previous|old|usual|current))*\s+([^.;]{1,40})", re.I)
+# "The 60-minute fire watch no longer applies", "The 17:00 finish is replaced", "The handbook's
+# EUR 150 figure is out of date": the value in the words before such a verb is the one retired
+_RETIRED = re.compile(r"((?:[^.;:!?\n]|(?<=\d):(?=\d)){1,60}?)\s+(?:no\s+longer\s+(?:applies|apply|binds|bind|stands|holds|counts)"
+                      r"|(?:is|are|has\s+been|have\s+been)\s+(?:now\s+)?(?:replaced|withdrawn|scrapped|dropped|retired"
+                      r"|rescinded|abolished|superseded|out\s+of\s+date))\b", re.I)
 _NUMBER = re.compile(r"\d+(?::\d\d)?(?:[.,]\d+)*")
 
 
@@ -45,8 +50,10 @@ def _numbers(text: str) -> set[str]:
 
 def replaces(text: str, other: tuple) -> bool:
     """``text`` names a value of ``other``'s statements as the one it replaces ("the fee is
-    EUR 10 instead of EUR 20"): written against that value, it overrides it."""
-    named = set().union(*(_numbers(m.group(1)[:20]) for m in _REPLACED.finditer(text))) if text else set()
+    EUR 10 instead of EUR 20"; "the 60-minute fire watch no longer applies"): written against
+    that value, it overrides it."""
+    named = set().union(*(_numbers(m.group(1)[:20]) for m in _REPLACED.finditer(text)),
+                        *(_numbers(m.group(1)) for m in _RETIRED.finditer(text))) if text else set()
     return bool(named) and any(_numbers(s.value) & named for s in other)
 
 

@@ -64,7 +64,7 @@ def doc_ids_in(rest: str, own: str, first: bool = True) -> list[str]:
 
 
 # where a phrase naming a document by title ends: a clause or an aside after it
-_PHRASE_END = re.compile(r"\s*(?:[,;:(]|\s-\s|\b(?:which|that|who|because|so|and\s+(?:is|are|was)|on\s+(?:that|the\s+same)"
+_PHRASE_END = re.compile(r"\s*(?:[,;:(]|\s-\s|\b(?:which|that|who|because|so(?![-\d])|and\s+(?:is|are|was)|on\s+(?:that|the\s+same)"
                          r"\s+(?:date|day)|with\s+effect|from\s+\d|as\s+from|as\s+of|effective|for\s+(?:any|all)"
                          r")\b)", re.IGNORECASE)
 # this document as the subject of an active verb: "this standard stands in for", "it replaces"
@@ -80,8 +80,16 @@ _DOC_NOUN = re.compile(r"\b(?:polic(?:y|ies)|schedules?|standards?|handbooks?|gu
                        re.IGNORECASE)
 
 
+# a title in quotes: "takes over from 'Community room hire: charges and conditions (2025)'"
+_QUOTED = re.compile(r"\s*(?:\"([^\"\n]{3,160})\"|\u201c([^\u201d\n]{3,160})\u201d|'([^'\n]{3,160})'(?!\w)"
+                     r"|\u2018([^\u2019\n]{3,160})\u2019)")
+
+
 def _title_phrase(text: str) -> str | None:
-    """The words naming a document, up to the first clause or aside after them."""
+    """The words naming a document: a title in quotes, whole (a quoted name is a title, with
+    or without a document noun); else the words up to the first clause or aside after them."""
+    if (q := _QUOTED.match(text)) and 2 <= len((t := next(g for g in q.groups() if g)).split()) <= 20:
+        return t.strip()
     words = _PHRASE_END.split(text.strip(), maxsplit=1)[0].strip(" .\"'`")
     if re.match(r"(?:this|it|these|they)\b", words, re.IGNORECASE):
         return None  # this document itself

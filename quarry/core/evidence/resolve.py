@@ -34,7 +34,8 @@ The record then scopes to the question (``query``): surviving passages on it are
 ``governing``; what proves an event or a link the decision rests on is ``supporting``;
 rejections and conflicts are reported for the question's evidence; other delivered
 passages are ``related`` (``outdated`` when a rule rejects them). An entity-specific
-passage beats a general one only for a question naming its entity. Ranks and the
+passage beats a general one only for a question naming its entity; an entity the question
+names that no surviving passage is scoped to (the ticket it quotes) scopes nothing. Ranks and the
 ranker's scores never enter; a passage's cosine to the question (``relevance``, from the
 stored vectors) can only add an answer the question's words missed (:mod:`.question`).
 Every choice sorts by stable keys, so the order passages arrive in never changes the
@@ -126,7 +127,10 @@ def resolve(
     # a passage scoped to entities the question does not name answers a question about others
     # only when the question names none (then only passages of no narrower scope answer)
     # and a record that starts (effective, else published) after valid_at cannot answer as of it
-    candidates = [pid for pid in alive if (asked is None or can_answer(by_id[pid].envelope, asked))
+    # an entity the question names scopes its answer only where a survivor is about it: a
+    # ticket id the question quotes ("CX-20418 says ...") leaves the policies free to answer
+    scoping = None if asked is None else asked & frozenset(e for pid in alive for e in by_id[pid].envelope.entities)
+    candidates = [pid for pid in alive if (scoping is None or can_answer(by_id[pid].envelope, scoping))
                   and not ((start := start_of(by_id[pid].envelope)) is not None and start > day)]
     answers, scope = question_scope(st, facts, query, candidates, shown, pairs, groups, relevance)
 

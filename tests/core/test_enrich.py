@@ -340,6 +340,12 @@ def _events(text: str, **kw) -> tuple[Event, ...]:
     ("The Bristol depot migrated to Ledgerly on 2 March 2026.", "bristol depot to ledgerly cutover completed",
      D(2026, 3, 2)),
     ("Payroll went live on Ledgerly on Monday, 2 March 2026.", "payroll on ledgerly completed", D(2026, 3, 2)),
+    # a state reached on a date: the subject's cutover to the system it has been on since
+    ("The Dunmore depot has been picking and packing on Stockwise since its first shift on Monday 6 April 2026.",
+     "dunmore depot to stockwise cutover completed", D(2026, 4, 6)),
+    ("Evening classes have been run in Tutora since 18:00 on 12 January 2026.",
+     "evening classes to tutora cutover completed", D(2026, 1, 12)),
+    ("The depot has been busy since 6 April 2026.", None, None),  # no system it is on: no event
 ])
 def test_events_in_other_words(text, what, on):
     assert _events(text) == ((Event(what=what, on=on),) if what else ())

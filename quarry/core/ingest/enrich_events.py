@@ -2,7 +2,8 @@
 records, "<subject> completed / finished / concluded / went live / was done / was cut over / switched
 (over) / moved / migrated / rolled out /
 signed off / closed out / wrapped up / finalised / accepted / handed over [successfully] [by <whom>] on <date>" and "<subject> is complete as of <date>" -> ("<subject> completed", date);
-"was cut over", "switched over", "moved", "migrated" -> "<subject> cutover completed". A markdown table with a completion-date
+"was cut over", "switched over", "moved", "migrated" -> "<subject> cutover completed"; "<subject>
+has been <doing> on/in <System> since ... <date>" -> "<subject> to <system> cutover completed". A markdown table with a completion-date
 column ("Completed on", "Completion date", "Went live") gives one event per row, the
 row's first cell as the subject. No entity is added: where the text names none, the
 resolver takes the record's own entity scope (prefixing "acme" would turn "Globex
@@ -48,11 +49,18 @@ _COMPLETED_OBJ = re.compile(
     r"\b(?:we|they|the\s+team|ops|engineering|it)\s+(?:have\s+|has\s+|had\s+)?(?:successfully\s+)?(?P<verb>completed"
     r"|finished|concluded|rolled\s+out|cut\s+over)\s+(?P<subj>(?:[\w'-]+\s+){1,6}?)(?:successfully\s+)?on\s+"
     r"(?:\w+day,?\s+)?(?P<date>" + DATE + ")", re.IGNORECASE)
+# A state reached on a date: "Saltby Library has been issuing on Lendwise since it opened on
+# 10 March 2026", "Torbury departures have been handled in Corvus since the first flight on
+# Monday 9 March 2026": the subject's cutover to the named system completed on that date.
+_SINCE = re.compile(
+    r"(?P<subj>(?:[\w'-]+\s+){1,5}?)(?i:has|have)\s+been\s+(?:[\w'-]+\s+){0,5}?(?i:on|in|onto|into|using)\s+"
+    r"(?P<sys>[A-Z][\w-]*(?:\s+[A-Z][\w-]*){0,2})\s+since\s+(?:[\w':-]+\s+){0,6}?(?i:on\s+)?(?:\w+day,?\s+)?"
+    r"(?P<date>(?i:" + DATE + "))")
 _SUCCESS_FIRST = re.compile(r"\bsuccessfully\s+(?=completed|finished|concluded|went|rolled|cut)", re.IGNORECASE)
 _EVENT_DOC = re.compile(r"\b(?:rollout|roll-out|deployment|release|cutover|migration|change|go-live|upgrade)\s+"
                         r"(?:record|log|report|ticket|request|note|summary)\b", re.IGNORECASE)
 _EVENT_TYPES = frozenset({"deployment", "rollout", "change", "migration", "release", "change-record", "cutover"})
-_EVENT_TRIGGER = re.compile(r"\b(?:completed|finished|concluded|live|rolled|done|cut\s+over|complete|closed|signed"
+_EVENT_TRIGGER = re.compile(r"\b(?:completed|finished|concluded|live|rolled|done|cut\s+over|complete|closed|signed|since"
                             r"|switched|changed|moved|migrated|transitioned"
                             r"|wrapped|finali[sz]ed|accepted|handed)\b",
                             re.IGNORECASE)
@@ -131,6 +139,10 @@ def find_events(doc: SourceDocument, sents: list[str]) -> tuple[Event, ...]:
             on = parse_date(m.group("date"), tenant=doc.tenant)
             comp = m.groupdict().get("comp") or ""
             if on is not None and (ev := _event(f"{m.group('subj')} {comp}", m.group("verb"), on)):
+                out.setdefault((ev.what, on), ev)
+        for m in _SINCE.finditer(s):
+            on = parse_date(m.group("date"), tenant=doc.tenant)
+            if on is not None and (ev := _event(f"{m.group('subj')} to {m.group('sys')}", "moved", on)):
                 out.setdefault((ev.what, on), ev)
     if "|" in doc.text:
         for ev in _table_events(logical_lines(doc.text), doc.tenant):

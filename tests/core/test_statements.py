@@ -47,6 +47,36 @@ def test_units_are_normalised():
     assert clash("Each chargeback costs €15.", "We charge EUR 20 for each chargeback.")
 
 
+@pytest.mark.parametrize("text, value, magnitude", [
+    ("Contractors carry public liability cover of GBP 10m.", "GBP 1e+07", 1e7),
+    ("Contractors carry public liability cover of £2.5 million.", "GBP 2.5e+06", 2.5e6),
+    ("Contractors carry public liability cover of five million pounds.", "GBP 5e+06", 5e6),
+    ("The security deposit is USD 40k.", "USD 40000", 4e4),
+    ("The security deposit is twenty-five euros.", "EUR 25", 25.0),
+])
+def test_an_amount_and_its_scale(text, value, magnitude):
+    (s,) = statements(text)
+    assert (s.value, s.magnitude) == (value, magnitude) and s.unit.startswith("currency:")
+
+
+def test_a_number_word_after_a_currency_code_is_no_amount():
+    assert statements("Did the GBP cutoff change as well, or only the EUR one?") == ()
+
+
+def test_scaled_amounts_compare_across_notations():
+    assert not clash("Public liability cover is at least GBP 10m.", "Public liability cover is at least ten million "
+                     "pounds.")
+    assert clash("Public liability cover is at least GBP 10m.", "Public liability cover is at least five million "
+                 "pounds.")
+
+
+def test_a_price_per_measured_quantity_is_no_flat_charge():
+    # a flat fee and a price per kWh (or per kg) never state one value; a count left unsaid may
+    assert not clash("A replacement access card costs GBP 15.", "Charging costs GBP 0.40 per kWh.")
+    assert not clash("Excess baggage costs EUR 20.", "Excess baggage costs EUR 12 per kg.")
+    assert clash("The licence costs EUR 50,000 per tenant.", "The licence costs EUR 20,000.")
+
+
 def test_clock_times():
     assert clash("The settlement cutoff is 15:00.", "The settlement cutoff is 16:00.")
     assert not clash("Phone support closes at 17:00.", "Phone support closes at 5 p.m.")

@@ -51,13 +51,24 @@ def _rounded_alike(a: Statement, b: Statement) -> bool:
     return abs(a.magnitude - b.magnitude) <= half * abs(s.magnitude / x)
 
 
+def _unsaid_ok(per: list[str]) -> bool:
+    """Whether a rate per ``per`` may be left unsaid on the other side: per a count ("per
+    tenant"), not per a period or a measured quantity."""
+    if per == ["duration"]:
+        return False
+    from quarry.core.evidence.quantities import names_measure  # pint loads on first use, not at import
+
+    return not (per and names_measure(per[0]))
+
+
 def _compatible(a: Statement, b: Statement) -> bool:
     if a.unit == b.unit:
         return True
     ca, cb = a.unit.split("/", 1), b.unit.split("/", 1)
     # "EUR 50,000 per tenant" and "EUR 20,000" (the rate left unsaid) compare; a time rate
-    # must be on both sides (its magnitude is per day).
-    rate_ok = ca[1:] == cb[1:] or (not ca[1:] and cb[1:] != ["duration"]) or (not cb[1:] and ca[1:] != ["duration"])
+    # must be on both sides (its magnitude is per day), and so must a price per a measured
+    # quantity ("GBP 0.40 per kWh" is no flat charge of GBP 15)
+    rate_ok = ca[1:] == cb[1:] or (not ca[1:] and _unsaid_ok(cb[1:])) or (not cb[1:] and _unsaid_ok(ca[1:]))
     if ca[0] == cb[0]:
         return rate_ok
     # EUR 15 vs USD 15 for the same subject: amounts in different currencies conflict.

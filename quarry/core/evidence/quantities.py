@@ -122,6 +122,9 @@ _WORD_NUMBERS = {w: float(k) for k, w in enumerate(
     "seventeen eighteen nineteen".split())} | {w: float(10 * k) for k, w in enumerate(
     "twenty thirty forty fifty sixty seventy eighty ninety".split(), start=2)} | {"dozen": 12.0}
 _MULTIPLIERS = {"hundred": 100.0, "thousand": 1000.0, "million": 1e6}
+# The scale written after an amount: "GBP 10m", "EUR 2.5bn", "USD 40k", "£3 million".
+_SCALES = {"k": 1e3, "thousand": 1e3, "m": 1e6, "mn": 1e6, "million": 1e6, "bn": 1e9, "billion": 1e9}
+_SCALED = re.compile(r"(\d+(?:\.\d+)?)(k|m|mn|bn)")
 # Fractions written as words: "half a minute", "a quarter of an hour", "three quarters of an hour".
 _FRACTIONS = {"half": 0.5, "quarter": 0.25, "quarters": 0.25}
 # How often, as a count per period: "twice a year", "once a week", "three times per day".
@@ -190,6 +193,16 @@ def _whole_run(doc, i: int) -> tuple[float, int] | None:
         else:
             break
     return total + current, last
+
+
+def names_measure(word: str) -> bool:
+    """Whether ``word`` is pint's name of a measured unit other than time ("kwh", "kg",
+    "litre"): what a price per measured quantity ("GBP 0.40 per kWh") is per."""
+    for w in dict.fromkeys((word, word[:1] + word[1:].capitalize(), word.upper())):  # "kwh" is written "kWh"
+        name = _pint_name(w)
+        if name is not None:
+            return _pint_base(name)[0] != "duration"
+    return False
 
 
 def names_duration(word: str) -> bool:
@@ -395,13 +408,27 @@ def sentence_values(doc, *, tenant: str) -> list[Value]:
             out.append(Value(frozenset({tok.i}), f"GBP {_fmt(float(m.group(1)) / 100)}", "currency:GBP",
                              float(m.group(1)) / 100))
             continue
+        prev = doc[tok.i - 1] if tok.i > 0 else None
+        if tok.i not in taken and prev is not None and (prev.text in CURRENCY_CODES or prev.text in _CURRENCY_SIGNS) \
+                and (m := _SCALED.fullmatch(tok.lower_.rstrip("."))):  # "USD 40k", "GBP 10m" written as one token
+            cur, amount = _CURRENCY_SIGNS.get(prev.text, prev.text), float(m.group(1)) * _SCALES[m.group(2)]
+            taken.update((prev.i, tok.i))
+            out.append(Value(frozenset((prev.i, tok.i)), f"{cur} {_fmt(amount)}", f"currency:{cur}", amount))
+            continue
         if tok.i in taken or not tok.like_num or is_code_token(tok):
             continue
-        prev = doc[tok.i - 1] if tok.i > 0 else None
-        nxt = doc[tok.i + 1] if tok.i + 1 < len(doc) else None
+        # a number and its scale: "GBP 10m", "£2.5 million", "five million pounds"
+        run = _whole_run(doc, tok.i) if not _NUMERIC.fullmatch(tok.text) else None
+        end = run[1] if run is not None else tok.i
+        scale = 1.0
+        if end + 1 < len(doc) and doc[end + 1].lower_.rstrip(".") in _SCALES and not (
+                run and doc[end].lower_ in _MULTIPLIERS):  # ("10m." at a sentence's end: "m." is the scale)
+            scale, end = _SCALES[doc[end + 1].lower_.rstrip(".")], end + 1
+        nxt = doc[end + 1] if end + 1 < len(doc) else None
         cur = None
-        span = [tok.i]
-        if prev is not None and (prev.text in CURRENCY_CODES or prev.text in _CURRENCY_SIGNS):
+        span = list(range(tok.i, end + 1))
+        if prev is not None and (prev.text in CURRENCY_CODES or prev.text in _CURRENCY_SIGNS) and run is None:
+            # (a number word after a code is a pronoun: "the GBP cutoff, or only the EUR one?")
             cur = _CURRENCY_SIGNS.get(prev.text, prev.text)
             span.insert(0, prev.i)
         elif nxt is not None and (nxt.text in CURRENCY_CODES or nxt.lower_ in _CURRENCY_WORDS):
@@ -412,9 +439,10 @@ def sentence_values(doc, *, tenant: str) -> list[Value]:
         if cur is None:
             continue
         try:
-            amount = float(tok.text.lstrip("".join(_CURRENCY_SIGNS)).replace(",", ""))
+            amount = run[0] if run is not None else float(tok.text.lstrip("".join(_CURRENCY_SIGNS)).replace(",", ""))
         except ValueError:
             continue
+        amount *= scale
         taken.update(span)
         out.append(Value(frozenset(span), f"{cur} {_fmt(amount)}", f"currency:{cur}", amount))
 

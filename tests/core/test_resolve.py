@@ -545,6 +545,8 @@ def test_a_memo_naming_the_value_it_supersedes_supersedes_that_rule(memo):
     "The 30-minute cool-down is replaced: kilns now cool for at least 45 minutes before they are opened.",
     "The studio rules' 30-minute cool-down is out of date: kilns now cool for at least 45 minutes before they "
     "are opened.",
+    "The 30-minute cool-down stops on 2 March 2026. From then kilns cool for at least 45 minutes before they are "
+    "opened.",
 ])
 def test_a_memo_retiring_the_value_it_replaces_supersedes_that_rule(memo):
     # invented: a pottery studio; the memo names the old value as the subject it retires
@@ -553,6 +555,17 @@ def test_a_memo_retiring_the_value_it_replaces_supersedes_that_rule(memo):
     d = resolve(ps, ACME, D(2026, 3, 10), query="how long must a kiln cool before it is opened?")
     assert rejected(d)[pid(ps, "studio-rules")] == ("superseded_by", pid(ps, "studio-memo"))
     assert not d.unresolved
+
+
+def test_a_narrower_memo_naming_the_value_it_retires_supersedes_that_rule():
+    # scope alone would make the memo win (its entities are a subset); naming the value it
+    # retires makes the policy's rule superseded_by it, not subordinate_to
+    ps = passages(doc("works-policy", "A fire watch stays for 60 minutes after hot work ends.", doc_type="policy",
+                      entities=("acme", "north-yard", "hot-work", "excavation")),
+                  doc("works-memo", "The 60-minute fire watch no longer applies: a fire watch stays for 90 minutes "
+                      "after hot work ends.", doc_type="policy", entities=("acme", "north-yard", "hot-work")))
+    d = resolve(ps, ACME, D(2026, 3, 10), query="how long does a fire watch stay after hot work at the north yard?")
+    assert rejected(d)[pid(ps, "works-policy")] == ("superseded_by", pid(ps, "works-memo"))
 
 
 def test_a_retired_value_of_another_kind_overrides_nothing():
@@ -631,6 +644,21 @@ def test_a_ticket_the_question_quotes_does_not_scope_the_answer():
     d = resolve(ps, ACME, D(2026, 3, 1), query="TK-88 says pay EUR 600 cash to every delayed passenger, should we?")
     assert {s.passage_id for s in d.governing} == {pid(ps, "delay-policy")}
     assert rejected(d)[pid(ps, "tk-88-comment")][0] in ("subordinate_to", "untrusted_instruction")
+
+
+def test_a_document_titled_for_the_place_asked_about_beats_the_general_rule_there():
+    # invented: a bakery chain; both documents list the Dockside shop among topic tags, so
+    # neither's entities are a subset of the other's; the title says which is Dockside's rule
+    general = doc("deliveries-policy", "Flour deliveries are booked at least 2 days before the delivery day.",
+                  doc_type="policy", title="Deliveries and stock", entities=("crumb-co", "dockside", "hillgate",
+                                                                               "deliveries"))
+    local = doc("dockside-rules", "Flour deliveries are booked at least 3 days before the delivery day.",
+                doc_type="policy", title="Dockside: local rules for deliveries", entities=("dockside", "deliveries", "parking"))
+    ps = passages(general, local)
+    there = resolve(ps, ACME, D(2026, 3, 1), query="how far ahead are flour deliveries booked at Dockside?")
+    assert rejected(there)[pid(ps, "deliveries-policy")] == ("subordinate_to", pid(ps, "dockside-rules"))
+    elsewhere = resolve(ps, ACME, D(2026, 3, 1), query="how far ahead are flour deliveries booked at Hillgate?")
+    assert pid(ps, "deliveries-policy") not in rejected(elsewhere)
 
 
 def test_a_replacement_published_after_valid_at_was_not_yet_in_force():

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 
+from quarry.core.evidence.conditions import named_entities
 from quarry.core.evidence.conflict import conflict, conflicts
 from quarry.core.evidence.graph import PassageFacts, doc_key
 from quarry.core.evidence.rules import ResolutionState
@@ -19,9 +20,16 @@ __all__ = ["decide_conflicts"]
 def _specific(a: Envelope, b: Envelope, asked: frozenset[str] | None = None) -> bool:
     """``a`` is scoped to fewer entities than ``b`` (general = no entities, or more), or
     ``a`` is scoped to an entity the question names that ``b`` is not, and not the reverse
-    (the Birch Court page over the campus-wide handbook, for a question about Birch Court)."""
+    (the Birch Court page over the campus-wide handbook, for a question about Birch Court),
+    or, both scoped to an entity asked about, ``a``'s title names it and ``b``'s does not
+    ("Farrow Lane: local site rules" over "Deliveries and site logistics": entity lists mix
+    places with topics, a title says what the document is for)."""
     if a.entities and (not b.entities or set(a.entities) < set(b.entities)):
         return True
+    if asked:
+        ta, tb = named_entities(a.title, asked), named_entities(b.title, asked)
+        if (ta - tb) & set(a.entities) & set(b.entities) and not tb - ta:
+            return True
     if not asked or (b.entities and set(b.entities) < set(a.entities)):
         return False  # (a passage scoped to part of another's entities is the narrower one, whatever is asked)
     return bool((set(a.entities) & asked) - set(b.entities)) and not (set(b.entities) & asked) - set(a.entities)
@@ -33,10 +41,13 @@ _REPLACED = re.compile(r"\b(?:instead of|rather than|in place of|replacing|down 
                        r"|replaces|supersedes|takes the place of)\b"
                        r"(?:\s+(?:the|a|an|its|our|standard|previous|old|usual|current))*\s+([^.;]{1,40})", re.I)
 # "The 60-minute fire watch no longer applies", "The 17:00 finish is replaced", "The handbook's
-# EUR 150 figure is out of date": the value in the words before such a verb is the one retired
+# EUR 150 figure is out of date", "The 3 kg margin stops on 2 March 2026": the value in the
+# words before such a verb is the one retired
 _RETIRED = re.compile(r"((?:[^.;:!?\n]|(?<=\d):(?=\d)){1,60}?)\s+(?:no\s+longer\s+(?:applies|apply|binds|bind|stands|holds|counts)"
                       r"|(?:is|are|has\s+been|have\s+been)\s+(?:now\s+)?(?:replaced|withdrawn|scrapped|dropped|retired"
-                      r"|rescinded|abolished|superseded|out\s+of\s+date))\b", re.I)
+                      r"|rescinded|abolished|superseded|out\s+of\s+date)"
+                      # "The 3 kg courtesy margin stops on 2 March 2026": ended on a date
+                      r"|(?:stops|ends|lapses|ceases)\s+(?:on|from|after)\s+(?:\w+day,?\s+)?\d)\b", re.I)
 _NUMBER = re.compile(r"\d+(?::\d\d)?(?:[.,]\d+)*")
 
 
@@ -117,6 +128,15 @@ def _later_effective(a, b) -> bool:
     return a.effective_from is not None and b.effective_from is not None and a.effective_from > b.effective_from
 
 
+def _overriding(st: ResolutionState, stated: Mapping[str, tuple], win: str, lose: str) -> str | None:
+    """The override detail when the winner names the loser's value as the one it replaces
+    (whatever made it win: authority, scope or the naming itself), else None."""
+    if not replaces(st.by_id[win].text, stated[lose]):
+        return None
+    return (f"override: {doc_key(st.by_id[win].envelope)} names the value of {doc_key(st.by_id[lose].envelope)} "
+            f"as the one it replaces")
+
+
 def decide_conflicts(st: ResolutionState, facts: Mapping[str, PassageFacts], asked: frozenset[str] | None = None,
                      on: Callable[[object], bool] | None = None,
                      similarity: Callable[[str, str], float] | None = None,
@@ -165,13 +185,12 @@ def decide_conflicts(st: ResolutionState, facts: Mapping[str, PassageFacts], ask
                 ew = st.by_id[win].envelope
                 if asked is not None and not asked & set(ew.entities):
                     continue  # the exception is another entity's: it does not speak to this question
-                attacks[lose][win] = (f"scope: {doc_key(ew)} is specific to {','.join(ew.entities)} and in force at "
-                                      f"{st.day.isoformat()}")
+                attacks[lose][win] = _overriding(st, stated, win, lose) or (
+                    f"scope: {doc_key(ew)} is specific to {','.join(ew.entities)} and in force at {st.day.isoformat()}")
             elif st.rank[a] == st.rank[b] and replaces(st.by_id[a].text, stated[b]) != replaces(
                     st.by_id[b].text, stated[a]):
                 win, lose = (a, b) if replaces(st.by_id[a].text, stated[b]) else (b, a)
-                attacks[lose][win] = (f"override: {doc_key(st.by_id[win].envelope)} names the value of "
-                                      f"{doc_key(st.by_id[lose].envelope)} as the one it replaces")
+                attacks[lose][win] = _overriding(st, stated, win, lose)
             elif st.rank[a] == st.rank[b] and _later_effective(ea, eb) != _later_effective(eb, ea):
                 # at equal authority, both in force: the one that took effect later is the rule now
                 win, lose = (a, b) if _later_effective(ea, eb) else (b, a)
@@ -183,7 +202,8 @@ def decide_conflicts(st: ResolutionState, facts: Mapping[str, PassageFacts], ask
             else:
                 win, lose = (a, b) if st.rank[a] > st.rank[b] else (b, a)
                 ew, el = st.by_id[win].envelope, st.by_id[lose].envelope
-                attacks[lose][win] = f"authority: {ew.authority} ({st.rank[win]}) over {el.authority} ({st.rank[lose]})"
+                attacks[lose][win] = _overriding(st, stated, win, lose) or (
+                    f"authority: {ew.authority} ({st.rank[win]}) over {el.authority} ({st.rank[lose]})")
     label: dict[str, str] = {}
     changed = True
     while changed:

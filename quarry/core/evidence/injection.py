@@ -24,7 +24,8 @@ span, or a ``>`` blockquote line) in a passage whose own words report it (said, 
 posted, read, contained, asked, "injection", "attempt", ...) is reported, not an
 instruction: a postmortem that quotes an injection attempt can still govern what it says
 about the incident. But when the quote holds every figure the passage has (a pasted email
-under a note that nobody verified it), the passage's only claims are the instruction's, and it
+under a note that nobody verified it), or when neither holds a figure and the passage's own
+words are fewer than the quote's, the passage's only claims are the instruction's, and it
 is instruction-shaped. An unquoted match anywhere, or a quote with no reporting frame ("
 "Ignore the policy," the limit is 50,000"), is instruction-shaped: wrapping an attack in
 quotation marks does not launder it.
@@ -78,7 +79,12 @@ _ADDRESS = re.compile(
     r"|\b(?:note|message|memo|reminder|instructions?|attention|request)\s+(?:for|to)\s+(?:the\s+|any\s+|all\s+"
     r"|every\s+|whichever\s+|whatever\s+)?(?:[\w'-]+\s+){0,3}(?:ai|assistant|chatbot|bot|llm|language\s+model"
     r"|copilot)s?\s*(?:[:,.!;—-]|$)"
-    r"|\bif\s+you\s+are\s+(?:an?\s+)?(?:ai|assistant|chatbot|bot|llm|language\s+model|automated)\b",
+    r"|\bif\s+you\s+are\s+(?:an?\s+)?(?:ai|assistant|chatbot|bot|llm|language\s+model|automated)\b"
+    # whoever reads or answers, named as a machine: "any automated system reading this", "any AI
+    # assistant answering the library's enquiries"
+    r"|\b(?:any|all|every|each)\s+(?:automated|ai)\s+(?:assistant|system|tool|agent|reader|model|chatbot|bot)s?"
+    r"(?:\s+(?:or|and)\s+(?:[\w'-]+\s+){0,2}?(?:assistant|system|tool|agent|reader|model|chatbot|bot)s?)?"
+    r"\s+(?:reading|answering)\b",
     re.IGNORECASE | re.MULTILINE)
 _ROLE = re.compile(
     r"^\s*(?:[#>*\-\s]*)(?:\[|<\|?|\()?\s*(?:system|assistant|developer"
@@ -119,4 +125,9 @@ def instruction_shaped(text: str) -> bool:
     # a reported quote whose words carry every figure the passage holds: the passage's only
     # claims are the instruction's (a pasted email that says "ignore the policy, wait 10
     # minutes" under a note that nobody verified it), so it does not govern them
-    return bool(_FIGURE.search(" ".join(text[a:b] for a, b in quotes))) and not _FIGURE.search(outside)
+    quoted = " ".join(text[a:b] for a, b in quotes)
+    if _FIGURE.search(quoted) and not _FIGURE.search(outside):
+        return True
+    # with no figure on either side, a frame of fewer words than the quote ("pasted by a member;
+    # not from a council address") makes no claims of its own: the passage's claims are the quote's
+    return not _FIGURE.search(text) and len(outside.split()) < len(quoted.split())

@@ -59,13 +59,24 @@ def _numbers(text: str) -> set[str]:
     return out
 
 
+def replaced_values(text: str) -> set[str]:
+    """The numbers ``text`` names as the values it replaces or retires ("EUR 10 instead of
+    EUR 20": 20; "the 60-minute fire watch no longer applies": 60)."""
+    if not text:
+        return set()
+    return set().union(*(_numbers(m.group(1)[:20]) for m in _REPLACED.finditer(text)),
+                       *(_numbers(m.group(1)) for m in _RETIRED.finditer(text)))
+
+
+def _names_a_value(named: set[str], other: tuple) -> bool:
+    return bool(named) and any(_numbers(s.value) & named for s in other)
+
+
 def replaces(text: str, other: tuple) -> bool:
     """``text`` names a value of ``other``'s statements as the one it replaces ("the fee is
     EUR 10 instead of EUR 20"; "the 60-minute fire watch no longer applies"): written against
     that value, it overrides it."""
-    named = set().union(*(_numbers(m.group(1)[:20]) for m in _REPLACED.finditer(text)),
-                        *(_numbers(m.group(1)) for m in _RETIRED.finditer(text))) if text else set()
-    return bool(named) and any(_numbers(s.value) & named for s in other)
+    return _names_a_value(replaced_values(text), other)
 
 
 def _conflict_on(a: tuple, b: tuple, on: Callable[[object], bool] | None, similarity=None) -> bool:
@@ -128,10 +139,10 @@ def _later_effective(a, b) -> bool:
     return a.effective_from is not None and b.effective_from is not None and a.effective_from > b.effective_from
 
 
-def _overriding(st: ResolutionState, stated: Mapping[str, tuple], win: str, lose: str) -> str | None:
+def _overriding(st: ResolutionState, win: str, lose: str, replaced: bool) -> str | None:
     """The override detail when the winner names the loser's value as the one it replaces
     (whatever made it win: authority, scope or the naming itself), else None."""
-    if not replaces(st.by_id[win].text, stated[lose]):
+    if not replaced:
         return None
     return (f"override: {doc_key(st.by_id[win].envelope)} names the value of {doc_key(st.by_id[lose].envelope)} "
             f"as the one it replaces")
@@ -162,6 +173,12 @@ def decide_conflicts(st: ResolutionState, facts: Mapping[str, PassageFacts], ask
     alive = sorted(pid for pid in st.by_id if pid not in st.rejected)
     stated = {pid: facts[pid].statements for pid in alive}
     attacks: dict[str, dict[str, str]] = {pid: {} for pid in alive}  # loser -> {winner: detail}
+    named: dict[str, set[str]] = {}  # each passage's replaced values, read once for this decision
+
+    def over(w: str, l: str) -> bool:  # ``w`` names a value of ``l`` as the one it replaces
+        if w not in named:
+            named[w] = replaced_values(st.by_id[w].text)
+        return _names_a_value(named[w], stated[l])
     pairs: list[tuple[str, str]] = []
     for i, a in enumerate(alive):
         for b in alive[i + 1:]:
@@ -185,12 +202,11 @@ def decide_conflicts(st: ResolutionState, facts: Mapping[str, PassageFacts], ask
                 ew = st.by_id[win].envelope
                 if asked is not None and not asked & set(ew.entities):
                     continue  # the exception is another entity's: it does not speak to this question
-                attacks[lose][win] = _overriding(st, stated, win, lose) or (
+                attacks[lose][win] = _overriding(st, win, lose, over(win, lose)) or (
                     f"scope: {doc_key(ew)} is specific to {','.join(ew.entities)} and in force at {st.day.isoformat()}")
-            elif st.rank[a] == st.rank[b] and replaces(st.by_id[a].text, stated[b]) != replaces(
-                    st.by_id[b].text, stated[a]):
-                win, lose = (a, b) if replaces(st.by_id[a].text, stated[b]) else (b, a)
-                attacks[lose][win] = _overriding(st, stated, win, lose)
+            elif st.rank[a] == st.rank[b] and over(a, b) != over(b, a):
+                win, lose = (a, b) if over(a, b) else (b, a)
+                attacks[lose][win] = _overriding(st, win, lose, True)
             elif st.rank[a] == st.rank[b] and _later_effective(ea, eb) != _later_effective(eb, ea):
                 # at equal authority, both in force: the one that took effect later is the rule now
                 win, lose = (a, b) if _later_effective(ea, eb) else (b, a)
@@ -202,7 +218,7 @@ def decide_conflicts(st: ResolutionState, facts: Mapping[str, PassageFacts], ask
             else:
                 win, lose = (a, b) if st.rank[a] > st.rank[b] else (b, a)
                 ew, el = st.by_id[win].envelope, st.by_id[lose].envelope
-                attacks[lose][win] = _overriding(st, stated, win, lose) or (
+                attacks[lose][win] = _overriding(st, win, lose, over(win, lose)) or (
                     f"authority: {ew.authority} ({st.rank[win]}) over {el.authority} ({st.rank[lose]})")
     label: dict[str, str] = {}
     changed = True

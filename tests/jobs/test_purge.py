@@ -167,6 +167,37 @@ def test_purging_one_version_keeps_the_others(tmp_path):
 
 
 @pytest.mark.unit
+def test_a_purge_after_a_compaction_is_not_taken_for_a_concurrent_change(tmp_path):
+    """After a compaction the DELTA pointer still names the generation compacted away (the
+    applied-change state is rebased from it). That stale pointer is no change applied during
+    the purge: the purge publishes. A change applied to the live generation still refuses."""
+    from quarry.core.changes.compact import compact, compaction_input, publish_compacted, write_compacted
+    from quarry.core.changes.delta import apply_local
+    from quarry.core.errors import UsageError
+    from quarry.core.index import layout
+    from quarry.core.index.shards import TenantIndex
+    from quarry.core.ingest.pipeline import build_corpus
+    from quarry.jobs.purge import purge_document
+
+    root = str(tmp_path / "idx")
+    build_corpus(BASE + [marked("1", 1)], root, EMB)
+    apply_local(root, "t", [ch("delete", "d1", 1)], EMB)
+    gen = compact(root, "t")
+    assert layout.parse_watermark(layout.read_watermark(root, "t"))[1] != gen  # stale, by design
+    rep = purge_document(root, "t", "dm")
+    assert layout.current_generation(root, "t") == rep.generation and files_containing(root, MARKER.encode()) == []
+
+    index = TenantIndex.load(root, "t")
+    apply_local(root, "t", [ch("delete", "d2", 2)], EMB)
+    index2 = TenantIndex.load(root, "t")
+    apply_local(root, "t", [ch("delete", "d3", 3)], EMB)
+    for stale in (index, index2):  # read before a change that then landed: refused, nothing published
+        with pytest.raises(UsageError, match="applied during compaction"):
+            publish_compacted(stale, write_compacted(compaction_input(stale)))
+    assert layout.current_generation(root, "t") == rep.generation
+
+
+@pytest.mark.unit
 def test_tenant_purge_leaves_only_the_purge_record(tmp_path):
     from quarry.cli import main
     from quarry.core.index import layout

@@ -96,11 +96,19 @@ def _statement_encoder(index: TenantIndex):
 def publish_compacted(index: TenantIndex, generation: int) -> None:
     """Switch ``CURRENT`` to the compacted generation, unless changes were applied since
     the compaction read its input (they would be lost): then raise, and nothing changes."""
-    if layout.read_watermark(index.root, index.tenant) != index.watermark:
+    if _live_watermark(index.root, index.tenant, index.generation) != index.watermark:
         raise UsageError(f"{index.tenant}: changes were applied during compaction; run it again")
     if layout.current_generation(index.root, index.tenant) != index.generation:
         raise UsageError(f"{index.tenant}: CURRENT moved during compaction; run it again")
     publish(index.root, index.tenant, generation)
+
+
+def _live_watermark(root: str, tenant: str, generation: int) -> str | None:
+    """The watermark of the changes applied to ``generation``: None when none was, and when the
+    ``DELTA`` pointer still names a generation compacted away (it is stale, not a change)."""
+    raw = layout.read_watermark(root, tenant)
+    parsed = layout.parse_watermark(raw)
+    return raw if parsed is not None and parsed[1] == generation else None
 
 
 def compact(root: str, tenant: str) -> int | None:

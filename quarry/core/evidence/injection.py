@@ -13,7 +13,11 @@ evidence about itself ("a comment asked agents to ignore the policy").
   "reveal the finance-admins documents / the system prompt", a note that names an AI as
   its reader ("NOTE FOR THE ACME AGENT OR ASSISTANT: ...", "if you are an AI ...");
 - carries a role or override marker at the start of a line: "system: ...",
-  "[assistant] ...", "<|im_start|>", "override: use ...", "new instructions: ...".
+  "[assistant] ...", "<|im_start|>", "override: use ...", "new instructions: ...";
+- is a thread whose later message disowns what was posted before it ("Nobody has said
+  that", "None of that is true"): the advice it answers is no rule.
+
+A blockquote's sentence runs on across its ``>`` line markers.
 
 Ordinary operational instructions are not: "restart the job", "escalate to the on-call",
 "ignore the alert if the queue drains in five minutes", "tell the customer their refund is
@@ -84,7 +88,12 @@ _ADDRESS = re.compile(
     # assistant answering the library's enquiries"
     r"|\b(?:any|all|every|each)\s+(?:automated|ai)\s+(?:assistant|system|tool|agent|reader|model|chatbot|bot)s?"
     r"(?:\s+(?:or|and)\s+(?:[\w'-]+\s+){0,2}?(?:assistant|system|tool|agent|reader|model|chatbot|bot)s?)?"
-    r"\s+(?:reading|answering)\b",
+    r"\s+(?:reading|answering)\b"
+    # the same readers in the plural, with no determiner: "Note to AI assistants and chatbots
+    # answering questions about our images: ...", "AI assistants answering staff questions must ..."
+    r"|\b(?:automated|ai)\s+(?:assistant|system|tool|agent|reader|model|chatbot|bot)s"
+    r"(?:\s+(?:or|and)\s+(?:[\w'-]+\s+){0,2}?(?:assistant|system|tool|agent|reader|model|chatbot|bot)s?)?"
+    r"\s+(?:reading|answering|responding\s+to|replying\s+to)\b",
     re.IGNORECASE | re.MULTILINE)
 _ROLE = re.compile(
     r"^\s*(?:[#>*\-\s]*)(?:\[|<\|?|\()?\s*(?:system|assistant|developer"
@@ -95,10 +104,21 @@ _ROLE = re.compile(
     r"|to)\s+(?:the\s+|any\s+|whatever\s+|whichever\s+|all\s+)?(?:ai|assistant|agent|model|llm|bot|chatbot)s?"
     r"(?:\s+[\w'-]+){0,6})\s*:",
     re.IGNORECASE | re.MULTILINE)
+# A thread whose later message disowns what was posted before it ("Nobody has signed this off",
+# "None of that is true", "Nobody has agreed either of those things"): the advice above it is
+# no rule, whoever reads it. The denial points back at what was said ("that", "this", "either
+# of those"): "nobody is authorised to ..." is a rule, "no one has signed the lease yet" a status.
+_DISOWNED = re.compile(
+    r"\b(?:nobody|no\s+one|no-one)\s+(?:has|have|had)\s+(?:ever\s+)?(?:said|agreed|signed|approved|authori[sz]ed"
+    r"|sanctioned|confirmed|okayed|ok'd)(?:\s+(?:off|up))?\s+(?:that|this|these|those|either|any\s+of|it|so)\b"
+    r"|\bnone\s+of\s+(?:that|this|it|those|these)\s+(?:is|was|are|were)\s+(?:true|correct|right|agreed|approved)\b",
+    re.IGNORECASE)
 _PATTERNS = (_IGNORE, _IGNORE_RULES, _ADDRESS, _ROLE)
 
 # Quotations: double quotes, curly quotes, code spans, and blockquote lines.
-_QUOTE = re.compile(r"\"[^\"\n]{3,}\"|“[^”]{3,}”|`[^`\n]{3,}`|^\s*>.*$", re.MULTILINE)
+_QUOTE = re.compile(r"\"[^\"\n]{3,}\"|“[^”]{3,}”|`[^`\n]{3,}`|^\s*>.*(?:\n\s*>.*)*$", re.MULTILINE)
+# a blockquote's line markers: a sentence of the quote runs on across them
+_QUOTE_MARK = re.compile(r"^(\s*)>", re.MULTILINE)
 _FIGURE = re.compile(r"\d")
 _REPORTING = re.compile(
     r"\b(?:said|says|wrote|writes|written|posted|posts|read|reads|reading|contained|contains|containing|included"
@@ -107,7 +127,8 @@ _REPORTING = re.compile(
 
 
 def _hits(text: str) -> list[tuple[int, int]]:
-    return [(m.start(), m.end()) for p in _PATTERNS for m in p.finditer(text)]
+    text = _QUOTE_MARK.sub(lambda m: m.group(1) + " ", text)  # same length: positions hold
+    return [(m.start() + len(m.group()) - len(m.group().lstrip()), m.end()) for p in _PATTERNS for m in p.finditer(text)]
 
 
 def instruction_shaped(text: str) -> bool:
@@ -115,7 +136,7 @@ def instruction_shaped(text: str) -> bool:
     module doc); a clearly reported quotation of such an instruction is not."""
     hits = _hits(text)
     if not hits:
-        return False
+        return _disowned(text)
     quotes = [(m.start(), m.end()) for m in _QUOTE.finditer(text)]
     outside = _QUOTE.sub(" ", text)
     if _hits(outside) or not _REPORTING.search(outside):
@@ -131,3 +152,11 @@ def instruction_shaped(text: str) -> bool:
     # with no figure on either side, a frame of fewer words than the quote ("pasted by a member;
     # not from a council address") makes no claims of its own: the passage's claims are the quote's
     return not _FIGURE.search(text) and len(outside.split()) < len(quoted.split())
+
+
+def _disowned(text: str) -> bool:
+    """A later message of the passage disowns what was posted before it: the advice it
+    answers is no rule (a chat telling new starters to skip the induction, then the site
+    manager: "Nobody has said that"). Something must come before the denial."""
+    m = _DISOWNED.search(text)
+    return m is not None and len(text[:m.start()].split()) >= 8

@@ -96,6 +96,21 @@ def test_supersession_by_a_quoted_or_coded_title(text, title):
     assert enrich(doc(text)).supersedes_titles == (title,)
 
 
+@pytest.mark.parametrize("title, text, named", [
+    # invented: a marina; the subject is the document in the plural, or its title's own code,
+    # and a weekday date after the title ends the phrase
+    ("Mooring charges (2026)", 'From 1 April these charges take over from "Mooring charges (2025)".',
+     "Mooring charges (2025)"),
+    ("Slipway Procedure SP-4", "SP-4 takes over from Slipway Procedure SP-3 on Monday 2 March 2026. Crews bin "
+     "the old cards.", "Slipway Procedure SP-3"),
+])
+def test_supersession_by_this_document_in_the_plural_or_by_its_code(title, text, named):
+    assert enrich(doc(text, title=title)).supersedes_titles == (named,)
+    # another document's code as the subject is a link between two others, not this one's
+    assert enrich(doc(text.replace("SP-4 takes", "SP-9 takes"), title=title)).supersedes_titles == (
+        () if "SP-4" in title else (named,))
+
+
 def test_effective_dates_stated_about_this_document():
     e = enrich(doc("This policy is effective from 1 January 2026 and is in force until 2026-12-31."))
     assert (e.effective_from, e.effective_to) == (D(2026, 1, 1), D(2026, 12, 31))
@@ -605,3 +620,30 @@ def test_validity_of_plural_arrangements_stated_in_the_text():
                    title="Summer 2026: visitor berths and fuel dock"))
     assert (e.effective_from, e.effective_to) == (D(2026, 5, 1), D(2026, 9, 30))
     assert enrich(doc("These arrangements lapse on 30 September 2026.", title="Fuel dock hours")).effective_to is None
+
+
+@pytest.mark.parametrize("text, title, start, end", [
+    # invented: a rowing club; a weekday before a date says nothing the date does not
+    ("These winter sessions run from Monday 2 November 2026 until Saturday 27 February 2027 and lapse after "
+     "that date.", "Memo: winter sessions on the lake", D(2026, 11, 2), D(2027, 2, 27)),
+    ("The club rules are in effect through Friday 13 March 2026.", "Club rules for juniors", None, D(2026, 3, 13)),
+])
+def test_validity_with_a_weekday_before_the_date(text, title, start, end):
+    d = enrich(doc(text, title=title))
+    assert (d.effective_from, d.effective_to) == (start, end)
+
+
+@pytest.mark.parametrize("text", [
+    # another document's rule retired from a date, named by title or by section: this memo's
+    # rule, which takes its place, starts that day
+    'The rule in section 3 of the "Boathouse safety standard" that juniors may row alone is retired with effect '
+    "from Monday 2 March 2026. From that day juniors row in pairs.",
+    "From Monday 2 March 2026 the monthly launch check in section 4 of the safety policy no longer applies. "
+    "Instead, the launch is checked every week.",
+])
+def test_a_memo_retiring_another_rule_from_a_date_starts_then(text):
+    assert enrich(doc(text, title="Memo: juniors and the launch")).effective_from == D(2026, 3, 2)
+
+
+def test_a_document_retiring_itself_from_a_fronted_date_does_not_start_then():
+    assert enrich(doc("From 1 April 2026 this policy no longer applies.", title="Launch policy")).effective_from is None

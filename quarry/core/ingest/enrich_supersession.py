@@ -5,7 +5,10 @@ of", "succeeds", "closes", "discontinues", "is closing" (-> ``supersedes``), or 
 "superseded by", "succeeded by", "in favour of" / "in favor of" (-> ``superseded_by``);
 and "<id> is rescinded / withdrawn / retired / superseded / no longer in force" (this
 document speaking of the other -> ``supersedes``), also as "It is withdrawn ..." right after a
-sentence naming the other.
+sentence naming the other. Named by title instead ("takes over from 'Mooring charges (2025)'"),
+the other document is a phrase matched when resolved, when the verb's subject is this document:
+"this standard", "these charges" (the plural verb, "take over from"), or its title's own code
+("SP-4 takes over from Slipway Procedure SP-3" in "Slipway Procedure SP-4").
 """
 
 from __future__ import annotations
@@ -18,8 +21,8 @@ __all__ = ["SUPERSEDES_VERB", "doc_ids_in", "find_supersession", "pronoun_ids"]
 
 # The active verbs by which this document ends another (also read by the validity enricher:
 # "takes over from X from 2 March" makes this document in force from then).
-SUPERSEDES_VERB = (r"(?:replaces|supersedes|rescinds|withdraws|retires|revokes|takes\s+over\s+from|stands\s+in\s+for"
-                   r"|takes\s+the\s+place\s+of|succeeds|(?:is|are)\s+(?:closing|withdrawing|discontinuing|retiring)"
+SUPERSEDES_VERB = (r"(?:replaces|supersedes|rescinds|withdraws|retires|revokes|takes?\s+over\s+from|stands?\s+in\s+for"
+                   r"|takes?\s+the\s+place\s+of|succeeds|(?:is|are)\s+(?:closing|withdrawing|discontinuing|retiring)"
                    r"|closes|discontinues)")
 _SUPERSEDE = re.compile(r"\b(?P<verb>superseded\s+by|replaced\s+by|succeeded\s+by|in\s+favou?r\s+of|"
                         + SUPERSEDES_VERB + r")\b(?P<rest>[^.;!?\n]*)", re.IGNORECASE)
@@ -35,7 +38,7 @@ _ID_SHAPED = re.compile(r"[\d@_]|[-/](?:policy|policies|runbook|guide|sop|page|d
                         re.IGNORECASE)
 _DOC_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_./:-]{0,200}(?:@[A-Za-z0-9][A-Za-z0-9_.-]{0,40})?$")
 _SUP_TRIGGER = re.compile(r"\b(?:supersed|replac|succeed|favou?r|rescind|withdr[ae]w|retir|revok|deprecat|stands\s+in"
-                          r"|no\s+longer|takes\s+over|takes\s+the\s+place|clos|discontinu)", re.IGNORECASE)
+                          r"|no\s+longer|takes?\s+over|takes?\s+the\s+place|clos|discontinu)", re.IGNORECASE)
 # "We are closing the scheme (`old-page`). It is withdrawn from 16 February": a sentence whose
 # subject is only a pronoun speaks of the document the sentence before it named.
 _PRONOUN = re.compile(r"^\W*(?:it|they|this|these)\W*$", re.IGNORECASE)
@@ -66,9 +69,21 @@ def doc_ids_in(rest: str, own: str, first: bool = True) -> list[str]:
 # where a phrase naming a document by title ends: a clause or an aside after it
 _PHRASE_END = re.compile(r"\s*(?:[,;:(]|\s-\s|\b(?:which|that|who|because|so(?![-\d])|and\s+(?:is|are|was)|on\s+(?:that|the\s+same)"
                          r"\s+(?:date|day)|with\s+effect|from\s+\d|as\s+from|as\s+of|effective|for\s+(?:any|all)"
+                         r"|on\s+(?:(?:mon|tues|wednes|thurs|fri|satur|sun)day\b|\d)"
                          r")\b)", re.IGNORECASE)
-# this document as the subject of an active verb: "this standard stands in for", "it replaces"
-_SELF_SUBJECT = re.compile(r"\b(?:this|it)\b(?:\s+[\w-]+){0,3}\s*$", re.IGNORECASE)
+# this document as the subject of an active verb: "this standard stands in for", "it replaces",
+# "these charges take over from"
+_SELF_SUBJECT = re.compile(r"\b(?:this|it|these)\b(?:\s+[\w-]+){0,3}\s*$", re.IGNORECASE)
+_CODE = re.compile(r"[A-Za-z]+[-/]?\d[\w/-]*")
+
+
+def _self_subject(head: str, doc: SourceDocument) -> bool:
+    """The words before an active verb name this document: "this standard", "these charges",
+    or its title's own code ("CP-8 takes over from ..." in "Changeover Cleaning Procedure CP-8")."""
+    if _SELF_SUBJECT.search(head):
+        return True
+    own = {c.lower() for c in _CODE.findall(doc.title or "")}
+    return bool(own) and any(w.strip(".,;:()\"'").lower() in own for w in head.split()[-4:])
 
 
 # a phrase names a document only with a document noun in it ("the fee schedule issued in
@@ -118,7 +133,7 @@ def find_supersession(doc: SourceDocument, sents: list[str]) -> tuple[tuple[str,
                 if i not in target:
                     target.append(i)
             # a phrase naming the document by title, unless an id in backticks names it
-            if not passive and not _BACKTICKED.search(m.group("rest")) and _SELF_SUBJECT.search(s[:m.start()]) and (
+            if not passive and not _BACKTICKED.search(m.group("rest")) and _self_subject(s[:m.start()], doc) and (
                     t := _title_phrase(m.group("rest"))) and t not in titles:
                 titles.append(t)
         for m in _PASSIVE.finditer(s):

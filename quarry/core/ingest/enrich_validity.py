@@ -7,7 +7,10 @@ of itself that it "is rescinded / withdrawn / retired / no longer in force as of
 from / with effect from <date>" ends the day before: a document rescinded on 1 March is
 not in force on 1 March ("no longer in force after <date>" ends on that date). A rule fronted
 by a date ("From 2 March 2026 the ceiling is 20%") that it, or the next sentence, says replaces
-another ("This replaces the 15% ceiling") is in force from that date.
+another ("This replaces the 15% ceiling") is in force from that date, and so is a document
+retiring another's rule from a date ("From 2 March 2026 the weekly rule in section 4 of the
+policy no longer applies"; "The rule in section 3 of the 'Handling standard' ... is retired with
+effect from 2 March 2026"). A weekday before a date ("Monday 2 March 2026") is read past.
 """
 
 from __future__ import annotations
@@ -100,6 +103,24 @@ _EFF_TRIGGER = re.compile(r"\b(?:effective|effect|force|valid|good|open|availabl
                           r"|revoked|no\s+longer|cancell?ed|canceled)\b", re.IGNORECASE)
 
 
+# "Monday 2 March 2026": a weekday before a date says nothing the date does not
+_WEEKDAY = re.compile(r"\b(?:mon|tues|wednes|thurs|fri|satur|sun)day,?\s+(?=\d|(?:jan|feb|mar|apr|may|jun|jul|aug|sep|oct"
+                      r"|nov|dec)[a-z]*\b)", re.IGNORECASE)
+# the words before "is retired": another document's rule, named by title or by a document noun
+# ("The rule in section 3 of the 'Object handling and care standard' ... is retired with effect
+# from 2 March 2026"); not this document itself
+_OTHERS_RULE = re.compile(r"\b(?:rule|section|clause|paragraph|part|" + _DOC_NOUN[3:-1] + r")s?\b", re.IGNORECASE)
+_SELF_HEAD = re.compile(r"^\W*(?:this|it|these)\b", re.IGNORECASE)
+# "From 2 March 2026 the weekly swabbing rule in section 4 of the policy no longer applies":
+# another's rule retired from the date that fronts the sentence
+_RETIRES = re.compile(r"\bno\s+longer\s+(?:applies|apply|binds|holds)\b|\b(?:is|are)\s+(?:now\s+)?(?:retired|withdrawn"
+                      r"|rescinded|replaced|superseded|scrapped)\b", re.IGNORECASE)
+
+
+def _plain(sentence: str) -> str:
+    return _WEEKDAY.sub("", plain_sentence(sentence))
+
+
 _BARE_DOC = re.compile(r"^(?:[a-z-]+\s+){0,2}" + _DOC_NOUN + "$", re.IGNORECASE)
 
 
@@ -134,7 +155,7 @@ def find_effective(sents: list[str], own: str | None = None, title: str = "", *,
         before, previous = previous, raw
         if not _EFF_TRIGGER.search(raw):
             continue
-        s = plain_sentence(raw)
+        s = _plain(raw)
         if m := _RANGE.search(s):
             start = start or parse_date(m.group("a"), tenant=tenant)
             end = end or parse_date(m.group("b"), tenant=tenant)
@@ -145,15 +166,19 @@ def find_effective(sents: list[str], own: str | None = None, title: str = "", *,
         # ("It is withdrawn with effect from ...", after the sentence naming it)
         if start is None and own and (m := _OTHER_ENDS.search(s) or _REPLACES_FROM.search(s)) and (
                 doc_ids_in(raw, own) or doc_ids_in(s, own)
-                or pronoun_ids(s[:m.start()], before, own)):
+                or pronoun_ids(s[:m.start()], before, own)
+                or (_OTHERS_RULE.search(s[:m.start()]) and not _SELF_HEAD.match(s[:m.start()]))):
             start = parse_date(m.group("date"), tenant=tenant)
         if start is None and _THIS_REPLACES.search(s) and (
-                (m := _FRONTED_FROM.search(s)) or (m := _FRONTED_FROM.search(plain_sentence(before)))):
+                (m := _FRONTED_FROM.search(s)) or (m := _FRONTED_FROM.search(_plain(before)))):
             start = parse_date(m.group("date"), tenant=tenant)
         # "With effect from 1 March 2026 this standard stands in for ...": the date fronts the
         # sentence whose subject, this document, replaces another
         if start is None and (m := _FRONTED_FROM.search(s)) and _THIS_REPLACES.match(s[m.end():].lstrip(" ,")):
             start = parse_date(m.group("date"), tenant=tenant)
+        if start is None and (m := _FRONTED_FROM.search(s)) and (r := _RETIRES.search(s, m.end())) and (
+                _OTHERS_RULE.search(s, m.end(), r.start()) and not _SELF_HEAD.match(s[m.end():].lstrip(" ,"))):
+            start = parse_date(m.group("date"), tenant=tenant)  # another's rule retired from the date: this one's starts
         if start is None and (m := _FROM.search(s)) and not (_ENDED.search(s)):
             start = parse_date(m.group("date"), tenant=tenant)
         if end is None and (m := _TO.search(s)):

@@ -325,6 +325,16 @@ def _events(text: str, **kw) -> tuple[Event, ...]:
     return enrich(doc(text, **{"doc_type": "deployment", **kw})).events
 
 
+@pytest.mark.parametrize("text", [
+    "Until then we work on paper.",
+    "Until the audit closes all orders go through the duty manager.",  # no subject marks where it ends
+])
+def test_a_fronted_until_without_a_comma_or_a_subject_after_it_is_no_condition(text):
+    from quarry.core.ingest.enrich_conditions import find_condition
+
+    assert find_condition([text]) is None
+
+
 @pytest.mark.parametrize("text, what, on", [
     ("The EHR migration was finished on 15 January 2026.", "ehr migration completed", D(2026, 1, 15)),
     ("The new payroll system went live on January 15, 2026.", "new payroll system completed", D(2026, 1, 15)),
@@ -530,6 +540,10 @@ def test_validity_of_something_else_is_not_this_documents():
      "until the Harbourside hotel has moved to the new PMS"),
     ("And until the audit closes, refunds wait for a second approval.", "until the audit closes"),
     ("Till the ward refurbishment ends, visiting is limited to two people.", "until the ward refurbishment ends"),
+    # no comma: the clause ends where the main clause's subject, a pronoun or "staff", starts
+    ("Until the marina has moved to the new booking system we are taking berths by phone.",
+     "until the marina has moved to the new booking system"),
+    ("Until the new crane is in service staff use the old hoist.", "until the new crane is in service"),
 ])
 def test_a_fronted_until_clause_limits_the_rule_that_follows(text, cond):
     from quarry.core.ingest.enrich_conditions import find_condition

@@ -8,6 +8,8 @@ as "until <what>" so the resolver's matching (``core.evidence.conditions``) read
   "until X completes"; "as long as X is in place / active / out of service / down" ->
   "until X ends";
 * "pending X" -> "until X";
+* a fronted "Until X, <rule>" -> "until X", also with no comma where the rule's subject (a
+  pronoun, "staff") marks the clause's end ("Until the plant has moved we work on paper");
 * "once X is finished, <the rule> applies again / resumes" -> "until X completes";
 * "ceases to apply / no longer applies / lapses when X" -> "until X";
 * "until further notice" (and "until otherwise notified") -> "until further notice":
@@ -128,6 +130,12 @@ def _instruction_at(sent: str, name: str) -> int | None:
     return None
 
 
+# "Until the plant has moved to the new system we record faults on paper": a fronted
+# condition with no comma, closed where the main clause's subject, a pronoun or "staff", starts
+_BARE_FRONT_UNTIL = re.compile(r"^\W*(?:until|till)\s+(?P<cond>[^.;:!?\n,]{2,120}?)\s+(?=(?:we|they|you|i|everyone"
+                               r"|everybody|staff|all\s+staff)\s+\w)", re.IGNORECASE)
+
+
 def _conditions_in(s: str) -> list[tuple[int, str]]:
     """(offset, normalised condition) candidates of one cleaned sentence, by phrasing."""
     out: list[tuple[int, str]] = []
@@ -182,6 +190,8 @@ def find_condition(sents: list[str], pipeline: str = DEFAULT_PIPELINE) -> str | 
                   if not _OPEN_ENDED.match(s, m.start()) and _STATE & set(tokenize(s[:m.start()]))]
         # a fronted "Until X, <rule>" limits the rule that follows, whatever its verb
         if (m := _FRONT_UNTIL.match(s)) and not _OPEN_ENDED.match(s):
+            found.append((0, f"until {_clause(m.group('cond'))}"))
+        elif (m := _BARE_FRONT_UNTIL.match(s)) and not _OPEN_ENDED.match(s) and len(m.group("cond").split()) >= 2:
             found.append((0, f"until {_clause(m.group('cond'))}"))
         found = [(at, _shortened(c)) for at, c in found]
         found = [(at, c) for at, c in found

@@ -557,6 +557,19 @@ def test_a_memo_retiring_the_value_it_replaces_supersedes_that_rule(memo):
     assert not d.unresolved
 
 
+@pytest.mark.parametrize("memo", [
+    "From 2 March 2026 a dinghy lesson costs GBP 32.50, in place of the GBP 27.50 set in the club price list.",
+    "The GBP 27.50 lesson price no longer applies: from 2 March 2026 a dinghy lesson costs GBP 32.50.",
+])
+def test_a_memo_naming_a_decimal_value_it_replaces_supersedes_that_rule(memo):
+    # invented: a sailing club; the replaced value's decimal point is no end of the phrase
+    ps = passages(doc("club-prices", "A dinghy lesson costs GBP 27.50.", doc_type="policy"),
+                  doc("club-memo", memo, doc_type="policy"))
+    d = resolve(ps, ACME, D(2026, 3, 10), query="what does a dinghy lesson cost?")
+    assert rejected(d)[pid(ps, "club-prices")] == ("superseded_by", pid(ps, "club-memo"))
+    assert not d.unresolved
+
+
 def test_a_narrower_memo_naming_the_value_it_retires_supersedes_that_rule():
     # scope alone would make the memo win (its entities are a subset); naming the value it
     # retires makes the policy's rule superseded_by it, not subordinate_to
@@ -675,3 +688,17 @@ def test_a_replacement_published_after_valid_at_was_not_yet_in_force():
     # a page published later that replaces nothing is not dated out by its publication
     page = doc("berth-faq", "Visitor berths are booked at the harbour office.", published_at=D(2026, 2, 9))
     assert pid(passages(page), "berth-faq") not in rejected(resolve(passages(page), ACME, D(2026, 1, 15)))
+
+
+def test_the_rule_a_help_page_restates_answers_beside_it():
+    # invented: a climbing wall; neither states a value, the help page shares more of the
+    # question's words, the policy speaks to it too and outranks it: both answer
+    ps = passages(
+        doc("wall-faq", "Can I climb wearing my rings or a watch? Please take off rings, watches and bracelets "
+            "before you climb; a plain wedding band taped over is fine.", doc_type="help"),
+        doc("wall-rules", "Personal items: climbers remove rings and other jewellery before they climb, except a "
+            "plain band covered with tape.", doc_type="policy"),
+        doc("wall-cafe", "The cafe sells hot drinks and snacks.", doc_type="page"))
+    d = resolve(ps, ACME, D(2026, 3, 10), query="can I wear rings or a watch when I climb?")
+    gov = {s.passage_id for s in d.governing}
+    assert pid(ps, "wall-rules") in gov and pid(ps, "wall-faq") in gov and pid(ps, "wall-cafe") not in gov

@@ -39,11 +39,12 @@ def _specific(a: Envelope, b: Envelope, asked: frozenset[str] | None = None) -> 
 # supersedes the 3-day entitlement": the value after such words is the one the sentence replaces
 _REPLACED = re.compile(r"\b(?:instead of|rather than|in place of|replacing|down from|up from|formerly|previously"
                        r"|replaces|supersedes|takes the place of)\b"
-                       r"(?:\s+(?:the|a|an|its|our|standard|previous|old|usual|current))*\s+([^.;]{1,40})", re.I)
+                       r"(?:\s+(?:the|a|an|its|our|standard|previous|old|usual|current))*\s+((?:[^.;]|(?<=\d)\.(?=\d)){1,40})",
+                       re.I)  # (a decimal point is no sentence end: "in place of the GBP 4.50 set in ...")
 # "The 60-minute fire watch no longer applies", "The 17:00 finish is replaced", "The handbook's
 # EUR 150 figure is out of date", "The 3 kg margin stops on 2 March 2026": the value in the
 # words before such a verb is the one retired
-_RETIRED = re.compile(r"((?:[^.;:!?\n]|(?<=\d):(?=\d)){1,60}?)\s+(?:no\s+longer\s+(?:applies|apply|binds|bind|stands|holds|counts)"
+_RETIRED = re.compile(r"((?:[^.;:!?\n]|(?<=\d)[:.](?=\d)){1,60}?)\s+(?:no\s+longer\s+(?:applies|apply|binds|bind|stands|holds|counts)"
                       r"|(?:is|are|has\s+been|have\s+been)\s+(?:now\s+)?(?:replaced|withdrawn|scrapped|dropped|retired"
                       r"|rescinded|abolished|superseded|out\s+of\s+date)"
                       # "The 3 kg courtesy margin stops on 2 March 2026": ended on a date

@@ -171,7 +171,9 @@ def question_scope(st: ResolutionState, facts: Mapping[str, PassageFacts], query
     of an unresolved conflict: those
     stating a value whose words share ``ON_QUESTION`` stems with the question; else those
     whose text, title or headings do; else the delivered survivors. The survivors in that
-    tier answer; unresolved conflicts are reported when a side is in it. The question's
+    tier answer (in the text tier, those sharing about as many words as the best, and the
+    best of any that outrank them all); unresolved conflicts are reported when a side is in
+    it. The question's
     evidence, whose rejections are reported, is every passage connected through a link the
     decision used (a rejection's ``by``, a conflict) to one that speaks to the question by
     either test. Without a query every passage is on it.
@@ -210,7 +212,17 @@ def question_scope(st: ResolutionState, facts: Mapping[str, PassageFacts], query
             answers |= {pid for pid in alive if over[pid][1] > most}
         if tier == 1:  # words in the text only: those sharing about as many as the best answer
             best = max(over[pid][1] for pid in pool if pid in on)
-            answers = {pid for pid in answers if over[pid][1] >= best - _TEXT_MARGIN}
+            kept = {pid for pid in answers if over[pid][1] >= best - _TEXT_MARGIN}
+            # a help page's wording closest to the question does not leave out the rule it
+            # restates: when no answer kept states a value of the kind asked, of the survivors
+            # on the question that outrank every answer kept, those sharing the most words answer too
+            top = max((st.rank[pid] for pid in kept), default=None)
+            valued = any(fits(s, kinds) for pid in kept for s in facts[pid].statements)
+            higher = [pid for pid in answers if top is not None and not valued and st.rank[pid] > top]
+            if higher:
+                most = max(over[pid][1] for pid in higher)
+                kept |= {pid for pid in higher if over[pid][1] == most}
+            answers = kept
         if relevance and answers:  # a survivor far closer to the question in meaning than every
             # answer the words chose answers too (the question asked in other words than its text);
             # what superseded or ended a passage is as close as the passage it defeated

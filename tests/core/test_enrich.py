@@ -661,3 +661,11 @@ def test_a_memo_retiring_another_rule_from_a_date_starts_then(text):
 
 def test_a_document_retiring_itself_from_a_fronted_date_does_not_start_then():
     assert enrich(doc("From 1 April 2026 this policy no longer applies.", title="Launch policy")).effective_from is None
+
+
+def test_a_standard_replacing_one_withdrawn_on_a_date_starts_that_day():
+    # invented: the withdrawn one is the other standard, not this one
+    d = enrich(doc("This standard replaces the Pontoon Safety Standard PS-2 (May 2024), which is withdrawn on Monday "
+                   "2 February 2026. From that day berths are inspected under PS-3.",
+                   title="Pontoon Safety Standard PS-3", doc_type="policy", published_at=D(2026, 1, 12)))
+    assert (d.effective_from, d.effective_to) == (D(2026, 2, 2), None)

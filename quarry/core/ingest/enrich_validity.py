@@ -53,8 +53,11 @@ _TO = re.compile(_SELF + r"\b(?:is\s+|are\s+|remains\s+|stays\s+)?" + _HOLDS + r
                  + DATE + ")", re.IGNORECASE)
 _RANGE = re.compile(_SELF + r"\b(?:is\s+)?(?:effective|in\s+force|valid|applies)\s+from\s+(?P<a>" + DATE
                     + r")\s+(?:until|till|to|through)\s+(?P<b>" + DATE + ")", re.IGNORECASE)
+# (the words between "this standard" and "is withdrawn" name no other document the verb is of:
+# "This standard replaces SA-2, which is withdrawn on ..." ends SA-2, not this one)
 _ENDED = re.compile(r"(?:^|\bthis\s+" + _DOC_NOUN
-                    + r"\b[^.]*?\b(?:is|are|was|has\s+been|will\s+be|stands)\s+(?:hereby\s+)?)"
+                    + r"\b(?:(?!\b(?:which|that|replaces|supersedes|takes|succeeds)\b)[^.])*?\b(?:is|are|was|has\s+been"
+                    r"|will\s+be|stands)\s+(?:hereby\s+)?)"
                     r"(?P<what>rescinded|withdrawn|retired|revoked|no\s+longer\s+in\s+(?:force|effect)|no\s+longer"
                     r"\s+valid|cancelled|canceled)\s+(?:(?P<rel>as\s+of|on|from"
                     r"|effective|effective\s+from|with\s+effect"
@@ -167,7 +170,9 @@ def find_effective(sents: list[str], own: str | None = None, title: str = "", *,
         if start is None and own and (m := _OTHER_ENDS.search(s) or _REPLACES_FROM.search(s)) and (
                 doc_ids_in(raw, own) or doc_ids_in(s, own)
                 or pronoun_ids(s[:m.start()], before, own)
-                or (_OTHERS_RULE.search(s[:m.start()]) and not _SELF_HEAD.match(s[:m.start()]))):
+                or (_OTHERS_RULE.search(s[:m.start()]) and not _SELF_HEAD.match(s[:m.start()]))
+                # "This standard replaces the Supplier Standard SA-2, which is withdrawn on 2 February"
+                or (m.re is _OTHER_ENDS and _THIS_REPLACES.search(s[:m.start()]))):
             start = parse_date(m.group("date"), tenant=tenant)
         if start is None and _THIS_REPLACES.search(s) and (
                 (m := _FRONTED_FROM.search(s)) or (m := _FRONTED_FROM.search(_plain(before)))):

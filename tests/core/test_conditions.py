@@ -48,6 +48,10 @@ def met(cond: str, event: str, cond_scope=("acme",), event_scope=("acme",)) -> b
     ("until Elmfield has switched to ClinixPro", "elmfield to clinixpro in production cutover completed"),
     ("until the east wing refurbishment completes", "east-wing refurbishment completed"),
     ("until the payroll team cuts over to Ledgerly", "payroll team to ledgerly cut-over completed"),
+    # a closure or an outage waits for what is back in service (the enricher's restoration event)
+    ("while the ferry is off the road", "ferry reopened, back in service"),
+    ("as long as the goods lift is out of service", "goods lift reopened, back in service"),
+    ("while the pier is shut", "pier reopened, back in service"),
 ])
 def test_condition_met(cond, event):
     scope = ("acme", "leeds") if "leeds" in event else ("acme",)
@@ -77,6 +81,8 @@ def test_condition_met(cond, event):
     ("until the east-wing refurbishment completes", "west wing refurbishment completed", "another part"),
     ("until the Acme cutover completes", "acme ledger migration completed", "another changeover of the entity"),
     ("until Elmfield has switched to ClinixPro", "elmfield to vetledger cutover completed", "another system"),
+    ("while the goods lift is out of service", "passenger lift reopened, back in service", "another lift"),
+    ("while the ferry is off the road", "harbour office reopened, back in service", "something else back"),
 ])
 def test_near_misses_never_end_a_condition(cond, event, why):
     assert not met(cond, event), why

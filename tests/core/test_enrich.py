@@ -669,3 +669,15 @@ def test_a_standard_replacing_one_withdrawn_on_a_date_starts_that_day():
                    "2 February 2026. From that day berths are inspected under PS-3.",
                    title="Pontoon Safety Standard PS-3", doc_type="policy", published_at=D(2026, 1, 12)))
     assert (d.effective_from, d.effective_to) == (D(2026, 2, 2), None)
+
+
+@pytest.mark.parametrize("text, what, on", [
+    # invented: back in use after a closure or an outage, in a record of the change
+    ("The workshop fitted a new gearbox, and the ferry returned to service on Monday 2 March 2026.",
+     "ferry reopened, back in service", D(2026, 3, 2)),
+    ("The goods lift came back into service on 4 May 2026.", "goods lift reopened, back in service", D(2026, 5, 4)),
+    ("Pier B reopened on 12 April 2026.", "pier b reopened, back in service", D(2026, 4, 12)),
+])
+def test_back_in_service_is_an_event(text, what, on):
+    e = enrich(doc(text, doc_type="deployment", title="Notice", published_at=D(2026, 5, 5)))
+    assert [(ev.what, ev.on) for ev in e.events] == [(what, on)]

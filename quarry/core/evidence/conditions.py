@@ -57,6 +57,9 @@ _FILLER = frozenset(tokenize(
     "while whilst during pending under way underway progress ongoing duration course "
     "continue continues continuing lasts remains remain stays persists long"  # "while the refurbishment continues", "as long as"
     " across"  # the particle of "moved across to": "moved over", "switched over"
+    # the state a closure or an outage is in: "while the van is off the road", "as long as the
+    # lift is out of service", "while the pier is shut" wait for what is back in service
+    " off out down shut offline unavailable"
 ))
 # Environments: another environment's completion is a near miss, not the stopping event.
 _ENVIRONMENTS = frozenset(tokenize("production prod staging stage dev development test testing qa uat sandbox "
@@ -126,10 +129,11 @@ _NOT_A_PART = frozenset("january february march april may june july august septe
                         "feb mar apr jun jul aug sep sept oct nov dec on by from since until after before in at of and "
                         "to".split())
 _CUT_OVER = re.compile(r"\bcut[\s-]+over\b", re.IGNORECASE)
+_OFF_THE_ROAD = re.compile(r"\b(?:off|back\s+on)\s+the\s+road\b", re.IGNORECASE)  # a vehicle out of or back in service
 
 
 def terms(text: str, known_entities: dict[str, str]) -> Terms:
-    toks = tokenize(_CUT_OVER.sub("cutover", text))  # "has cut over to X" is X's cutover
+    toks = tokenize(_OFF_THE_ROAD.sub("in service", _CUT_OVER.sub("cutover", text)))  # "has cut over to X" is X's cutover
     # a hyphenated word with no digit or underscore ("east-wing", "go-live") is a word, said by its parts
     idents = frozenset(i for i in identifiers(toks) if any(c.isdigit() or c == "_" for c in i))
     ents = frozenset(known_entities[t] for t in toks if t in known_entities)

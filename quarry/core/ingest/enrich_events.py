@@ -2,6 +2,7 @@
 records, "<subject> completed / finished / concluded / went live / was done / was cut over / switched
 (over) / moved / migrated / rolled out /
 signed off / closed out / wrapped up / finalised / accepted / handed over [successfully] [by <whom>] on <date>" and "<subject> is complete as of <date>" -> ("<subject> completed", date);
+"<subject> returned to service / came back into use / reopened on <date>" -> "<subject> reopened, back in service";
 "was cut over", "switched over", "moved", "migrated" -> "<subject> cutover completed"; "<subject>
 has been <doing> on/in <System> since ... <date>" -> "<subject> to <system> cutover completed". A markdown table with a completion-date
 column ("Completed on", "Completion date", "Went live") gives one event per row, the
@@ -27,7 +28,10 @@ __all__ = ["find_events"]
 _EVENT_VERB = (r"(?P<verb>completed|finished|concluded|went\s+live|rolled\s+out|done|cut\s+over|closed\s+out"
                r"|switched\s+over|switched|changed\s+over|moved|migrated|transitioned"
                r"|signed\s+off|wrapped\s+up|finali[sz]ed|accepted|handed\s+over"
-               r"|complete\s+as\s+of|completed\s+as\s+of|live\s+as\s+of|finished\s+as\s+of)")
+               r"|complete\s+as\s+of|completed\s+as\s+of|live\s+as\s+of|finished\s+as\s+of"
+               # back in use after a closure or an outage: "the van returned to service on 2 March"
+               r"|returned\s+to\s+(?:service|use)|(?:came|went)\s+back\s+(?:into|in)\s+(?:service|use)"
+               r"|back\s+in\s+(?:service|use)|back\s+on\s+the\s+road|re-?opened)")
 # Who signed it off stands between the verb and the date: "signed off by the city building
 # inspector on 16 February 2026".
 _AGENT = r"(?:by\s+(?:[\w'-]+\s+){1,5}?(?=on\s))?"
@@ -61,6 +65,7 @@ _EVENT_DOC = re.compile(r"\b(?:rollout|roll-out|deployment|release|cutover|migra
                         r"(?:record|log|report|ticket|request|note|summary)\b", re.IGNORECASE)
 _EVENT_TYPES = frozenset({"deployment", "rollout", "change", "migration", "release", "change-record", "cutover"})
 _EVENT_TRIGGER = re.compile(r"\b(?:completed|finished|concluded|live|rolled|done|cut\s+over|complete|closed|signed|since"
+                            r"|returned|back|re-?opened"
                             r"|switched|changed|moved|migrated|transitioned"
                             r"|wrapped|finali[sz]ed|accepted|handed)\b",
                             re.IGNORECASE)
@@ -79,6 +84,10 @@ def _event_doc(doc: SourceDocument) -> bool:
 # ClinixPro" is "elmfield to clinixpro cutover completed"), which a condition naming a
 # switch, move or migration of it waits for.
 _CHANGEOVER_VERB = re.compile(r"cut\s+over|switched(?:\s+over)?|changed\s+over|moved|migrated|transitioned", re.IGNORECASE)
+
+
+_RESTORED_VERB = re.compile(r"returned\s+to\s+(?:service|use)|(?:came|went)\s+back\s+(?:into|in)\s+(?:service|use)"
+                            r"|back\s+in\s+(?:service|use)|back\s+on\s+the\s+road|re-?opened", re.IGNORECASE)
 
 
 def _event(subject: str, verb: str, on: dt.date) -> Event | None:
@@ -100,8 +109,11 @@ def _event(subject: str, verb: str, on: dt.date) -> Event | None:
     if not words:
         return None
     what = " ".join(words).lower()
-    what = f"{what} cutover completed" if _CHANGEOVER_VERB.fullmatch(verb) and "cutover" not in what \
-        else f"{what} completed"
+    if _RESTORED_VERB.fullmatch(verb):
+        what = f"{what} reopened, back in service"  # what a closure or an outage waits for, in both words
+    else:
+        what = f"{what} cutover completed" if _CHANGEOVER_VERB.fullmatch(verb) and "cutover" not in what \
+            else f"{what} completed"
     return Event(what=what, on=on) if 3 <= len(what) <= 300 else None
 
 

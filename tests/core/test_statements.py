@@ -404,3 +404,12 @@ def test_a_charge_for_use_is_no_subject_of_its_own():
     assert not clash("| Europe roaming day pass (charged on each day the phone is used abroad) | GBP 2.50 |",
                      "Reassure the customer: the most they can be charged for use by someone else before they "
                      "told us about the theft is GBP 50.")
+
+
+def test_a_hyphenated_modifier_counts_once():
+    # invented: a boatyard; "high-risk" is one word of two parts: sharing it alone makes no
+    # subject, and a real conflict that carries it still is one
+    assert not clash("Instead, the high-risk paint shed is inspected twice a week, on Mondays and Thursdays.",
+                     "If you supply high-risk solvents, we will audit you every 2 years.")
+    assert clash("The high-risk paint shed is inspected twice a week.",
+                 "The high-risk paint shed is inspected once a week.")

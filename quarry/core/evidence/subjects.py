@@ -10,6 +10,7 @@ blocks statements by :func:`subject_keys`.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
@@ -137,10 +138,30 @@ def subject_keys(s: Statement) -> frozenset[str]:
     return (frozenset({s.predicate, *s.subject}) | _bag(s) | context_keys(s)) - {""}
 
 
-def context_overlap(a: Statement, b: Statement) -> float:
-    """Jaccard overlap of the two statements' :func:`context_keys`."""
+_HYPHENATED = re.compile(r"\b[A-Za-z]+(?:-[A-Za-z]+)+\b")
+
+
+def _compounds(s: Statement) -> frozenset[tuple[str, ...]]:
+    """The concept keys of each hyphenated word of the statement's clause ("high-risk":
+    (high, risk))."""
+    return frozenset(tuple(dict.fromkeys(concept(p.lower()) for p in w.split("-") if p))
+                     for w in _HYPHENATED.findall(s.clause or ""))
+
+
+def _shared(a: Statement, b: Statement) -> tuple[int, float]:
+    """(how many :func:`context_keys` the statements share, their Jaccard overlap), a
+    hyphenated modifier counted as one word however many parts it is written with: "high-risk
+    area" and "high-risk materials" share one key, not two."""
     ka, kb = context_keys(a), context_keys(b)
-    return len(ka & kb) / len(ka | kb) if ka | kb else 0.0
+    once = sum(n - 1 for n in (len([k for k in parts if k in ka and k in kb])
+                               for parts in _compounds(a) | _compounds(b)) if n > 1)
+    shared, union = len(ka & kb) - once, len(ka | kb) - once
+    return shared, (shared / union if union > 0 else 0.0)
+
+
+def context_overlap(a: Statement, b: Statement) -> float:
+    """Jaccard overlap of the two statements' :func:`context_keys` (:func:`_shared`)."""
+    return _shared(a, b)[1]
 
 
 def _mentions(s: Statement) -> frozenset[str]:
@@ -289,8 +310,7 @@ def same_subject(a: Statement, b: Statement, similarity: Callable[[str, str], fl
         return True
     if contrasting(a, b, similarity, thresholds):
         return False
-    overlap = context_overlap(a, b)
-    shared = len(context_keys(a) & context_keys(b))
+    shared, overlap = _shared(a, b)
     if overlap >= thresholds.overlap and shared >= thresholds.min_shared and (
             shared > thresholds.min_shared or _share_a_head(a, b)):
         return True

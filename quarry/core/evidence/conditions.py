@@ -129,11 +129,12 @@ _NOT_A_PART = frozenset("january february march april may june july august septe
                         "feb mar apr jun jul aug sep sept oct nov dec on by from since until after before in at of and "
                         "to".split())
 _CUT_OVER = re.compile(r"\bcut[\s-]+over\b", re.IGNORECASE)
-_OFF_THE_ROAD = re.compile(r"\b(?:off|back\s+on)\s+the\s+road\b", re.IGNORECASE)  # a vehicle out of or back in service
+# a vehicle "off the road" is out of service, one "back on the road" back in it: the word both sides share
+_OFF_THE_ROAD = re.compile(r"\b(?:off|back\s+on)\s+the\s+road\b", re.IGNORECASE)
 
 
 def terms(text: str, known_entities: dict[str, str]) -> Terms:
-    toks = tokenize(_OFF_THE_ROAD.sub("in service", _CUT_OVER.sub("cutover", text)))  # "has cut over to X" is X's cutover
+    toks = tokenize(_OFF_THE_ROAD.sub("service", _CUT_OVER.sub("cutover", text)))  # "has cut over to X" is X's cutover
     # a hyphenated word with no digit or underscore ("east-wing", "go-live") is a word, said by its parts
     idents = frozenset(i for i in identifiers(toks) if any(c.isdigit() or c == "_" for c in i))
     ents = frozenset(known_entities[t] for t in toks if t in known_entities)

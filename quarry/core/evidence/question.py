@@ -216,12 +216,11 @@ def question_scope(st: ResolutionState, facts: Mapping[str, PassageFacts], query
             # a help page's wording closest to the question does not leave out the rule it
             # restates: when no answer kept states a value of the kind asked, of the survivors
             # on the question that outrank every answer kept, those sharing the most words answer too
-            top = max((st.rank[pid] for pid in kept), default=None)
-            valued = any(fits(s, kinds) for pid in kept for s in facts[pid].statements)
-            higher = [pid for pid in answers if top is not None and not valued and st.rank[pid] > top]
-            if higher:
-                most = max(over[pid][1] for pid in higher)
-                kept |= {pid for pid in higher if over[pid][1] == most}
+            if kept and not any(fits(s, kinds) for pid in kept for s in facts[pid].statements):
+                top = max(st.rank[pid] for pid in kept)
+                if higher := [pid for pid in answers if st.rank[pid] > top]:
+                    most = max(over[pid][1] for pid in higher)
+                    kept |= {pid for pid in higher if over[pid][1] == most}
             answers = kept
         if relevance and answers:  # a survivor far closer to the question in meaning than every
             # answer the words chose answers too (the question asked in other words than its text);

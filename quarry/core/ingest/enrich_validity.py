@@ -112,7 +112,7 @@ _WEEKDAY = re.compile(r"\b(?:mon|tues|wednes|thurs|fri|satur|sun)day,?\s+(?=\d|(
 # the words before "is retired": another document's rule, named by title or by a document noun
 # ("The rule in section 3 of the 'Object handling and care standard' ... is retired with effect
 # from 2 March 2026"); not this document itself
-_OTHERS_RULE = re.compile(r"\b(?:rule|section|clause|paragraph|part|" + _DOC_NOUN[3:-1] + r")s?\b", re.IGNORECASE)
+_OTHERS_RULE = re.compile(r"\b(?:rule|section|clause|paragraph|part|" + _DOC_NOUN + r")s?\b", re.IGNORECASE)
 _SELF_HEAD = re.compile(r"^\W*(?:this|it|these)\b", re.IGNORECASE)
 # "From 2 March 2026 the weekly swabbing rule in section 4 of the policy no longer applies":
 # another's rule retired from the date that fronts the sentence

@@ -659,6 +659,24 @@ def test_a_memo_retiring_another_rule_from_a_date_starts_then(text):
     assert enrich(doc(text, title="Memo: juniors and the launch")).effective_from == D(2026, 3, 2)
 
 
+@pytest.mark.parametrize("text", [
+    # invented: a memo changing or amending another document's rules from a date starts then
+    "Two rules in the mooring section of the marina handbook change because of last week's storm, from Monday "
+    "2 March 2026:\n\n1. Boats are double-tied.\n2. The pontoon gate is locked at dusk.",
+    "The fuelling rules in section 5 of the berth holders' policy are amended with effect from 2 March 2026.",
+    # a year wrapped to the start of a line continues the sentence (it is no list item "2026.")
+    "The rule that a berth must be booked before 17:00 on the day before is withdrawn as from Monday 2 March\n"
+    "2026.\n\nFrom then on a berth may be booked on arrival.",
+])
+def test_a_memo_changing_another_documents_rules_from_a_date_starts_then(text):
+    assert enrich(doc(text, title="Harbour master's memo: moorings")).effective_from == D(2026, 3, 2)
+
+
+def test_a_document_saying_its_own_rules_will_change_does_not_start_then():
+    d = enrich(doc("This policy will change from 1 May 2026 when the new pontoon opens.", title="Berth policy"))
+    assert d.effective_from is None
+
+
 def test_a_document_retiring_itself_from_a_fronted_date_does_not_start_then():
     assert enrich(doc("From 1 April 2026 this policy no longer applies.", title="Launch policy")).effective_from is None
 

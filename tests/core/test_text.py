@@ -3,7 +3,7 @@
 import pytest
 
 from quarry.core.rank.features import BASE_FEATURES, candidate_features
-from quarry.core.text.markdown import opens_block, stands_alone
+from quarry.core.text.markdown import interrupts_paragraph, opens_block, stands_alone
 from quarry.core.text.units import (
     count_tokens,
     heading_text,
@@ -50,6 +50,27 @@ def test_line_sentences_join_wrapped_lines_and_keep_rows_and_items_apart():
         "The cutoff is 16:00 for EUR payouts.", "It moved.", "| EUR | 16:00 |", "| USD | 18:00 |",
         "- first item wraps here", "# Heading", "next line",
     ]
+
+
+def test_a_year_wrapped_to_the_start_of_a_line_continues_the_sentence():
+    # CommonMark: an empty list item, or an ordered one not numbered 1, does not interrupt a paragraph
+    text = ("The move was completed on 9 February\n2026. From that day charges flow in.\n\n"
+            "- The bay reopened on 2 March\n2026.\n\nSteps:\n1. Book\n2. Pay\n\n"
+            "Intro line\n2. not an item")
+    assert line_sentences(text) == [
+        "The move was completed on 9 February 2026.", "From that day charges flow in.",
+        "- The bay reopened on 2 March 2026.", "Steps:", "1.", "Book", "2.", "Pay", "Intro line 2. not an item"]
+    assert interrupts_paragraph("1. Book", "Steps:") and interrupts_paragraph("2. Pay", "1. Book")
+    assert interrupts_paragraph("- item", "text") and not interrupts_paragraph("-", "text")
+    assert not interrupts_paragraph("2026.", "on 2 March") and not interrupts_paragraph("2026. From then", "in March")
+
+
+def test_a_wrapped_year_stays_in_its_paragraph_block():
+    from quarry.core.ingest.chunk_blocks import markdown_blocks
+    text = "Atrium went live on Monday 2 February\n2026. FixLog is read-only.\n\n- Item one ends 2 March\n2026. Still one.\n"
+    kinds = [(b.kind, text[b.start:b.end]) for b in markdown_blocks(text, 0, len(text))]
+    assert kinds == [("paragraph", "Atrium went live on Monday 2 February\n2026. FixLog is read-only."),
+                     ("list", "- Item one ends 2 March\n2026. Still one.")]
 
 
 def test_markdown_block_starts():

@@ -10,7 +10,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from quarry.core.text.markdown import FENCE, LIST_ITEM, TABLE_DELIM
+from quarry.core.text.markdown import FENCE, LIST_ITEM, TABLE_DELIM, interrupts_paragraph
 
 __all__ = ["Block", "fence_close", "indent_of", "is_blank", "lines_of", "markdown_blocks", "text_blocks"]
 
@@ -90,8 +90,9 @@ def _list_item_end(lines: Sequence[tuple[int, int, str]], i: int) -> int:
                 continue
             break
         deeper = indent_of(line) > base + 1
-        if not deeper and (LIST_ITEM.match(line) or FENCE.match(line) or _is_table_start(lines, j)):
-            break
+        if not deeper and ((LIST_ITEM.match(line) and interrupts_paragraph(line, lines[i][2]))
+                           or FENCE.match(line) or _is_table_start(lines, j)):
+            break  # (a wrapped "2026. From then on ..." is the item's lazy continuation)
         if deeper and FENCE.match(line.lstrip(" \t")):  # a nested fence stays in its item
             j = fence_close(lines, j)
         last = j
@@ -128,7 +129,9 @@ def markdown_blocks(text: str, start: int, end: int) -> list[Block]:
             i = j
         else:
             j = i
-            while j + 1 < len(lines) and not is_blank(lines[j + 1][2]) and not _starts_block(lines, j + 1):
+            while j + 1 < len(lines) and not is_blank(lines[j + 1][2]) and not (
+                    _starts_block(lines, j + 1) and (not LIST_ITEM.match(lines[j + 1][2])
+                                                     or interrupts_paragraph(lines[j + 1][2], lines[j][2]))):
                 j += 1
             raw.append(Block(lines[i][0], lines[j][1], "paragraph"))
             i = j + 1

@@ -64,8 +64,8 @@ _ENDED = re.compile(r"(?:^|\bthis\s+" + _DOC_NOUN
                     r"\s+from|after|from\s+and\s+including)\s+)?(?P<date>" + DATE + ")", re.IGNORECASE)
 # "`other-policy` is rescinded with effect from 1 February 2026": this document's rescission
 # (its own rule) takes effect then, so it is in force from that date.
-_OTHER_ENDS = re.compile(r"\b(?:is|are|was|were|will\s+be)\s+(?:hereby\s+)?(?:rescinded|withdrawn|retired|revoked"
-                         r"|replaced|superseded)\b[^.]*?\b(?:with\s+effect\s+from|effective\s+from|effective\s+as\s+of"
+_OTHER_ENDS = re.compile(r"\b(?:(?:is|are|was|were|will\s+be)\s+(?:hereby\s+)?(?:rescinded|withdrawn|retired|revoked"
+                         r"|replaced|superseded)|(?:is|are|will\s+be)\s+(?:hereby\s+)?amended|change|will\s+change)\b[^.]*?\b(?:with\s+effect\s+from|effective\s+from|effective\s+as\s+of"
                          r"|effective|as\s+of|from|on)\s+(?P<date>" + DATE + ")", re.IGNORECASE)
 # "This schedule takes over from `fees-2025` for every appointment from Monday 2 March 2026":
 # this document replaces another from a date, so it is in force from then (the active voice
@@ -100,7 +100,7 @@ _AND_UNTIL = re.compile(r"\b(?:and|but)\s+(?:(?:is\s+|are\s+|remains\s+|remain\s
 # "The offer runs from 2 February 2026 to 31 March 2026": the end of a range right after its start
 _RANGE_END = re.compile(r"\s*(?:to|until|till|through|thru|-|–)\s*(?:\w+day,?\s+)?(?P<date>" + DATE + ")",
                         re.IGNORECASE)
-_EFF_TRIGGER = re.compile(r"\b(?:effective|effect|force|valid|good|open|available|runs|lasts|applies|apply|expires"
+_EFF_TRIGGER = re.compile(r"\b(?:effective|effect|force|change|amended|valid|good|open|available|runs|lasts|applies|apply|expires"
                           r"|replaces|supersedes|rescinds|withdraws|retires|revokes|takes|succeeds"
                           r"|sunsets|lapses|ends|terminates|expire|sunset|lapse|end|terminate|rescinded|withdrawn|retired|replaced|superseded"
                           r"|revoked|no\s+longer|cancell?ed|canceled)\b", re.IGNORECASE)

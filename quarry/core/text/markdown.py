@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 __all__ = ["HEADING", "FENCE", "LIST_ITEM", "TABLE_ROW", "TABLE_DELIM", "QUOTE", "SETEXT_UNDERLINE",
-           "THEMATIC_BREAK", "HTML_ONLY", "opens_block", "plain_sentence", "stands_alone"]
+           "THEMATIC_BREAK", "HTML_ONLY", "interrupts_paragraph", "opens_block", "plain_sentence", "stands_alone"]
 
 # ATX heading; group 1 the #'s, group 2 the raw title (may keep a closing "##").
 HEADING = re.compile(r"^ {0,3}(#{1,6})(?:[ \t]+(.*?))?[ \t]*$")
@@ -26,6 +26,27 @@ HTML_ONLY = re.compile(r"^\s*<[^>]+>\s*$")
 def opens_block(line: str) -> bool:
     """A line that starts a block of its own: heading, fence, list item, table row or quote."""
     return any(p.match(line) for p in (HEADING, FENCE, LIST_ITEM, TABLE_ROW, QUOTE))
+
+
+# Ordered list item marker; group 1 its number.
+_ORDERED = re.compile(r"^[ \t]*(\d{1,9})[.)](?:[ \t]+|$)")
+
+
+def interrupts_paragraph(line: str, prev: str) -> bool:
+    """Whether ``line``, right after ``prev`` (a paragraph's or list item's line, no blank
+    between), starts a block of its own rather than continuing it (CommonMark's rule): a
+    block opener (:func:`opens_block`), except a list item with nothing after its marker
+    and an ordered item numbered other than 1 that is no sibling of an ordered item
+    ``prev`` opens. So a year wrapped to the start of a line ("... from Monday 2 March" /
+    "2026. From then on ...") continues the sentence."""
+    if not opens_block(line):
+        return False
+    if (m := LIST_ITEM.match(line)) is None:
+        return True
+    if not line[m.end():].strip():
+        return False
+    n = _ORDERED.match(line)
+    return n is None or int(n.group(1)) == 1 or _ORDERED.match(prev) is not None
 
 
 def stands_alone(line: str) -> bool:

@@ -116,7 +116,7 @@ def logical_lines(text: str) -> list[str]:
         if not line.strip():
             prev_blank = True
             continue
-        if out and not prev_blank and not markdown.opens_block(line) and not markdown.stands_alone(out[-1]):
+        if out and not prev_blank and not markdown.interrupts_paragraph(line, out[-1]) and not markdown.stands_alone(out[-1]):
             out[-1] = f"{out[-1]} {line.strip()}"
         else:
             out.append(line.strip())

@@ -702,3 +702,22 @@ def test_the_rule_a_help_page_restates_answers_beside_it():
     d = resolve(ps, ACME, D(2026, 3, 10), query="can I wear rings or a watch when I climb?")
     gov = {s.passage_id for s in d.governing}
     assert pid(ps, "wall-rules") in gov and pid(ps, "wall-faq") in gov and pid(ps, "wall-cafe") not in gov
+
+
+def test_a_help_page_tagged_with_most_of_a_standards_topics_is_no_local_rule():
+    # invented: a rowing club; the help page's tags are five of the standard's six, so scope
+    # does not let it overrule the standard: authority decides
+    topics = ("tidewater", "crews", "insurance", "safety-plans", "fees")
+    standard = doc("crew-standard", "Crews send their safety plans at least 10 days before the regatta.",
+                   doc_type="policy", entities=(*topics, "coaching"))
+    faq = doc("crew-faq", "Crews send their safety plans at least 14 days before the regatta.",
+              doc_type="help", entities=topics)
+    ps = passages(standard, faq)
+    d = resolve(ps, ACME, D(2026, 3, 10), query="when do crews send their safety plans?")
+    assert rejected(d) == {pid(ps, "crew-faq"): ("subordinate_to", pid(ps, "crew-standard"))}
+    # a bounded page (in force until a date) for most of the same topics stays their exception
+    winter = doc("crew-faq", "Crews send their safety plans at least 14 days before the regatta.",
+                 doc_type="help", entities=topics, effective_to=D(2026, 3, 31))
+    ps = passages(standard, winter)
+    d = resolve(ps, ACME, D(2026, 3, 10), query="when do crews send their safety plans?")
+    assert rejected(d) == {pid(ps, "crew-standard"): ("subordinate_to", pid(ps, "crew-faq"))}

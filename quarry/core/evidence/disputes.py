@@ -135,6 +135,23 @@ def _local_rule(a: Envelope, b: Envelope, rank_a: int, rank_b: int) -> bool:
     return (ea < eb and 2 * len(ea) <= len(eb)) or (eb < ea and 2 * len(eb) <= len(ea))
 
 
+def _lists_most_topics(a: Envelope, b: Envelope, rank_a: int, rank_b: int, asked: frozenset[str] | None) -> bool:
+    """Scope would make the lower authority of ``a`` and ``b`` win, yet it is tagged with
+    more than half of the other's entities, every one of them the other's, and it is not
+    bounded (no condition, no end date): a help page tagged "corran, subcontractors,
+    insurance, rams, payment" beside the standard tagged the same and "supervision" is no
+    local rule, so authority decides. Entity lists mix places with topics; a winter page
+    for three of the company's four stations, in force until 31 March, stays the stations'
+    exception."""
+    if rank_a == rank_b:
+        return False
+    low, high = (a, b) if rank_a < rank_b else (b, a)
+    if not low.entities or low.condition or low.effective_to or not _specific(low, high, asked):
+        return False
+    mine, theirs = set(low.entities), set(high.entities)
+    return mine < theirs and 2 * len(mine) > len(theirs)
+
+
 def _later_effective(a, b) -> bool:
     """Whether envelope ``a`` states an effective date later than ``b``'s (both stated)."""
     return a.effective_from is not None and b.effective_from is not None and a.effective_from > b.effective_from
@@ -196,7 +213,8 @@ def decide_conflicts(st: ResolutionState, facts: Mapping[str, PassageFacts], ask
             elif asked is not None and not asked and _local_rule(ea, eb, st.rank[a], st.rank[b]):
                 continue  # a local rule of as high an authority does not speak to a question naming no entity
             elif (_specific(ea, eb, asked) or _specific(eb, ea, asked)) and not (
-                    asked is not None and not asked and ea.entities and eb.entities):
+                    asked is not None and not asked and ea.entities and eb.entities) \
+                    and not _lists_most_topics(ea, eb, st.rank[a], st.rank[b], asked):
                 # (a question naming no entity, two scoped passages: a page listing every store
                 # is no narrower than the policy naming the company; authority decides)
                 win, lose = (a, b) if _specific(ea, eb, asked) else (b, a)

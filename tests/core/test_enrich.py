@@ -672,6 +672,37 @@ def test_a_memo_changing_another_documents_rules_from_a_date_starts_then(text):
     assert enrich(doc(text, title="Harbour master's memo: moorings")).effective_from == D(2026, 3, 2)
 
 
+@pytest.mark.parametrize("text", [
+    # invented: a sailing school. A rule taking another document's rule's place from a date
+    # fronting the sentence, or the sentence before, starts that day
+    "From Monday 2 March 2026 dinghies are checked every week, in place of the monthly check set in section 3 "
+    "of the boat safety policy.",
+    "The spring inspection found worn shackles. From Monday 2 March 2026 shackles are replaced every season. "
+    "Seasonal replacement takes the place of the 2-yearly replacement in section 5 of the rigging procedure.",
+    # a retired rule of another document "no longer applies from" the date
+    "The requirement in section 4 of the boat safety policy that instructors swap boats every hour no longer "
+    "applies from Monday 2 March 2026.",
+    # these rates, the rules below: this document's own, fronted by its date (on or from)
+    'From 2 March 2026 these rates take over from "Mooring rates (2025)".',
+    'On Monday 2 March 2026 this code takes over from "Mooring code (2024)".',
+    "From Monday 2 March 2026 the rules below are used at the north slipway.",
+])
+def test_a_rule_fronted_by_its_date_starts_then(text):
+    assert enrich(doc(text, title="Memo: boats", published_at=D(2026, 2, 16))).effective_from == D(2026, 3, 2)
+
+
+def test_a_memo_acting_before_its_replacing_rules_date_is_not_dated_by_it():
+    # the permits reopen on 16 March, before the new charge of 1 April: the date is that rule's
+    text = ("- Applications reopen on Monday 16 March 2026.\n- From 1 April 2026 a mooring costs GBP 95 a month.\n"
+            "- From that date this takes the place of the GBP 80 charge in the moorings policy.")
+    assert enrich(doc(text, title="Memo: moorings", published_at=D(2026, 3, 11))).effective_from is None
+
+
+def test_the_replaced_rule_of_this_document_does_not_date_it():
+    text = "From 1 June 2026 the fee is GBP 5, in place of the GBP 4 in section 2 of this policy."
+    assert enrich(doc(text, title="Mooring policy", published_at=D(2026, 1, 5))).effective_from is None
+
+
 def test_a_document_saying_its_own_rules_will_change_does_not_start_then():
     d = enrich(doc("This policy will change from 1 May 2026 when the new pontoon opens.", title="Berth policy"))
     assert d.effective_from is None

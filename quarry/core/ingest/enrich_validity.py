@@ -65,15 +65,27 @@ _ENDED = re.compile(r"(?:^|\bthis\s+" + _DOC_NOUN
 # "`other-policy` is rescinded with effect from 1 February 2026": this document's rescission
 # (its own rule) takes effect then, so it is in force from that date.
 _OTHER_ENDS = re.compile(r"\b(?:(?:is|are|was|were|will\s+be)\s+(?:hereby\s+)?(?:rescinded|withdrawn|retired|revoked"
-                         r"|replaced|superseded)|(?:is|are|will\s+be)\s+(?:hereby\s+)?amended|change|will\s+change)\b[^.]*?\b(?:with\s+effect\s+from|effective\s+from|effective\s+as\s+of"
+                         r"|replaced|superseded)|(?:is|are|will\s+be)\s+(?:hereby\s+)?amended|change|will\s+change|no\s+longer\s+appl(?:y|ies))\b[^.]*?\b(?:with\s+effect\s+from|effective\s+from|effective\s+as\s+of"
                          r"|effective|as\s+of|from|on)\s+(?P<date>" + DATE + ")", re.IGNORECASE)
 # "This schedule takes over from `fees-2025` for every appointment from Monday 2 March 2026":
 # this document replaces another from a date, so it is in force from then (the active voice
 # of :data:`_OTHER_ENDS`)
 # "From 2 March 2026 the ceiling is 20%. This replaces the 15% ceiling in the playbook": a
 # rule fronted by its start date, which the same or the next sentence says replaces another
-_FRONTED_FROM = re.compile(r"^\W*(?:from|as\s+of|with\s+effect\s+from|starting|beginning)\s+(?:\w+day,?\s+)?(?P<date>"
+_FRONTED_FROM = re.compile(r"^\W*(?:from|on|as\s+of|with\s+effect\s+from|starting|beginning)\s+(?:\w+day,?\s+)?(?P<date>"
                            + DATE + ")", re.IGNORECASE)
+# "From Monday 2 March 2026 bundles are lodged 10 days before, in place of the 7 days set in
+# section 3 of the deadlines policy"; "Hourly testing takes the place of the 2-hourly test set in
+# section 5 of the procedure" (after a sentence fronted by its date): what the rule replaces is
+# another document's rule, named by a document noun or a section
+_IN_PLACE_OF = re.compile(r"\b(?:" + SUPERSEDES_VERB + r"|in\s+place\s+of|instead\s+of|rather\s+than|replacing)\s+(?P<what>[^.;]*)",
+                          re.IGNORECASE)
+_THIS_DOC = re.compile(r"\bth(?:is|ese)\s+(?:[\w-]+\s+){0,2}?" + _DOC_NOUN + r"s?\b", re.IGNORECASE)
+# "From Monday 8 December 2025 the rules below are used at Kilnworth Pool": this document's own
+# rules, fronted by the date they start
+_OWN_RULES = re.compile(r"^(?:these|this|the\s+following|the\s+(?:[\w-]+\s+){1,2}below)\b(?:(?!\bno\s+longer\b|\bnot\b)[^.])*?\b(?:apply|applies|are\s+used"
+                        r"|is\s+used|are\s+in\s+(?:force|effect)|is\s+in\s+(?:force|effect)|take\s+effect|takes\s+effect)\b",
+                        re.IGNORECASE)
 _THIS_REPLACES = re.compile(r"(?:^\W*|[,;]\s*)(?:this|it|that)\s+(?:[\w-]+\s+){0,2}?" + SUPERSEDES_VERB + r"\b",
                             re.IGNORECASE)
 _REPLACES_FROM = re.compile(r"\b" + SUPERSEDES_VERB + r"\b[^.]*?\b(?:with\s+effect\s+from|effective\s+from"
@@ -85,7 +97,7 @@ _TITLED = re.compile(r"^(?:the|our|this|these)\s+(?P<subj>(?:[\w-]+\s+){0,2}[\w-
                      r"(?:" + _HOLDS + r"|" + _IN_FORCE + r")\s+(?P<dir>until|till|through|thru|to|from"
                      r"|as\s+of)\s+(?:the\s+end\s+of\s+(?:[\w'-]+\s+){1,4}?on\s+)?(?P<date>" + DATE + ")"
                      r"|^(?:the|our|this|these)\s+(?P<subj2>(?:[\w-]+\s+){0,2}[\w-]+)\s+" + _ENDS
-                     + r"\s+(?:on\s+)?(?P<date2>" + DATE + ")", re.IGNORECASE)
+                     + r"\s+(?:on\s+|after\s+)?(?P<date2>" + DATE + ")", re.IGNORECASE)
 # "The winter timetable no longer applies after 27 February 2026" (its last day), "... from 2
 # March" (the day before is its last)
 _NO_LONGER = re.compile(r"^(?:the|our|this|these)\s+(?P<subj>(?:[\w-]+\s+){0,2}[\w-]+)\s+(?:will\s+)?no\s+longer\s+"
@@ -101,12 +113,13 @@ _AND_UNTIL = re.compile(r"\b(?:and|but)\s+(?:(?:is\s+|are\s+|remains\s+|remain\s
 _RANGE_END = re.compile(r"\s*(?:to|until|till|through|thru|-|–)\s*(?:\w+day,?\s+)?(?P<date>" + DATE + ")",
                         re.IGNORECASE)
 _EFF_TRIGGER = re.compile(r"\b(?:effective|effect|force|change|amended|valid|good|open|available|runs|lasts|applies|apply|expires"
-                          r"|replaces|supersedes|rescinds|withdraws|retires|revokes|takes|succeeds"
+                          r"|replaces|take|place|instead|rather|replacing|used|supersedes|rescinds|withdraws|retires|revokes|takes|succeeds"
                           r"|sunsets|lapses|ends|terminates|expire|sunset|lapse|end|terminate|rescinded|withdrawn|retired|replaced|superseded"
                           r"|revoked|no\s+longer|cancell?ed|canceled)\b", re.IGNORECASE)
 
 
 # "Monday 2 March 2026": a weekday before a date says nothing the date does not
+DATE_RX = re.compile(DATE, re.IGNORECASE)
 _WEEKDAY = re.compile(r"\b(?:mon|tues|wednes|thurs|fri|satur|sun)day,?\s+(?=\d|(?:jan|feb|mar|apr|may|jun|jul|aug|sep|oct"
                       r"|nov|dec)[a-z]*\b)", re.IGNORECASE)
 # the words before "is retired": another document's rule, named by title or by a document noun
@@ -145,8 +158,18 @@ def _last_day(m: re.Match, tenant: str) -> dt.date | None:
     return d if (m.group("rel") or "").lower() == "after" else d - dt.timedelta(days=1)
 
 
+def _acts_before(sents: list[str], start: dt.date, published: dt.date | None, tenant: str) -> bool:
+    """Whether the document names a day between its publication and ``start`` (applications
+    reopen on 16 March, in a memo whose new charge applies from 1 April): some of it acts
+    before that rule's date, so the date is the rule's, not the document's."""
+    if published is None:
+        return False
+    return any(d is not None and published <= d < start
+               for s in sents for m in DATE_RX.finditer(_plain(s)) for d in [parse_date(m.group(0), tenant=tenant)])
+
+
 def find_effective(sents: list[str], own: str | None = None, title: str = "", *,
-                   tenant: str) -> tuple[dt.date | None, dt.date | None]:
+                   tenant: str, published: dt.date | None = None) -> tuple[dt.date | None, dt.date | None]:
     """(effective_from, effective_to) this document states; ``own`` is its doc id, so a
     sentence ending another document from a date makes this one effective then; a
     sentence whose subject is what the ``title`` names ("The allowance is valid through
@@ -184,6 +207,14 @@ def find_effective(sents: list[str], own: str | None = None, title: str = "", *,
         if start is None and (m := _FRONTED_FROM.search(s)) and (r := _RETIRES.search(s, m.end())) and (
                 _OTHERS_RULE.search(s, m.end(), r.start()) and not _SELF_HEAD.match(s[m.end():].lstrip(" ,"))):
             start = parse_date(m.group("date"), tenant=tenant)  # another's rule retired from the date: this one's starts
+        if start is None and (r := _IN_PLACE_OF.search(s)) and _OTHERS_RULE.search(r.group("what")) \
+                and not _THIS_DOC.search(r.group("what")) and (
+                (m := _FRONTED_FROM.search(s)) or (not DATE_RX.search(s) and (m := _FRONTED_FROM.search(_plain(before))))):
+            d = parse_date(m.group("date"), tenant=tenant)  # a rule taking another's place from the date
+            start = None if d is None or _acts_before(sents, d, published, tenant) else d
+        if start is None and (m := _FRONTED_FROM.search(s)) and _OWN_RULES.match(s[m.end():].lstrip(" ,")):
+            d = parse_date(m.group("date"), tenant=tenant)
+            start = None if d is None or _acts_before(sents, d, published, tenant) else d
         if start is None and (m := _FROM.search(s)) and not (_ENDED.search(s)):
             start = parse_date(m.group("date"), tenant=tenant)
         if end is None and (m := _TO.search(s)):

@@ -10,7 +10,14 @@ by a date ("From 2 March 2026 the ceiling is 20%") that it, or the next sentence
 another ("This replaces the 15% ceiling") is in force from that date, and so is a document
 retiring another's rule from a date ("From 2 March 2026 the weekly rule in section 4 of the
 policy no longer applies"; "The rule in section 3 of the 'Handling standard' ... is retired with
-effect from 2 March 2026"). A weekday before a date ("Monday 2 March 2026") is read past.
+effect from 2 March 2026"), to change or amend it from a date ("Two rules in the hot work section of
+the permit to work policy change ... from 2 March 2026"), or to replace it ("From 2 March 2026
+bundles are lodged 10 days before, in place of the 7 days set in section 3 of the deadlines
+policy"; "Hourly testing takes the place of the 2-hourly test in section 5 of the procedure"
+after a sentence fronted by the date), unless the document names a day between its
+publication and that date (then the date is one rule's, not the document's). A fronted date
+("From / On <date>") before this document's own rules ("these rates take over from ...", "the
+rules below are used at ...") starts it. A weekday before a date ("Monday 2 March 2026") is read past.
 """
 
 from __future__ import annotations

@@ -263,3 +263,17 @@ def test_the_point_a_span_runs_from_is_not_its_subject():
     # a "Length of ..." heading says the value is a span, not what it is of
     assert clash("# Trial\n\n## Length of trial\n\nThe trial period lasts six months from the first day of employment.",
                  "New starters are on trial for 3 months.")
+
+
+def test_similar_sentences_with_values_orders_of_magnitude_apart_are_not_one_subject():
+    from quarry.core.evidence.conflict import conflicts
+
+    # invented: a climbing wall. Two rules of one staff member's day, sharing one word: close
+    # in meaning, but 2 years and 20 minutes are no old and new value of one rule
+    a, = statements("Every wall instructor holds a supervisor certificate, renewed every 2 years.")
+    b, = statements("From that day staff move to the next wall every 20 minutes.")
+    assert not conflicts(a, b, similarity=lambda x, y: 0.9)
+    # within two orders the similar sentences still conflict ("6 hours" and "12 hours" above;
+    # here 30 minutes and 20 minutes)
+    c, = statements("Staff move to the next wall every 30 minutes.")
+    assert conflicts(c, b, similarity=lambda x, y: 0.9)

@@ -721,3 +721,16 @@ def test_a_help_page_tagged_with_most_of_a_standards_topics_is_no_local_rule():
     ps = passages(standard, winter)
     d = resolve(ps, ACME, D(2026, 3, 10), query="when do crews send their safety plans?")
     assert rejected(d) == {pid(ps, "crew-standard"): ("subordinate_to", pid(ps, "crew-faq"))}
+
+
+def test_two_runbooks_one_tagged_with_most_of_the_others_topics_stay_unresolved():
+    # invented: a climbing centre. The wall runbook's tags are five of the instructors' six:
+    # it is no local rule of theirs, so two runbooks of one authority stating 4 and 6 weeks stay unresolved
+    wall = doc("wall-runbook", "Route setters review each climbing route every 4 weeks.", doc_type="runbook",
+               entities=("crag", "north-wall", "south-wall", "routes", "inductions"))
+    team = doc("instructor-runbook", "Route setters review each climbing route every 6 weeks.", doc_type="runbook",
+               entities=("crag", "north-wall", "south-wall", "routes", "inductions", "classes"))
+    ps = passages(wall, team)
+    d = resolve(ps, ACME, D(2026, 3, 10), query="how often is each climbing route reviewed?")
+    assert not rejected(d)
+    assert [set(u.passage_ids) for u in d.unresolved] == [{pid(ps, "wall-runbook"), pid(ps, "instructor-runbook")}]

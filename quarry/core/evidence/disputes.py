@@ -136,16 +136,18 @@ def _local_rule(a: Envelope, b: Envelope, rank_a: int, rank_b: int) -> bool:
 
 
 def _lists_most_topics(a: Envelope, b: Envelope, rank_a: int, rank_b: int, asked: frozenset[str] | None) -> bool:
-    """Scope would make the lower authority of ``a`` and ``b`` win, yet it is tagged with
-    more than half of the other's entities, every one of them the other's, and it is not
-    bounded (no condition, no end date): a help page tagged "corran, subcontractors,
-    insurance, rams, payment" beside the standard tagged the same and "supervision" is no
-    local rule, so authority decides. Entity lists mix places with topics; a winter page
+    """Scope would make the lower authority of ``a`` and ``b`` (of one authority, the one it
+    makes win) win, yet it is tagged with more than half of the other's entities, every one
+    of them the other's, and it is not bounded (no condition, no end date): a help page
+    tagged "corran, subcontractors, insurance, rams, payment" beside the standard tagged the
+    same and "supervision" is no local rule, so authority decides (at one authority, the
+    conflict stays unresolved unless another rule decides it). Entity lists mix places with topics; a winter page
     for three of the company's four stations, in force until 31 March, stays the stations'
     exception."""
-    if rank_a == rank_b:
-        return False
-    low, high = (a, b) if rank_a < rank_b else (b, a)
+    if rank_a == rank_b:  # of one authority: the one scope would make win
+        low, high = (a, b) if _specific(a, b, asked) else (b, a)
+    else:
+        low, high = (a, b) if rank_a < rank_b else (b, a)
     if not low.entities or low.condition or low.effective_to or not _specific(low, high, asked):
         return False
     mine, theirs = set(low.entities), set(high.entities)

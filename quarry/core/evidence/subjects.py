@@ -303,7 +303,8 @@ def same_subject(a: Statement, b: Statement, similarity: Callable[[str, str], fl
     own ("password expire" and "rotate password"; "probation period" and "on probation");
     or, unless their subjects contrast (:func:`contrasting`), their contexts overlap by
     :class:`Thresholds` (:func:`context_overlap`), or overlap a little and their masked
-    sentences are similar enough under ``similarity`` (the tenant's embedder)."""
+    sentences are similar enough under ``similarity`` (the tenant's embedder) and their values
+    are within two orders of magnitude (:func:`_orders_apart`)."""
     if named_apart(a, b):
         return False
     if a.subject and b.subject and _same_bag(a, b):
@@ -321,4 +322,14 @@ def same_subject(a: Statement, b: Statement, similarity: Callable[[str, str], fl
     said = {concept(x.predicate) for x in (a, b) if x.predicate in CANON}
     if not (context_keys(a) & context_keys(b)) - said:
         return False
-    return similarity(a.clause, b.clause) >= thresholds.similarity
+    return not _orders_apart(a, b) and similarity(a.clause, b.clause) >= thresholds.similarity
+
+
+def _orders_apart(a: Statement, b: Statement) -> bool:
+    """Values of one kind two orders of magnitude apart ("renewed every 2 years", "move
+    every 20 minutes"): no one rule's old and new value, so similar sentences alone do not
+    make them one subject."""
+    if a.magnitude is None or b.magnitude is None or a.unit.split("/")[0] != b.unit.split("/")[0]:
+        return False
+    lo, hi = sorted((abs(a.magnitude), abs(b.magnitude)))
+    return lo > 0 and hi / lo > 100

@@ -91,6 +91,9 @@ def test_explicit_supersession_needs_a_doc_id():
     # a code in the title is no conjunction "so": the phrase runs on to the aside
     ("This standard takes over from the Marina Safety Standard SO-2 (May 2024) on 1 March 2026.",
      "the Marina Safety Standard SO-2"),
+    # a year in brackets right after the title is the title's own (the older schedule's title holds it)
+    ("This standard replaces the Berth Retention Schedule BR-3 (2024), which is withdrawn on 2 February 2026.",
+     "the Berth Retention Schedule BR-3 (2024)"),
 ])
 def test_supersession_by_a_quoted_or_coded_title(text, title):
     assert enrich(doc(text)).supersedes_titles == (title,)

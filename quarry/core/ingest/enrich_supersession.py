@@ -67,7 +67,8 @@ def doc_ids_in(rest: str, own: str, first: bool = True) -> list[str]:
 
 
 # where a phrase naming a document by title ends: a clause or an aside after it
-_PHRASE_END = re.compile(r"\s*(?:[,;:(]|\s-\s|\b(?:which|that|who|because|so(?![-\d])|and\s+(?:is|are|was)|on\s+(?:that|the\s+same)"
+# (a year in brackets is the title's own: "the File Retention Schedule RS-3 (2024), which ...")
+_PHRASE_END = re.compile(r"\s*(?:[,;:]|\((?!(?:19|20)\d\d\))|\s-\s|\b(?:which|that|who|because|so(?![-\d])|and\s+(?:is|are|was)|on\s+(?:that|the\s+same)"
                          r"\s+(?:date|day)|with\s+effect|from\s+\d|as\s+from|as\s+of|effective|for\s+(?:any|all)"
                          r"|on\s+(?:(?:mon|tues|wednes|thurs|fri|satur|sun)day\b|\d)"
                          r")\b)", re.IGNORECASE)

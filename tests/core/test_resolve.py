@@ -734,3 +734,16 @@ def test_two_runbooks_one_tagged_with_most_of_the_others_topics_stay_unresolved(
     d = resolve(ps, ACME, D(2026, 3, 10), query="how often is each climbing route reviewed?")
     assert not rejected(d)
     assert [set(u.passage_ids) for u in d.unresolved] == [{pid(ps, "wall-runbook"), pid(ps, "instructor-runbook")}]
+
+
+def test_a_passage_whose_text_names_the_entity_asked_about_answers_whatever_its_entity_list():
+    # invented: a rowing club; only the coaching runbook lists "coaches" among its entities, but
+    # the policy's text names coaches: it answers a question about coaches (before, only the
+    # runbook could)
+    policy = doc("regatta-policy", "Coaches send the crew list at least 14 days before the regatta.",
+                 doc_type="policy", entities=("tidewater", "regattas"))
+    runbook = doc("coach-runbook", "Send the crew list to the regatta office a fortnight before the regatta.",
+                  doc_type="runbook", entities=("tidewater", "coaches", "regattas"))
+    ps = passages(policy, runbook)
+    d = resolve(ps, ACME, D(2026, 3, 10), query="when do coaches send the crew list?")
+    assert pid(ps, "regatta-policy") in {s.passage_id for s in d.governing}

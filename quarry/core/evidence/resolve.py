@@ -130,7 +130,11 @@ def resolve(
     # an entity the question names scopes its answer only where a survivor is about it: a
     # ticket id the question quotes ("CX-20418 says ...") leaves the policies free to answer
     scoping = None if asked is None else asked & frozenset(e for pid in alive for e in by_id[pid].envelope.entities)
-    candidates = [pid for pid in alive if (scoping is None or can_answer(by_id[pid].envelope, scoping))
+    # (a passage whose text names an entity asked about is about it, whatever its entity list:
+    # lists mix places with topics, and the deadlines policy's "Counsel briefed" row answers a
+    # question about counsel although only the counsel runbook lists "counsel")
+    candidates = [pid for pid in alive if (scoping is None or can_answer(by_id[pid].envelope, scoping)
+                                           or named_entities(by_id[pid].text, scoping))
                   and not ((start := start_of(by_id[pid].envelope)) is not None and start > day)]
     answers, scope = question_scope(st, facts, query, candidates, shown, pairs, groups, relevance)
 

@@ -747,3 +747,17 @@ def test_a_passage_whose_text_names_the_entity_asked_about_answers_whatever_its_
     ps = passages(policy, runbook)
     d = resolve(ps, ACME, D(2026, 3, 10), query="when do coaches send the crew list?")
     assert pid(ps, "regatta-policy") in {s.passage_id for s in d.governing}
+
+
+def test_at_equal_authority_a_rule_in_force_until_a_date_stands_in_for_the_standing_rule():
+    # invented: a rowing club's spring offer (in force until 30 April) against the 2026 fee list
+    # that took effect later: the offer governs while it lasts, not the later standing fee
+    offer = doc("spring-offer", "A single sculling lesson costs GBP 25.", doc_type="policy",
+                effective_from=D(2026, 2, 2), effective_to=D(2026, 4, 30))
+    fees = doc("fees-2026", "A single sculling lesson costs GBP 40.", doc_type="policy", effective_from=D(2026, 3, 1))
+    ps = passages(offer, fees)
+    d = resolve(ps, ACME, D(2026, 3, 10), query="how much is a single sculling lesson?")
+    assert rejected(d) == {pid(ps, "fees-2026"): ("subordinate_to", pid(ps, "spring-offer"))}
+    # after the offer ends it is rejected by its date and the fee list governs
+    d = resolve(ps, ACME, D(2026, 5, 4), query="how much is a single sculling lesson?")
+    assert rejected(d) == {pid(ps, "spring-offer"): ("no_longer_effective", None)}

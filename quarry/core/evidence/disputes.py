@@ -177,7 +177,9 @@ def decide_conflicts(st: ResolutionState, facts: Mapping[str, PassageFacts], ask
 
     Each conflicting pair gives an *attack*: an instruction-shaped passage loses to any
     passage it conflicts with; otherwise scope or authority make the winner attack the
-    loser, and equal authority makes them attack each other. The decision is the grounded
+    loser; at equal authority, naming the other's value as the one replaced, being in
+    force until a stated date (over a standing rule) or taking effect later decides, and
+    else they attack each other. The decision is the grounded
     labelling of that graph (Dung 1995): a passage is in when all its attackers are out,
     out when an attacker is in; what remains (mutual attacks, cycles) is unresolved. So a
     passage beaten only by a passage that is itself beaten stands, and the result does not
@@ -228,6 +230,13 @@ def decide_conflicts(st: ResolutionState, facts: Mapping[str, PassageFacts], ask
             elif st.rank[a] == st.rank[b] and over(a, b) != over(b, a):
                 win, lose = (a, b) if over(a, b) else (b, a)
                 attacks[lose][win] = _overriding(st, win, lose, True)
+            elif st.rank[a] == st.rank[b] and bool(ea.effective_to) != bool(eb.effective_to):
+                # at equal authority, both in force: a rule in force until a stated date (an offer,
+                # a season's arrangement) stands in for the standing rule while it lasts
+                win, lose = (a, b) if ea.effective_to else (b, a)
+                ew = st.by_id[win].envelope
+                attacks[lose][win] = (f"temporary: {doc_key(ew)} is in force until {ew.effective_to.isoformat()}, "
+                                      f"in place of the standing rule")
             elif st.rank[a] == st.rank[b] and _later_effective(ea, eb) != _later_effective(eb, ea):
                 # at equal authority, both in force: the one that took effect later is the rule now
                 win, lose = (a, b) if _later_effective(ea, eb) else (b, a)

@@ -733,3 +733,14 @@ def test_a_standard_replacing_one_withdrawn_on_a_date_starts_that_day():
 def test_back_in_service_is_an_event(text, what, on):
     e = enrich(doc(text, doc_type="deployment", title="Notice", published_at=D(2026, 5, 5)))
     assert [(ev.what, ev.on) for ev in e.events] == [(what, on)]
+
+
+@pytest.mark.parametrize("text, expected", [
+    # invented: a ferry company. However long it lasts; off the road; what a site stays on
+    ("For however long the Tern stays off the road:\n\n- No crossings go ahead.", "until the Tern ends"),
+    ("So long as Pier 3 keeps running on HarbourDesk:\n\n- Tickets are sold at the kiosk.",
+     "until Pier 3 on HarbourDesk ends"),
+    ("For as long as Eastquay stays on HarbourDesk, refunds are made in cash.", "until Eastquay on HarbourDesk ends"),
+])
+def test_a_state_that_lasts_in_other_words_is_a_condition(text, expected):
+    assert enrich(doc(text)).condition == expected

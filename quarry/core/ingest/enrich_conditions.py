@@ -5,8 +5,9 @@ as "until <what>" so the resolver's matching (``core.evidence.conditions``) read
   needs a state word in its sentence: remains, stays, keeps, instead of, valid, ...);
 * "... remains in effect / in force / valid until X" -> "until X";
 * "while X is under way / in progress / ongoing" and "for the duration of X" ->
-  "until X completes"; "as long as X is in place / active / out of service / down" ->
-  "until X ends";
+  "until X completes"; "as long as / however long X is in place / active / out of service /
+  down / off the road" -> "until X ends"; "as long as X stays / keeps running on Y" (a
+  named system) -> "until X on Y ends", so only a record naming both ends it;
 * "pending X" -> "until X";
 * a fronted "Until X, <rule>" -> "until X", also with no comma where the rule's subject (a
   pronoun, "staff") marks the clause's end ("Until the plant has moved we work on paper");
@@ -55,13 +56,17 @@ _ONGOING = (r"(?:under\s*way|in\s+progress|ongoing|running|being\s+\w+|going\s+o
             r"|not\s+yet\s+(?:complete|completed|finished|done))")
 _IN_PLACE = r"(?:in\s+(?:place|effect|force)|active|open|on)"
 # a disruption that lasts: "as long as the exchanges are out of service", "so long as the lift is down"
-_DISRUPTED = (r"(?:out\s+of\s+(?:service|action|use|order)|down|offline|unavailable|closed|shut|flooded|disrupted"
+_DISRUPTED = (r"(?:out\s+of\s+(?:service|action|use|order)|off\s+the\s+road|down|offline|unavailable|closed|shut|flooded|disrupted"
               r"|not\s+(?:available|working|in\s+service))")
 # "while the works continue", "as long as the strike lasts": the verb itself says it is under way
 _GOES_ON = r"(?:continues?|lasts?|goes\s+on|go\s+on|persists?|carries\s+on|carry\s+on)"
 _WHILE = re.compile(r"\b(?:while|whilst)\s+(?P<cond>[^.;:!?\n,]{2,100}?)\s+(?:(?:is|are|remains?|stays?)\s+"
                     + _ONGOING + "|" + _GOES_ON + r")\b", re.IGNORECASE)
-_AS_LONG_AS = re.compile(r"\b(?:as|so)\s+long\s+as\s+(?P<cond>[^.;:!?\n,]{2,100}?)\s+(?:(?:is|are|remains?|stays?)\s+"
+_AS_LONG_AS = re.compile(r"\b(?:(?:as|so)\s+long\s+as|however\s+long)\s+(?P<cond>[^.;:!?\n,]{2,100}?)\s+(?:"
+                         # "as long as Whitcombe stays on CaseVault", "so long as Kilnworth keeps running on CentreMate":
+                         # what it stays on is part of the state
+                         r"(?:stays?|remains?|keeps?\s+(?:running|working|operating))\s+on\s+(?P<on>(?-i:[A-Z])[\w-]*(?:\s+(?-i:[A-Z])[\w-]*)*)|"
+                         r"(?:is|are|remains?|stays?)\s+"
                          r"(?P<state>" + _ONGOING + "|" + _IN_PLACE + "|" + _DISRUPTED + r")|(?P<goes>" + _GOES_ON
                          + r"))\b", re.IGNORECASE)
 _DURATION = re.compile(r"\b(?:for|during)\s+the\s+(?:duration|course|length)\s+of\s+" + _CLAUSE, re.IGNORECASE)
@@ -81,7 +86,7 @@ _CEASES = re.compile(r"\b(?:ceases?\s+to\s+(?:apply|be\s+valid|have\s+effect)|st
                      r"|lapses?|expires?|falls?\s+away)\s+(?:when|once|after|as\s+soon\s+as|upon|on\s+the\s+day"
                      r"|on|at)\s+"
                      + _CLAUSE, re.IGNORECASE)
-_COND_TRIGGER = re.compile(r"\b(?:until|till|while|whilst|long\s+as|duration|course|length|pending|once|ceases?|stops?"
+_COND_TRIGGER = re.compile(r"\b(?:until|till|while|whilst|long\s+as|however\s+long|duration|course|length|pending|once|ceases?|stops?"
                            r"|no\s+longer|lapses?|expires?|falls?\s+away)\b", re.IGNORECASE)
 
 _DONE = re.compile(r"\s+(?:(?:is|are|has\s+been|have\s+been|gets?|becomes?|was|were)\s+)?(?:complete|completed|finished"
@@ -147,6 +152,9 @@ def _conditions_in(s: str) -> list[tuple[int, str]]:
     for m in _WHILE.finditer(s):
         out.append((m.start(), f"until {_clause(m.group('cond'))} completes"))
     for m in _AS_LONG_AS.finditer(s):
+        if m.group("on"):
+            out.append((m.start(), f"until {_clause(m.group('cond'))} on {m.group('on')} ends"))
+            continue
         ongoing = m.group("goes") or re.fullmatch(_ONGOING, m.group("state"), re.IGNORECASE)
         out.append((m.start(), f"until {_clause(m.group('cond'))} {'completes' if ongoing else 'ends'}"))
     for m in _DURATION.finditer(s):

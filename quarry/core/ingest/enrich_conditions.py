@@ -56,8 +56,8 @@ _ONGOING = (r"(?:under\s*way|in\s+progress|ongoing|running|being\s+\w+|going\s+o
             r"|not\s+yet\s+(?:complete|completed|finished|done))")
 _IN_PLACE = r"(?:in\s+(?:place|effect|force)|active|open|on)"
 # a disruption that lasts: "as long as the exchanges are out of service", "so long as the lift is down"
-_DISRUPTED = (r"(?:out\s+of\s+(?:service|action|use|order)|off\s+the\s+road|down|offline|unavailable|closed|shut|flooded|disrupted"
-              r"|not\s+(?:available|working|in\s+service))")
+_DISRUPTED = (r"(?:out\s+of\s+(?:service|action|use|order)|off\s+the\s+road|down|offline|unavailable|closed|shut"
+              r"|flooded|disrupted|not\s+(?:available|working|in\s+service))")
 # "while the works continue", "as long as the strike lasts": the verb itself says it is under way
 _GOES_ON = r"(?:continues?|lasts?|goes\s+on|go\s+on|persists?|carries\s+on|carry\s+on)"
 _WHILE = re.compile(r"\b(?:while|whilst)\s+(?P<cond>[^.;:!?\n,]{2,100}?)\s+(?:(?:is|are|remains?|stays?)\s+"
@@ -65,7 +65,8 @@ _WHILE = re.compile(r"\b(?:while|whilst)\s+(?P<cond>[^.;:!?\n,]{2,100}?)\s+(?:(?
 _AS_LONG_AS = re.compile(r"\b(?:(?:as|so)\s+long\s+as|however\s+long)\s+(?P<cond>[^.;:!?\n,]{2,100}?)\s+(?:"
                          # "as long as Whitcombe stays on CaseVault", "so long as Kilnworth keeps running on CentreMate":
                          # what it stays on is part of the state
-                         r"(?:stays?|remains?|keeps?\s+(?:running|working|operating))\s+on\s+(?P<on>(?-i:[A-Z])[\w-]*(?:\s+(?-i:[A-Z])[\w-]*)*)|"
+                         r"(?:stays?|remains?|keeps?\s+(?:running|working|operating))\s+on\s+"
+                         r"(?P<on>(?-i:[A-Z])[\w-]*(?:\s+(?-i:[A-Z])[\w-]*)*)|"
                          r"(?:is|are|remains?|stays?)\s+"
                          r"(?P<state>" + _ONGOING + "|" + _IN_PLACE + "|" + _DISRUPTED + r")|(?P<goes>" + _GOES_ON
                          + r"))\b", re.IGNORECASE)
@@ -86,8 +87,8 @@ _CEASES = re.compile(r"\b(?:ceases?\s+to\s+(?:apply|be\s+valid|have\s+effect)|st
                      r"|lapses?|expires?|falls?\s+away)\s+(?:when|once|after|as\s+soon\s+as|upon|on\s+the\s+day"
                      r"|on|at)\s+"
                      + _CLAUSE, re.IGNORECASE)
-_COND_TRIGGER = re.compile(r"\b(?:until|till|while|whilst|long\s+as|however\s+long|duration|course|length|pending|once|ceases?|stops?"
-                           r"|no\s+longer|lapses?|expires?|falls?\s+away)\b", re.IGNORECASE)
+_COND_TRIGGER = re.compile(r"\b(?:until|till|while|whilst|long\s+as|however\s+long|duration|course|length|pending|once"
+                           r"|ceases?|stops?|no\s+longer|lapses?|expires?|falls?\s+away)\b", re.IGNORECASE)
 
 _DONE = re.compile(r"\s+(?:(?:is|are|has\s+been|have\s+been|gets?|becomes?|was|were)\s+)?(?:complete|completed|finished"
                    r"|done|over|concluded|finali[sz]ed)$|\s+(?:has|have)\s+(?:completed|finished|concluded)$"

@@ -72,7 +72,8 @@ _ENDED = re.compile(r"(?:^|\bthis\s+" + _DOC_NOUN
 # "`other-policy` is rescinded with effect from 1 February 2026": this document's rescission
 # (its own rule) takes effect then, so it is in force from that date.
 _OTHER_ENDS = re.compile(r"\b(?:(?:is|are|was|were|will\s+be)\s+(?:hereby\s+)?(?:rescinded|withdrawn|retired|revoked"
-                         r"|replaced|superseded)|(?:is|are|will\s+be)\s+(?:hereby\s+)?amended|change|will\s+change|no\s+longer\s+appl(?:y|ies))\b[^.]*?\b(?:with\s+effect\s+from|effective\s+from|effective\s+as\s+of"
+                         r"|replaced|superseded)|(?:is|are|will\s+be)\s+(?:hereby\s+)?amended|change|will\s+change"
+                         r"|no\s+longer\s+appl(?:y|ies))\b[^.]*?\b(?:with\s+effect\s+from|effective\s+from|effective\s+as\s+of"
                          r"|effective|as\s+of|from|on)\s+(?P<date>" + DATE + ")", re.IGNORECASE)
 # "This schedule takes over from `fees-2025` for every appointment from Monday 2 March 2026":
 # this document replaces another from a date, so it is in force from then (the active voice
@@ -85,12 +86,13 @@ _FRONTED_FROM = re.compile(r"^\W*(?:from|on|as\s+of|with\s+effect\s+from|startin
 # section 3 of the deadlines policy"; "Hourly testing takes the place of the 2-hourly test set in
 # section 5 of the procedure" (after a sentence fronted by its date): what the rule replaces is
 # another document's rule, named by a document noun or a section
-_IN_PLACE_OF = re.compile(r"\b(?:" + SUPERSEDES_VERB + r"|in\s+place\s+of|instead\s+of|rather\s+than|replacing)\s+(?P<what>[^.;]*)",
-                          re.IGNORECASE)
+_IN_PLACE_OF = re.compile(r"\b(?:" + SUPERSEDES_VERB + r"|in\s+place\s+of|instead\s+of|rather\s+than|replacing)"
+                          r"\s+(?P<what>[^.;]*)", re.IGNORECASE)
 _THIS_DOC = re.compile(r"\bth(?:is|ese)\s+(?:[\w-]+\s+){0,2}?" + _DOC_NOUN + r"s?\b", re.IGNORECASE)
 # "From Monday 8 December 2025 the rules below are used at Kilnworth Pool": this document's own
 # rules, fronted by the date they start
-_OWN_RULES = re.compile(r"^(?:these|this|the\s+following|the\s+(?:[\w-]+\s+){1,2}below)\b(?:(?!\bno\s+longer\b|\bnot\b)[^.])*?\b(?:apply|applies|are\s+used"
+_OWN_RULES = re.compile(r"^(?:these|this|the\s+following|the\s+(?:[\w-]+\s+){1,2}below)\b"
+                        r"(?:(?!\bno\s+longer\b|\bnot\b)[^.])*?\b(?:apply|applies|are\s+used"
                         r"|is\s+used|are\s+in\s+(?:force|effect)|is\s+in\s+(?:force|effect)|take\s+effect|takes\s+effect)\b",
                         re.IGNORECASE)
 _THIS_REPLACES = re.compile(r"(?:^\W*|[,;]\s*)(?:this|it|that)\s+(?:[\w-]+\s+){0,2}?" + SUPERSEDES_VERB + r"\b",
@@ -119,14 +121,15 @@ _AND_UNTIL = re.compile(r"\b(?:and|but)\s+(?:(?:is\s+|are\s+|remains\s+|remain\s
 # "The offer runs from 2 February 2026 to 31 March 2026": the end of a range right after its start
 _RANGE_END = re.compile(r"\s*(?:to|until|till|through|thru|-|–)\s*(?:\w+day,?\s+)?(?P<date>" + DATE + ")",
                         re.IGNORECASE)
-_EFF_TRIGGER = re.compile(r"\b(?:effective|effect|force|change|amended|valid|good|open|available|runs|lasts|applies|apply|expires"
-                          r"|replaces|take|place|instead|rather|replacing|used|supersedes|rescinds|withdraws|retires|revokes|takes|succeeds"
+_EFF_TRIGGER = re.compile(r"\b(?:effective|effect|force|change|amended|valid|good|open|available|runs|lasts|applies"
+                          r"|apply|expires|replaces|take|place|instead|rather|replacing|used|supersedes|rescinds|withdraws"
+                          r"|retires|revokes|takes|succeeds"
                           r"|sunsets|lapses|ends|terminates|expire|sunset|lapse|end|terminate|rescinded|withdrawn|retired|replaced|superseded"
                           r"|revoked|no\s+longer|cancell?ed|canceled)\b", re.IGNORECASE)
 
 
+_DATE_RX = re.compile(DATE, re.IGNORECASE)
 # "Monday 2 March 2026": a weekday before a date says nothing the date does not
-DATE_RX = re.compile(DATE, re.IGNORECASE)
 _WEEKDAY = re.compile(r"\b(?:mon|tues|wednes|thurs|fri|satur|sun)day,?\s+(?=\d|(?:jan|feb|mar|apr|may|jun|jul|aug|sep|oct"
                       r"|nov|dec)[a-z]*\b)", re.IGNORECASE)
 # the words before "is retired": another document's rule, named by title or by a document noun
@@ -172,7 +175,7 @@ def _acts_before(sents: list[str], start: dt.date, published: dt.date | None, te
     if published is None:
         return False
     return any(d is not None and published <= d < start
-               for s in sents for m in DATE_RX.finditer(_plain(s)) for d in [parse_date(m.group(0), tenant=tenant)])
+               for s in sents for m in _DATE_RX.finditer(_plain(s)) for d in [parse_date(m.group(0), tenant=tenant)])
 
 
 def find_effective(sents: list[str], own: str | None = None, title: str = "", *,
@@ -216,7 +219,7 @@ def find_effective(sents: list[str], own: str | None = None, title: str = "", *,
             start = parse_date(m.group("date"), tenant=tenant)  # another's rule retired from the date: this one's starts
         if start is None and (r := _IN_PLACE_OF.search(s)) and _OTHERS_RULE.search(r.group("what")) \
                 and not _THIS_DOC.search(r.group("what")) and (
-                (m := _FRONTED_FROM.search(s)) or (not DATE_RX.search(s) and (m := _FRONTED_FROM.search(_plain(before))))):
+                (m := _FRONTED_FROM.search(s)) or (not _DATE_RX.search(s) and (m := _FRONTED_FROM.search(_plain(before))))):
             d = parse_date(m.group("date"), tenant=tenant)  # a rule taking another's place from the date
             start = None if d is None or _acts_before(sents, d, published, tenant) else d
         if start is None and (m := _FRONTED_FROM.search(s)) and _OWN_RULES.match(s[m.end():].lstrip(" ,")):

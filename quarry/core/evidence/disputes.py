@@ -141,9 +141,9 @@ def _lists_most_topics(a: Envelope, b: Envelope, rank_a: int, rank_b: int, asked
     of them the other's, and it is not bounded (no condition, no end date): a help page
     tagged "corran, subcontractors, insurance, rams, payment" beside the standard tagged the
     same and "supervision" is no local rule, so authority decides (at one authority, the
-    conflict stays unresolved unless another rule decides it). Entity lists mix places with topics; a winter page
-    for three of the company's four stations, in force until 31 March, stays the stations'
-    exception."""
+    conflict stays unresolved unless another rule decides it). Entity lists mix places with
+    topics; a winter page for three of the company's four stations, in force until 31 March,
+    stays the stations' exception."""
     if rank_a == rank_b:  # of one authority: the one scope would make win
         low, high = (a, b) if _specific(a, b, asked) else (b, a)
     else:

@@ -68,9 +68,13 @@ def _is_table_start(lines: Sequence[tuple[int, int, str]], i: int) -> bool:
     return "|" in line and i + 1 < len(lines) and "-" in lines[i + 1][2] and bool(TABLE_DELIM.match(lines[i + 1][2]))
 
 
-def _starts_block(lines: Sequence[tuple[int, int, str]], i: int) -> bool:
+def _starts_block(lines: Sequence[tuple[int, int, str]], i: int, prev: str) -> bool:
+    """Whether lines[i] starts a fence, a table or a list item after the line ``prev``: a
+    list item only where it interrupts (:func:`interrupts_paragraph`; a wrapped "2026. From
+    then on ..." continues the line before)."""
     line = lines[i][2]
-    return bool(FENCE.match(line) or LIST_ITEM.match(line)) or _is_table_start(lines, i)
+    return bool(FENCE.match(line) or (LIST_ITEM.match(line) and interrupts_paragraph(line, prev))) \
+        or _is_table_start(lines, i)
 
 
 def _list_item_end(lines: Sequence[tuple[int, int, str]], i: int) -> int:
@@ -90,9 +94,8 @@ def _list_item_end(lines: Sequence[tuple[int, int, str]], i: int) -> int:
                 continue
             break
         deeper = indent_of(line) > base + 1
-        if not deeper and ((LIST_ITEM.match(line) and interrupts_paragraph(line, lines[i][2]))
-                           or FENCE.match(line) or _is_table_start(lines, j)):
-            break  # (a wrapped "2026. From then on ..." is the item's lazy continuation)
+        if not deeper and _starts_block(lines, j, lines[i][2]):
+            break
         if deeper and FENCE.match(line.lstrip(" \t")):  # a nested fence stays in its item
             j = fence_close(lines, j)
         last = j
@@ -129,9 +132,7 @@ def markdown_blocks(text: str, start: int, end: int) -> list[Block]:
             i = j
         else:
             j = i
-            while j + 1 < len(lines) and not is_blank(lines[j + 1][2]) and not (
-                    _starts_block(lines, j + 1) and (not LIST_ITEM.match(lines[j + 1][2])
-                                                     or interrupts_paragraph(lines[j + 1][2], lines[j][2]))):
+            while j + 1 < len(lines) and not is_blank(lines[j + 1][2]) and not _starts_block(lines, j + 1, lines[j][2]):
                 j += 1
             raw.append(Block(lines[i][0], lines[j][1], "paragraph"))
             i = j + 1

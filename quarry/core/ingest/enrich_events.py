@@ -25,13 +25,14 @@ __all__ = ["find_events"]
 
 # ----------------------------------------------------------------------------- events
 
+# back in use after a closure or an outage: "the van returned to service on 2 March"
+_RESTORED = (r"returned\s+to\s+(?:service|use)|(?:came|went)\s+back\s+(?:into|in)\s+(?:service|use)"
+             r"|back\s+in\s+(?:service|use)|back\s+on\s+the\s+road|re-?opened")
 _EVENT_VERB = (r"(?P<verb>completed|finished|concluded|went\s+live|rolled\s+out|done|cut\s+over|closed\s+out"
                r"|switched\s+over|switched|changed\s+over|moved|migrated|transitioned"
                r"|signed\s+off|wrapped\s+up|finali[sz]ed|accepted|handed\s+over"
                r"|complete\s+as\s+of|completed\s+as\s+of|live\s+as\s+of|finished\s+as\s+of"
-               # back in use after a closure or an outage: "the van returned to service on 2 March"
-               r"|returned\s+to\s+(?:service|use)|(?:came|went)\s+back\s+(?:into|in)\s+(?:service|use)"
-               r"|back\s+in\s+(?:service|use)|back\s+on\s+the\s+road|re-?opened)")
+               r"|" + _RESTORED + r")")
 # Who signed it off stands between the verb and the date: "signed off by the city building
 # inspector on 16 February 2026".
 _AGENT = r"(?:by\s+(?:[\w'-]+\s+){1,5}?(?=on\s))?"
@@ -86,8 +87,7 @@ def _event_doc(doc: SourceDocument) -> bool:
 _CHANGEOVER_VERB = re.compile(r"cut\s+over|switched(?:\s+over)?|changed\s+over|moved|migrated|transitioned", re.IGNORECASE)
 
 
-_RESTORED_VERB = re.compile(r"returned\s+to\s+(?:service|use)|(?:came|went)\s+back\s+(?:into|in)\s+(?:service|use)"
-                            r"|back\s+in\s+(?:service|use)|back\s+on\s+the\s+road|re-?opened", re.IGNORECASE)
+_RESTORED_VERB = re.compile(_RESTORED, re.IGNORECASE)
 
 
 def _event(subject: str, verb: str, on: dt.date) -> Event | None:

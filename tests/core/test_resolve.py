@@ -761,3 +761,30 @@ def test_at_equal_authority_a_rule_in_force_until_a_date_stands_in_for_the_stand
     # after the offer ends it is rejected by its date and the fee list governs
     d = resolve(ps, ACME, D(2026, 5, 4), query="how much is a single sculling lesson?")
     assert rejected(d) == {pid(ps, "spring-offer"): ("no_longer_effective", None)}
+
+
+def test_a_higher_authority_stating_another_value_on_what_was_asked_overrules_a_help_page():
+    # invented: a marina; the help page's figure and the standard's are in sentences too unlike
+    # to be one subject by themselves, but both state what the question asks, in one unit
+    standard = doc("pontoon-standard", "Insurance: public liability cover of at least GBP 10 million (up from "
+                   "GBP 5 million), with certificates uploaded to the berth portal and kept in date.",
+                   doc_type="policy", entities=["marina", "contractors", "insurance"])
+    faq = doc("help-faq", "**What insurance do we need to work at the marina?**\nPublic liability of at least "
+              "five million pounds and employer's liability of at least ten million pounds.",
+              doc_type="help", entities=["marina", "contractors"])
+    local = doc("east-basin-page", "At the East Basin public liability of at least five million pounds is enough "
+                "for contractors.", doc_type="page", entities=["east-basin", "contractors"])
+    q = "is five million pounds public liability enough for contractors?"
+    ps = passages(standard, faq)
+    d = resolve(ps, ACME, D(2026, 3, 10), query=q)
+    assert rejected(d) == {pid(ps, "help-faq"): ("subordinate_to", pid(ps, "pontoon-standard"))}
+    assert {s.passage_id for s in d.governing} == {pid(ps, "pontoon-standard")}
+    # a page for a place the standard does not name is a local rule: scope, not authority, decides
+    ps2 = passages(standard, local)
+    d2 = resolve(ps2, ACME, D(2026, 3, 10), query=q)
+    assert pid(ps2, "east-basin-page") not in rejected(d2)
+    # a help page stating the standard's value in other words only agrees
+    agrees = doc("help-faq", "**What insurance do we need?**\nPublic liability of at least ten million pounds.",
+                 doc_type="help", entities=["marina", "contractors"])
+    ps3 = passages(standard, agrees)
+    assert pid(ps3, "help-faq") not in rejected(resolve(ps3, ACME, D(2026, 3, 10), query=q))

@@ -23,7 +23,8 @@ _STANDS_IN = ("superseded_by", "condition_ended")
 _MEANING_MARGIN = 0.05
 _TEXT_MARGIN = 1  # on words in the text alone, a passage sharing fewer than the best less this does not answer
 
-__all__ = ["ON_QUESTION", "answer_kinds", "can_answer", "question_scope", "resumed", "speaks_to", "without_echoes"]
+__all__ = ["ON_QUESTION", "answer_kinds", "can_answer", "question_scope", "resumed", "speaks_to", "without_echoes",
+           "without_outranked"]
 
 _PERIODS = r"(?:minutes?|hours?|days?|nights?|weeks?|fortnights?|months?|years?)"
 _NUMBER_WORDS = r"(?:\d+(?:[.,]\d+)?|an?|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|fifteen|twenty|thirty)"
@@ -160,6 +161,44 @@ def without_echoes(answers: set[str], st: ResolutionState, facts: Mapping[str, P
     answers = set(answers) | {c for c in candidates if c not in answers
                               and any(_echoes(a, c, st, facts, similarity, paraphrase=True) for a in answers)}
     return {a for a in answers if not any(_echoes(a, b, st, facts, similarity) for b in answers if b != a)}
+
+
+def without_outranked(answers: set[str], st: ResolutionState, facts: Mapping[str, PassageFacts],
+                      query: str) -> set[str]:
+    """Answers less one that a higher authority among them contradicts on what the question
+    asks: the help page's "public liability of five million pounds" against the standard's
+    "GBP 10 million", in sentences too unlike each other to be one subject by themselves
+    (:func:`.subjects.same_subject`), but both on the question's words.
+
+    The lower answer ``a`` is ``subordinate_to`` the higher ``b`` when a statement of ``a``
+    and one of ``b`` each share ``ON_QUESTION`` stems with the question, and as many with
+    each other among those, in one unit with different values, and ``b`` states no value on
+    the question equal to that of ``a`` (a help page repeating one figure right and another
+    wrong still loses on the wrong one). Never an exception: ``a`` has no condition, no end
+    date and no events, and names no entity ``b`` does not (a local rule wins by scope)."""
+    q = frozenset(tokenize(query))
+    kinds = answer_kinds(query)
+
+    def on(pid: str) -> list:
+        return [(s, q & _stated(s)) for s in facts[pid].statements
+                if fits(s, kinds) and len(q & _stated(s)) >= ON_QUESTION]
+    out = set(answers)
+    for a in sorted(answers):
+        env = st.by_id[a].envelope
+        if env.condition or env.effective_to or env.events or not (mine := on(a)):
+            continue
+        for b in sorted(answers, key=lambda x: (-st.rank[x], x)):
+            if b not in out or st.rank[b] <= st.rank[a] or set(env.entities) - set(st.by_id[b].envelope.entities):
+                continue
+            theirs = on(b)
+            lone = [(x, wx) for x, wx in mine if not any(x.unit == y.unit and same_value(x, y) for y, _ in theirs)]
+            if any(x.unit == y.unit and not same_value(x, y) and len(wx & wy) >= ON_QUESTION
+                   for x, wx in lone for y, wy in theirs):
+                st.reject(a, "subordinate_to", b, f"authority: {st.by_id[b].envelope.authority} ({st.rank[b]}) "
+                          f"over {env.authority} ({st.rank[a]}) on what the question asks", note=f"outranks {a}")
+                out.discard(a)
+                break
+    return out
 
 
 def question_scope(st: ResolutionState, facts: Mapping[str, PassageFacts], query: str | None, alive: Sequence[str],

@@ -33,7 +33,10 @@ may read:
 The record then scopes to the question (``query``): surviving passages on it are
 ``governing``; what proves an event or a link the decision rests on is ``supporting``;
 rejections and conflicts are reported for the question's evidence; other delivered
-passages are ``related`` (``outdated`` when a rule rejects them). An entity-specific
+passages are ``related`` (``outdated`` when a rule rejects them). An answer that a higher
+authority among the answers contradicts on what the question asks, in sentences too unlike
+to be one subject by themselves, is ``subordinate_to`` it (:func:`.question.without_outranked`).
+An entity-specific
 passage beats a general one only for a question naming its entity; an entity the question
 names that no surviving passage is scoped to (the ticket it quotes) scopes nothing. Ranks and the
 ranker's scores never enter; a passage's cosine to the question (``relevance``, from the
@@ -60,7 +63,9 @@ from quarry.core.evidence.disputes import decide_conflicts
 from quarry.core.evidence.graph import PassageFacts, doc_key, facts_of
 from quarry.core.evidence.conflict import same_value
 from quarry.core.evidence.predicates import MIN_SHARED, predicates
-from quarry.core.evidence.question import ON_QUESTION, can_answer, question_scope, resumed, speaks_to, without_echoes
+from quarry.core.evidence.question import (
+    ON_QUESTION, can_answer, question_scope, resumed, speaks_to, without_echoes, without_outranked,
+)
 from quarry.core.evidence.rules import (
     Rejection, ResolutionState, rank_of, effective_dates, start_of, stopping_conditions, supersession,
 )
@@ -154,6 +159,8 @@ def resolve(
                    or not _taken_over(doc_key(by_id[pid].envelope), others, st, facts)}
     if answers and query is not None:  # a lower authority stating the same value for the same subject only agrees
         answers = without_echoes(answers, st, facts, candidates, similarity)
+    if answers and query is not None:  # a higher authority stating another value on what was asked overrules it
+        answers = without_outranked(answers, st, facts, query)
     if answers and query is not None:
         _name_the_answer(st, facts, answers, speaks_to(query))
     governing, supporting = [], []

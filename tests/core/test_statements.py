@@ -413,3 +413,41 @@ def test_a_hyphenated_modifier_counts_once():
                      "If you supply high-risk solvents, we will audit you every 2 years.")
     assert clash("The high-risk paint shed is inspected twice a week.",
                  "The high-risk paint shed is inspected once a week.")
+
+
+@pytest.mark.parametrize("text", [
+    "On the river, 1 instructor to 6 paddlers.",
+    "On the river the ratio is 1:6.",
+    "| Open water | 1 : 6 |",
+    "On the river, one instructor for every six paddlers.",
+    "On the river, 2 instructors to 12 paddlers.",
+])
+def test_a_ratio_is_one_value(text):
+    # invented: a canoe club; a ratio written as two counts, a colon or in words is one value
+    got = [s for s in statements(text) if s.unit == "ratio"]
+    assert [s.value for s in got] == ["1:6"]
+    assert not [s for s in statements(text) if s.unit.startswith("count:")]
+
+
+def test_a_ratio_and_a_cap_on_the_same_noun_do_not_conflict():
+    # a cap of 24 paddlers is no ratio of 1 instructor to 8 paddlers; two ratios conflict
+    assert not clash("At most 24 paddlers on the river at once.", "On the river, 1 instructor to 8 paddlers.")
+    assert clash("On the river, 1 instructor to 8 paddlers.", "On the river, 1 instructor for every 6 paddlers.")
+
+
+def test_a_clock_time_is_no_ratio():
+    (s,) = statements("The boathouse opens at 1:30 pm.")
+    assert s.unit == "time_of_day"
+
+
+def test_a_charge_for_each_period_is_a_rate():
+    # invented: a boat store; "for each stored week" is the rate of the charge, not a value of its own
+    got = statements("Winter storage: GBP 9 for each stored week.")
+    assert [(s.value, s.unit) for s in got] == [("GBP 9/week", "currency:GBP/duration")]
+    # and a rate does not conflict with a flat price of another subject that shares the period word
+    assert not clash("Winter storage: GBP 9 for each stored week.", "Week pass for the slipway: GBP 30.")
+    assert statements("Hire of the trailer is GBP 40 for a day.")[0].unit == "currency:GBP"
+
+
+def test_a_table_rule_is_no_counted_noun():
+    assert not [s for s in statements("| Dinghy | 2 | 4 |") if s.unit.startswith("count:|")]

@@ -273,6 +273,8 @@ def _one_period(doc, tok, taken: set[int]) -> Value | None:
         name, last, days, approx = u
         if tok.i > 0 and doc[tok.i - 1].lower_ in ("per", "times", *_TIMES):
             return None
+        if w in ("every", "each") and tok.i > 1 and doc[tok.i - 1].lower_ == "for" and tok.i - 2 in taken:
+            return None  # "GBP 12 for every full week": the rate of that value (:func:`_for_each_period`)
         if w in ("every", "each") and tok.i > 0 and doc[tok.i - 1].lower_ == "of":
             return None  # "the last working day of each month": which day, not how long
     else:
@@ -352,6 +354,12 @@ def sentence_values(doc, *, tenant: str) -> list[Value]:
     date_tokens = {t.i for s, e, _ in find_dates(doc.text, tenant=tenant) for t in doc if t.idx < e and t.idx + len(t.text) > s}
     taken: set[int] = set()
     out: list[Value] = []
+
+    # 0. Ratios: "1 : 3", "1:4", "1 adult to 8 children", "one lifeguard for every 25 bathers".
+    for v in _ratios(doc, date_tokens):
+        if not v.tokens & taken:
+            taken.update(v.tokens)
+            out.append(v)
 
     # 1. Clock times: "16:00", "3 pm", "3:00 p.m.".
     for tok in doc:
@@ -515,6 +523,78 @@ def sentence_values(doc, *, tenant: str) -> list[Value]:
     return [_with_rate(doc, v) for v in out]
 
 
+_RATIO_ONE = re.compile(r"(\d{1,3}):(\d)")  # "1:4" (one digit after the colon is no clock time)
+_RATIO_WORDS = (("to",), ("for", "every"), ("for", "each"), ("per",))
+
+
+def _plain(text: str) -> float | None:
+    """A number written in digits ("12", "1,000"), or None ("±0.8", "-3")."""
+    return float(text.replace(",", "")) if re.fullmatch(r"(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?", text) else None
+
+
+def _ratio(n: float | None, m: float | None, span) -> Value | None:
+    if not n or not m:
+        return None
+    return Value(frozenset(span), f"1:{_fmt(m / n)}", "ratio", m / n)
+
+
+def _counted_noun(doc, j: int) -> int | None:
+    """The last token of the noun a number at ``j - 1`` counts in a ratio ("adult",
+    "member of staff"), or None: a unit or a period is no side of a ratio."""
+    if j >= len(doc) or doc[j].pos_ != "NOUN" or not doc[j].is_alpha or _unit_at(doc, j) is not None:
+        return None
+    if j + 2 < len(doc) and doc[j + 1].lower_ == "of" and doc[j + 2].pos_ == "NOUN":
+        return j + 2  # "1 member of staff"
+    return j
+
+
+def _ratios(doc, date_tokens: set[int]) -> list[Value]:
+    """Ratios a sentence states: "1 : 3" and "1:4" (one digit after the colon, or a second
+    number after a spaced colon), and a count of one noun to, for every or per a count of
+    another ("1 adult to 8 children", "one staff to eight kids", "1 lifeguard for every 25
+    bathers"). The value is how many of the second each one of the first stands for ("1:8"),
+    so "2 adults to 16 children" and "1 : 8" state the same ratio, and neither side is
+    read as a count of its own (a cap of 24 children is no ratio)."""
+    out: list[Value] = []
+    for tok in doc:
+        if tok.i in date_tokens:
+            continue
+        nxt = doc[tok.i + 1] if tok.i + 1 < len(doc) else None
+        if (m := _RATIO_ONE.fullmatch(tok.text)) and not (nxt is not None and nxt.lower_ in _MERIDIEM):
+            if (v := _ratio(float(m.group(1)), float(m.group(2)), {tok.i})) is not None:
+                out.append(v)
+            continue
+        if _plain(tok.text) and tok.i + 2 < len(doc) and doc[tok.i + 1].text == ":" \
+                and _plain(doc[tok.i + 2].text) and " :" in doc[tok.i:tok.i + 3].text \
+                and not (tok.i + 3 < len(doc) and doc[tok.i + 3].lower_ in _MERIDIEM):
+            if (v := _ratio(_plain(tok.text), _plain(doc[tok.i + 2].text), range(tok.i, tok.i + 3))) is not None:
+                out.append(v)
+            continue
+        if not tok.like_num or (run := _whole_run(doc, tok.i) if not _NUMERIC.fullmatch(tok.text)
+                                else (_plain(tok.text), tok.i)) is None or run[0] is None:
+            continue
+        n = run[0]
+        if (last := _counted_noun(doc, run[1] + 1)) is None:
+            continue
+        for words in _RATIO_WORDS:
+            j = last + 1
+            if tuple(t.lower_ for t in doc[j:j + len(words)]) != words:
+                continue
+            k = j + len(words)
+            if k >= len(doc) or not doc[k].like_num or k in date_tokens:
+                break
+            other = (_plain(doc[k].text), k) if _NUMERIC.fullmatch(doc[k].text) else _whole_run(doc, k)
+            if other is None or other[0] is None or (end := _counted_noun(doc, other[1] + 1)) is None:
+                break
+            # the numbers and the words between them are the value; the nouns they count
+            # stay in the sentence's subject ("instructor", "paddler": a ratio of what)
+            numbers = {*range(tok.i, run[1] + 1), *range(last + 1, other[1] + 1)}
+            if (v := _ratio(n, other[0], numbers)) is not None:
+                out.append(v)
+            break
+    return out
+
+
 _NO_COUNT = frozenset({"go", "point", "way"})
 _BOUND_WORDS = frozenset("at most least up to no more fewer than a maximum minimum max min of".split())
 
@@ -540,7 +620,7 @@ def _count(doc, i: int, value: float, date_tokens: set[int]) -> Value | None:
     head = tok.head
     if head.lower_ in _NO_COUNT:
         return None  # "in one go": an idiom, not a count
-    if tok.dep_ not in ("nummod", "quantmod") or head.i <= i or head.pos_ not in ("NOUN",):
+    if tok.dep_ not in ("nummod", "quantmod") or head.i <= i or head.pos_ not in ("NOUN",) or not head.text[:1].isalpha():
         return None  # "SAML 2.0", "tier 2", "Ticket 482": a label, not a count
     if head.lower_ in _MERIDIEM:
         return None
@@ -552,6 +632,26 @@ def _count(doc, i: int, value: float, date_tokens: set[int]) -> Value | None:
         if i + 1 < len(doc) and doc[i + 1].text in (".", ")"):
             return None  # list ordinal
     return Value(frozenset({i}), f"{_fmt(value)} {head.lemma_.lower()}", f"count:{head.lemma_.lower()}", value)
+
+
+def _for_each_period(doc, j: int):
+    """The period a value is charged or counted for from token ``j``: "for each funded
+    day", "for every full week", "per booked hour" (at most two describing words between),
+    as :func:`_duration_unit`'s tuple, or None."""
+    if j + 2 >= len(doc) or doc[j].lower_ not in ("for", "per"):
+        return None
+    k = j + 1 + (doc[j + 1].lower_ in ("each", "every"))
+    if doc[j].lower_ == "for" and k == j + 1:
+        return None  # "GBP 40 for a day" is a price for one day, not a rate
+    for _ in range(3):
+        if k >= len(doc):
+            return None
+        if (u := _duration_unit(doc, k)) is not None:
+            return u
+        if doc[k].pos_ not in ("ADJ", "VERB") or not doc[k].is_alpha:
+            return None
+        k += 1
+    return None
 
 
 def _with_rate(doc, v: Value) -> Value:
@@ -567,6 +667,8 @@ def _with_rate(doc, v: Value) -> Value:
             name, last = _PERIOD_ADVERBS[doc[j].lower_], j
             days, approx = _period_days(name), name not in ("hour", "day")
         elif doc[j].lower_ in ("a", "an", "each", "every") and (u := _duration_unit(doc, j + 1)) is not None:
+            name, last, days, approx = u
+        elif (u := _for_each_period(doc, j)) is not None:
             name, last, days, approx = u
         else:
             name = None

@@ -38,6 +38,9 @@ def doc(text: str, **kw) -> SourceDocument:
     ("Acme stays on the old job until the `payout_batch_v2` migration completes, unless told otherwise.",
      "until the payout_batch_v2 migration completes"),
     ("**Acme** keeps the **legacy** cutoff until cutover.", "until cutover"),
+    # invented: a marina; a lead-in whose "until" clause ends at the colon opening the list of rules
+    ("The harbour master and I have agreed how we work until Quayside has moved over to Tidemark:\n\n"
+     "- Berths are booked by phone.", "until Quayside has moved over to Tidemark"),
 ])
 def test_stopping_condition_extracted(text, expected):
     e = enrich(doc(text))
@@ -374,6 +377,9 @@ def test_a_fronted_until_without_a_comma_or_a_subject_after_it_is_no_condition(t
     ("Evening classes have been run in Tutora since 18:00 on 12 January 2026.",
      "evening classes to tutora cutover completed", D(2026, 1, 12)),
     ("The depot has been busy since 6 April 2026.", None, None),  # no system it is on: no event
+    # the system named with its article and what it is ("the Fernly app")
+    ("Kestrel families have been using the Bookwell app since 07:30 on Monday 9 March 2026.",
+     "kestrel families to bookwell cutover completed", D(2026, 3, 9)),
 ])
 def test_events_in_other_words(text, what, on):
     assert _events(text) == ((Event(what=what, on=on),) if what else ())
@@ -387,7 +393,7 @@ def test_events_from_a_completion_date_column():
 
 
 @pytest.mark.parametrize("text", [
-    "The billing upgrade completed on 15 January.",  # no year: never guessed
+    "The billing upgrade completed on 15 January.",  # no year and no publication date: never guessed
     "The billing upgrade completed on 03/04/2026.",  # March or April: refused
     "The billing upgrade is scheduled for 15 January 2026.",
     "We expect the migration to be finished by next week.",
@@ -744,3 +750,24 @@ def test_back_in_service_is_an_event(text, what, on):
 ])
 def test_a_state_that_lasts_in_other_words_is_a_condition(text, expected):
     assert enrich(doc(text)).condition == expected
+
+
+@pytest.mark.parametrize("text, published, on", [
+    # invented: a marina's booking system; a day and month without a year are in the year
+    # that puts them nearest the record's publication
+    ("The Quayside berths were moved to Tidemark over the weekend of 7 and 8 March.", D(2026, 3, 9),
+     D(2026, 3, 8)),
+    ("The Quayside berths were moved to Tidemark on 29 December.", D(2026, 1, 4), D(2025, 12, 29)),
+])
+def test_a_yearless_completion_date_takes_the_records_year(text, published, on):
+    (ev,) = _events(text, published_at=published)
+    assert ev.on == on
+    assert _events(text) == ()  # no publication date: never guessed
+
+
+@pytest.mark.parametrize("text", [
+    "Please retry the upload until it succeeds:\n\n- Check the cable.",  # how long to act, not a rule's end
+    "Retry the upload until it succeeds:\n\n- Check the cable.",
+])
+def test_an_instruction_lead_in_is_no_condition(text):
+    assert enrich(doc(text)).condition is None

@@ -138,6 +138,10 @@ def _instruction_at(sent: str, name: str) -> int | None:
 
 # "Until the plant has moved to the new system we record faults on paper": a fronted
 # condition with no comma, closed where the main clause's subject, a pronoun or "staff", starts
+# a lead-in whose "until" clause ends at the colon that opens a list: the listed rules hold
+# until then ("The centre manager and I have agreed how we work until Marshgate has been
+# moved over to Kinetiq:")
+_LEAD_IN_UNTIL = re.compile(r"\b(?:until|till)\s+(?P<cond>[^.;:!?\n,]{2,120}?)\s*:\s*$", re.IGNORECASE)
 _BARE_FRONT_UNTIL = re.compile(r"^\W*(?:until|till)\s+(?P<cond>[^.;:!?\n,]{2,120}?)\s+(?=(?:we|they|you|i|everyone"
                                r"|everybody|staff|all\s+staff)\s+\w)", re.IGNORECASE)
 
@@ -202,6 +206,9 @@ def find_condition(sents: list[str], pipeline: str = DEFAULT_PIPELINE) -> str | 
             found.append((0, f"until {_clause(m.group('cond'))}"))
         elif (m := _BARE_FRONT_UNTIL.match(s)) and not _OPEN_ENDED.match(s) and len(m.group("cond").split()) >= 2:
             found.append((0, f"until {_clause(m.group('cond'))}"))
+        elif (m := _LEAD_IN_UNTIL.search(s)) and not _OPEN_ENDED.match(s, m.start()) \
+                and not re.match(r"\W*please\b", s, re.IGNORECASE):  # "Please retry until it succeeds:"
+            found.append((m.start(), f"until {_clause(m.group('cond'))}"))
         found = [(at, _shortened(c)) for at, c in found]
         found = [(at, c) for at, c in found
                  if c != "until" and not _WHEN.match(c[6:]) and len(c.split()) <= _MAX_COND_WORDS + 1]

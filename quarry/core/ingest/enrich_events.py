@@ -18,7 +18,7 @@ import re
 
 from quarry.core.records import Event, SourceDocument
 from quarry.core.text.markdown import plain_sentence
-from quarry.core.text.nlp import DATE, parse_date
+from quarry.core.text.nlp import DATE, MONTH_NAMES, parse_date
 from quarry.core.text.units import logical_lines
 
 __all__ = ["find_events"]
@@ -59,7 +59,7 @@ _COMPLETED_OBJ = re.compile(
 # Monday 9 March 2026": the subject's cutover to the named system completed on that date.
 _SINCE = re.compile(
     r"(?P<subj>(?:[\w'-]+\s+){1,5}?)(?i:has|have)\s+been\s+(?:[\w'-]+\s+){0,5}?(?i:on|in|onto|into|using)\s+"
-    r"(?P<sys>[A-Z][\w-]*(?:\s+[A-Z][\w-]*){0,2})\s+since\s+(?:[\w':-]+\s+){0,6}?(?i:on\s+)?(?:\w+day,?\s+)?"
+    r"(?:the\s+)?(?P<sys>[A-Z][\w-]*(?:\s+[A-Z][\w-]*){0,2})(?:\s+(?:app|system|platform|portal))?\s+since\s+(?:[\w':-]+\s+){0,6}?(?i:on\s+)?(?:\w+day,?\s+)?"
     r"(?P<date>(?i:" + DATE + "))")
 _SUCCESS_FIRST = re.compile(r"\bsuccessfully\s+(?=completed|finished|concluded|went|rolled|cut)", re.IGNORECASE)
 _EVENT_DOC = re.compile(r"\b(?:rollout|roll-out|deployment|release|cutover|migration|change|go-live|upgrade)\s+"
@@ -139,6 +139,28 @@ def _table_events(lines: list[str], tenant: str) -> list[Event]:
     return out
 
 
+# A day and month written without a year ("over the weekend of 7 and 8 March"), not followed by one.
+_YEARLESS = re.compile(r"\b(?P<day>\d{1,2})(?:st|nd|rd|th)?\s+(?:of\s+)?(?P<month>" + MONTH_NAMES
+                       + r")(?!\w|,?\s+\d{4})", re.IGNORECASE)
+
+
+def _with_years(text: str, published: dt.date | None, tenant: str) -> str:
+    """``text`` with the year a record's reader assumes written after each day and month
+    that lack one: the year putting the date nearest the record's publication ("the weekend
+    of 7 and 8 March" in a change record published on 9 March 2026 is in 2026; "29 December"
+    in one published on 4 January 2026 is in 2025). Unchanged without a publication date."""
+    if published is None:
+        return text
+
+    def year(m: re.Match) -> str:
+        dates = [d for y in (published.year - 1, published.year, published.year + 1)
+                 if (d := parse_date(f"{m.group('day')} {m.group('month')} {y}", tenant=tenant)) is not None]
+        if not dates:
+            return m.group(0)
+        return f"{m.group(0)} {min(dates, key=lambda d: abs((d - published).days)).year}"
+    return _YEARLESS.sub(year, text)
+
+
 def find_events(doc: SourceDocument, sents: list[str]) -> tuple[Event, ...]:
     if not _event_doc(doc):
         return ()
@@ -146,7 +168,7 @@ def find_events(doc: SourceDocument, sents: list[str]) -> tuple[Event, ...]:
     for raw in sents:
         if not _EVENT_TRIGGER.search(raw):
             continue
-        s = _SUCCESS_FIRST.sub("", plain_sentence(raw))
+        s = _with_years(_SUCCESS_FIRST.sub("", plain_sentence(raw)), doc.published_at, doc.tenant)
         for m in (*_COMPLETED_OBJ.finditer(s), *_COMPLETED.finditer(s)):
             on = parse_date(m.group("date"), tenant=doc.tenant)
             comp = m.groupdict().get("comp") or ""

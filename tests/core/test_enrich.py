@@ -534,6 +534,16 @@ def test_validity_stated_of_what_the_title_names(title, text, field, day):
     assert getattr(d, field) == day
 
 
+@pytest.mark.parametrize("text", [
+    # invented: a marina's price list; one line's end is not the list's
+    "The discount expires after 28 February 2026; every other line of this price list carries on as written.",
+    "The waiver sunsets on 31 March 2026, and the rest of the schedule stays as it is.",
+])
+def test_one_part_ending_while_the_rest_goes_on_ends_no_document(text):
+    d = enrich(SourceDocument(doc_id="x", tenant="t", acl=("all-staff",), title="Berth prices 2025-26", text=text))
+    assert d.effective_to is None
+
+
 def test_validity_of_something_else_is_not_this_documents():
     d = enrich(SourceDocument(doc_id="x", tenant="t", acl=("all-staff",), title="Wellbeing allowance 2025",
                               text="The parking permit is valid through 31 December 2025."))

@@ -17,7 +17,9 @@ policy"; "Hourly testing takes the place of the 2-hourly test in section 5 of th
 after a sentence fronted by the date), unless the document names a day between its
 publication and that date (then the date is one rule's, not the document's). A fronted date
 ("From / On <date>") before this document's own rules ("these rates take over from ...", "the
-rules below are used at ...") starts it. A weekday before a date ("Monday 2 March 2026") is read past.
+rules below are used at ...") starts it. A sentence ending one part that says the rest goes on ("The
+waiver expires after 27 February 2026; every other line of this schedule carries on") ends no
+document. A weekday before a date ("Monday 2 March 2026") is read past.
 """
 
 from __future__ import annotations
@@ -143,6 +145,12 @@ _RETIRES = re.compile(r"\bno\s+longer\s+(?:applies|apply|binds|holds)\b|\b(?:is|
                       r"|rescinded|replaced|superseded|scrapped)\b", re.IGNORECASE)
 
 
+# what a sentence ending one part says of the rest: "The waiver expires after 27 February 2026;
+# every other line of this schedule carries on as written" ends the waiver, not the schedule
+_REST_GOES_ON = re.compile(r"\b(?:every|all|each)\s+other\s+(?:line|rule|part|section|term|price|charge|item"
+                           r"|provision|clause)s?\b|\bthe\s+rest\s+of\s+(?:this|the)\b", re.IGNORECASE)
+
+
 def _plain(sentence: str) -> str:
     return _WEEKDAY.sub("", plain_sentence(sentence))
 
@@ -234,7 +242,8 @@ def find_effective(sents: list[str], own: str | None = None, title: str = "", *,
         if (m := _TITLED.search(s)) and _speaks_of_itself(m.group("subj") or m.group("subj2"), named, s, own):
             d = parse_date(m.group("date") or m.group("date2"), tenant=tenant)
             if m.group("date2") or m.group("dir").lower().startswith(("until", "till", "through", "thru", "to")):
-                end = end or d
+                if not _REST_GOES_ON.search(s, m.end()):  # one part ends; the rest of the document goes on
+                    end = end or d
             else:
                 start = start or d
                 if end is None and (m2 := _AND_UNTIL.search(s, m.end()) or _RANGE_END.match(s, m.end())):

@@ -248,3 +248,15 @@ def test_moved_across_is_a_move():
     cond = terms("until the North West has been moved across to Arclight", known)
     ev = terms("north west residential accounts to arclight in production cutover completed", known)
     assert condition_met(cond, ("north-west", "arclight"), ev, ("north-west", "arclight"))
+
+
+def test_a_move_between_named_places_is_ended_by_that_move_whatever_topics_it_mentions():
+    # invented: two chandlery branches merging; the record's entity list mixes places with topics
+    known = entity_stems(["quayside", "eastport", "berth-bookings", "moorings", "fuel-sales"])
+    scope = ("quayside", "eastport", "berth-bookings", "moorings", "fuel-sales")
+    cond = terms("while the Quayside branch is being merged into Eastport", known)
+    done = terms("quayside merger into eastport completed; every quayside mooring and berth-bookings record moved",
+                 known)
+    assert condition_met(cond, scope, done, scope)  # "merger" is what "is being merged" waits for
+    # another merger is not it
+    assert not condition_met(cond, scope, terms("harbour office merger completed", known), scope)

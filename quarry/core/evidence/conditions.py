@@ -45,12 +45,13 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from quarry.core.text.morphology import agent_base
 from quarry.core.text.tokenizer import identifiers, tokenize
 
 # Words that only say "it happened" or introduce the condition; stemmed like the text.
 _FILLER = frozenset(tokenize(
     "until till unless complete completes completed completion finish finishes finished done end ends "
-    "ended happen happens happened occur occurs occurred take takes took taken place has have been "
+    "ended happen happens happened occur occurs occurred take takes took taken place has have been be being "
     "its it is are was were successfully fully concluded concludes conclude finalised finalized over live went "
     "gone goes go signed sign signs off closed close closes closure "
     # the condition's own framing: what it waits for is the thing, not that it is under way
@@ -133,8 +134,24 @@ _CUT_OVER = re.compile(r"\bcut[\s-]+over\b", re.IGNORECASE)
 _OFF_THE_ROAD = re.compile(r"\b(?:off|back\s+on)\s+the\s+road\b", re.IGNORECASE)
 
 
+_AGENT_NOUN = re.compile(r"\b[A-Za-z]{3,}(?:er|or)\b")
+
+
+def _verb_stems(text: str) -> dict[str, str]:
+    """Stems of the nouns in ``text`` made of a verb ("merger", "operator") -> the verb's
+    stem, so "until the branch is merged" and "the merger completed" name one thing."""
+    out = {}
+    for w in _AGENT_NOUN.findall(text):
+        base = agent_base(w.lower())
+        if base != w.lower() and (stem := tokenize(w)) and (verb := tokenize(base)):
+            out[stem[0]] = verb[0]
+    return out
+
+
 def terms(text: str, known_entities: dict[str, str]) -> Terms:
-    toks = tokenize(_OFF_THE_ROAD.sub("service", _CUT_OVER.sub("cutover", text)))  # "has cut over to X" is X's cutover
+    bases = _verb_stems(text)
+    toks = [bases.get(t, t) for t in tokenize(_OFF_THE_ROAD.sub("service", _CUT_OVER.sub("cutover", text)))]
+    # ("has cut over to X" is X's cutover; "the merger" is what "is merged" waits for)
     # a hyphenated word with no digit or underscore ("east-wing", "go-live") is a word, said by its parts
     idents = frozenset(i for i in identifiers(toks) if any(c.isdigit() or c == "_" for c in i))
     ents = frozenset(known_entities[t] for t in toks if t in known_entities)
@@ -205,8 +222,12 @@ def condition_met(cond: Terms, cond_scope: Iterable[str], event: Terms, event_sc
     # ("as long as the Vale exchanges are out of service", on Brackley, Elston and Wyle) is
     # not ended by an event naming some of them ("Brackley exchange service restored").
     # (it names at least one and leaves out at least two: a group's name may go unsaid)
+    # (an event naming the two or more entities its condition names, what moves and where to,
+    # is that move: another of the record's entities it mentions, a topic such as "bookings"
+    # in "every Corbridge vehicle, key and booking transferred", makes it no part)
     rest = {e for e in cond_scope if e not in cond.entities and not any(c.isdigit() for c in e)}
-    if event.entities & rest and len(rest - event.entities) >= 2:
+    if event.entities & rest and len(rest - event.entities) >= 2 and not (
+            len(cond.entities) >= 2 and cond.entities <= event.entities):
         return False
     c_ents = cond.entities or frozenset(cond_scope)
     e_ents = event.entities or frozenset(event_scope)

@@ -277,3 +277,17 @@ def test_similar_sentences_with_values_orders_of_magnitude_apart_are_not_one_sub
     # here 30 minutes and 20 minutes)
     c, = statements("Staff move to the next wall every 30 minutes.")
     assert conflicts(c, b, similarity=lambda x, y: 0.9)
+
+
+def test_shared_words_make_no_subject_of_sentences_the_embedder_finds_unrelated():
+    from quarry.core.evidence.conflict import conflicts
+
+    # invented: a kennels. Two rules sharing "owner", "use" and "go" in their contexts: one
+    # subject by the words alone, but the embedder finds the sentences unrelated
+    a, = statements("- Raw food kept in the kennel fridge is used within 24 hours of arriving at the kennels; after "
+                    "that it goes home with the owner.")
+    b, = statements("- For a trip that uses transport (van or trailer), a letter and consent slip go to owners at "
+                    "least 7 days before the trip.")
+    assert conflicts(a, b)  # without an embedder the shared words decide
+    assert not conflicts(a, b, similarity=lambda x, y: 0.2)
+    assert conflicts(a, b, similarity=lambda x, y: 0.4)  # not unrelated: the words still decide

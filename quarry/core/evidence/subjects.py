@@ -77,6 +77,10 @@ class Thresholds:
     similarity: float = 0.55  # cosine of the masked sentences under the tenant's embedder
     synonym: float = 0.70  # cosine of the masked clauses above which words of their own are one thing said otherwise
     min_shared: int = 2  # context keys two statements must share for the overlap rule
+    # cosine of the masked sentences below which they are about different things whatever
+    # words their contexts share ("expressed milk ... goes home with the parent" and "a letter
+    # ... goes to parents before the trip": 0.21); no labelled pair moves below 0.45
+    unrelated: float = 0.3
 
 
 DEFAULT_THRESHOLDS = Thresholds()
@@ -302,7 +306,8 @@ def same_subject(a: Statement, b: Statement, similarity: Callable[[str, str], fl
     :func:`concept` keys) overlap and one contains the other, so neither adds a word of its
     own ("password expire" and "rotate password"; "probation period" and "on probation");
     or, unless their subjects contrast (:func:`contrasting`), their contexts overlap by
-    :class:`Thresholds` (:func:`context_overlap`), or overlap a little and their masked
+    :class:`Thresholds` (:func:`context_overlap`) and the embedder does not find their masked
+    sentences unrelated (below ``unrelated``), or overlap a little and their masked
     sentences are similar enough under ``similarity`` (the tenant's embedder) and their values
     are within two orders of magnitude (:func:`_orders_apart`)."""
     if named_apart(a, b):
@@ -314,7 +319,9 @@ def same_subject(a: Statement, b: Statement, similarity: Callable[[str, str], fl
     shared, overlap = _shared(a, b)
     if overlap >= thresholds.overlap and shared >= thresholds.min_shared and (
             shared > thresholds.min_shared or _share_a_head(a, b)):
-        return True
+        # the embedder can veto what the shared words suggest: sentences it finds unrelated
+        return similarity is None or not (a.clause and b.clause) or \
+            similarity(a.clause, b.clause) >= thresholds.unrelated
     if similarity is None or overlap < thresholds.min_overlap or not (a.clause and b.clause):
         return False
     # similar sentences share more than what is stated of them: "the kiosk licence costs

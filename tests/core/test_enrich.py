@@ -544,6 +544,14 @@ def test_one_part_ending_while_the_rest_goes_on_ends_no_document(text):
     assert d.effective_to is None
 
 
+def test_what_an_offer_is_valid_for_may_stand_before_its_dates():
+    # invented: a chandlery's offer "valid for collections from ... up to and including ..."
+    text = ("Any dinghy hired for a weekend is charged GBP 30 a day. The offer is valid for collections from "
+            "Saturday 7 March 2026 up to and including Sunday 26 April 2026.")
+    d = enrich(SourceDocument(doc_id="x", tenant="t", acl=("all-staff",), title="Memo: spring dinghy offer", text=text))
+    assert (d.effective_from, d.effective_to) == (dt.date(2026, 3, 7), dt.date(2026, 4, 26))
+
+
 def test_validity_of_something_else_is_not_this_documents():
     d = enrich(SourceDocument(doc_id="x", tenant="t", acl=("all-staff",), title="Wellbeing allowance 2025",
                               text="The parking permit is valid through 31 December 2025."))
@@ -705,6 +713,9 @@ def test_a_memo_changing_another_documents_rules_from_a_date_starts_then(text):
     'From 2 March 2026 these rates take over from "Mooring rates (2025)".',
     'On Monday 2 March 2026 this code takes over from "Mooring code (2024)".',
     "From Monday 2 March 2026 the rules below are used at the north slipway.",
+    # the replaced rule's value has a decimal point
+    "From Monday 2 March 2026 diesel is charged at GBP 1.95 a litre, in place of the GBP 1.80 a litre set in "
+    "section 4 of the fuel berth policy.",
 ])
 def test_a_rule_fronted_by_its_date_starts_then(text):
     assert enrich(doc(text, title="Memo: boats", published_at=D(2026, 2, 16))).effective_from == D(2026, 3, 2)

@@ -89,7 +89,7 @@ _FRONTED_FROM = re.compile(r"^\W*(?:from|on|as\s+of|with\s+effect\s+from|startin
 # section 5 of the procedure" (after a sentence fronted by its date): what the rule replaces is
 # another document's rule, named by a document noun or a section
 _IN_PLACE_OF = re.compile(r"\b(?:" + SUPERSEDES_VERB + r"|in\s+place\s+of|instead\s+of|rather\s+than|replacing)"
-                          r"\s+(?P<what>[^.;]*)", re.IGNORECASE)
+                          r"\s+(?P<what>(?:[^.;]|\.(?=\d))*)", re.IGNORECASE)  # ("GBP 2.10 a litre": a decimal point ends nothing)
 _THIS_DOC = re.compile(r"\bth(?:is|ese)\s+(?:[\w-]+\s+){0,2}?" + _DOC_NOUN + r"s?\b", re.IGNORECASE)
 # "From Monday 8 December 2025 the rules below are used at Kilnworth Pool": this document's own
 # rules, fronted by the date they start
@@ -105,7 +105,8 @@ _REPLACES_FROM = re.compile(r"\b" + SUPERSEDES_VERB + r"\b[^.]*?\b(?:with\s+effe
 # "The allowance is a pilot and is valid through 31 December 2025": the sentence's subject,
 # the noun phrase before the verb, is checked against the document's title.
 _TITLED = re.compile(r"^(?:the|our|this|these)\s+(?P<subj>(?:[\w-]+\s+){0,2}[\w-]+)\s+(?:(?:is|are|remains|stays)\b[^.]*?\b)?"
-                     r"(?:" + _HOLDS + r"|" + _IN_FORCE + r")\s+(?P<dir>until|till|through|thru|to|from"
+                     # ("valid for collections from ...": what it is valid for may stand between)
+                     r"(?:" + _HOLDS + r"|" + _IN_FORCE + r")(?:\s+for\s+[\w'-]+(?:\s+[\w'-]+)?)?\s+(?P<dir>until|till|through|thru|to|from"
                      r"|as\s+of)\s+(?:the\s+end\s+of\s+(?:[\w'-]+\s+){1,4}?on\s+)?(?P<date>" + DATE + ")"
                      r"|^(?:the|our|this|these)\s+(?P<subj2>(?:[\w-]+\s+){0,2}[\w-]+)\s+" + _ENDS
                      + r"\s+(?:on\s+|after\s+)?(?P<date2>" + DATE + ")", re.IGNORECASE)
@@ -121,7 +122,8 @@ _AND_UNTIL = re.compile(r"\b(?:and|but)\s+(?:(?:is\s+|are\s+|remains\s+|remain\s
                         + r"\s+(?:until|till|to|through|thru)|" + _ENDS + r"(?:\s+on)?)\s+(?P<date>" + DATE + ")",
                         re.IGNORECASE)
 # "The offer runs from 2 February 2026 to 31 March 2026": the end of a range right after its start
-_RANGE_END = re.compile(r"\s*(?:to|until|till|through|thru|-|–)\s*(?:\w+day,?\s+)?(?P<date>" + DATE + ")",
+_RANGE_END = re.compile(r"\s*(?:to|until|till|through|thru|up\s+to(?:\s+and\s+including)?|-|–)\s*(?:\w+day,?\s+)?(?P<date>"
+                        + DATE + ")",
                         re.IGNORECASE)
 _EFF_TRIGGER = re.compile(r"\b(?:effective|effect|force|change|amended|valid|good|open|available|runs|lasts|applies"
                           r"|apply|expires|replaces|take|place|instead|rather|replacing|used|supersedes|rescinds|withdraws"

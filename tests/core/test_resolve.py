@@ -788,3 +788,48 @@ def test_a_higher_authority_stating_another_value_on_what_was_asked_overrules_a_
                  doc_type="help", entities=["marina", "contractors"])
     ps3 = passages(standard, agrees)
     assert pid(ps3, "help-faq") not in rejected(resolve(ps3, ACME, D(2026, 3, 10), query=q))
+
+
+def test_a_wiki_line_naming_only_the_policys_entities_is_overruled_whatever_else_the_wiki_lists():
+    # invented: a boat hire firm; the wiki lists topics the terms do not (fuel, servicing), but
+    # the line that answers names only the terms' own entity ("Deposits"), so it is no local rule
+    terms = doc("hire-terms", "## Security deposit\n\nThe deposit is released back to the customer's card "
+                "within 7 working days of the boat's return.", doc_type="policy",
+                entities=["harbourside", "deposits", "bookings"])
+    wiki = doc("staff-wiki", "- Deposits: tell customers the deposit is back on their card within 14 working days."
+               "\n- Fuel: top up before the boat goes out.", doc_type="wiki",
+               entities=["harbourside", "deposits", "fuel", "servicing"])
+    q = "is the deposit back on the customer's card within 14 working days?"
+    ps = passages(terms, wiki)
+    d = resolve(ps, ACME, D(2026, 3, 10), query=q)
+    assert rejected(d) == {pid(ps, "staff-wiki"): ("subordinate_to", pid(ps, "hire-terms"))}
+
+
+def test_one_shared_word_of_the_question_and_sentences_the_embedder_finds_alike_make_one_rule():
+    # invented: a boat hire firm; the help page and the terms share one of the question's
+    # words ("deposit"); the embedder decides whether the two sentences state one rule
+    import datetime as _dt
+
+    from quarry.core.evidence.graph import facts_of
+    from quarry.core.evidence.question import without_outranked
+    from quarry.core.evidence.rules import ResolutionState, rank_of
+
+    terms = doc("hire-terms", "The deposit is released within 7 working days of the boat's return.",
+                doc_type="policy", entities=["harbourside"])
+    faq = doc("help-faq", "Deposits: your money is back on your card within a fortnight.", doc_type="help",
+              entities=["harbourside"])
+    ps = passages(terms, faq)
+    by_id = {p.passage_id: p for p in ps}
+    facts = {p.passage_id: facts_of(p) for p in ps}
+    q = "is the deposit back on the card within a fortnight?"
+
+    def run(similarity):
+        st = ResolutionState(day=_dt.date(2026, 3, 10), rank={k: rank_of(p.envelope, None) for k, p in by_id.items()},
+                             by_id=by_id)
+        return without_outranked(set(by_id), st, facts, q, similarity), st
+
+    kept, st = run(lambda a, b: 0.7)
+    assert kept == {pid(ps, "hire-terms")} and st.rejected[pid(ps, "help-faq")].by == pid(ps, "hire-terms")
+    kept, st = run(lambda a, b: 0.2)  # unlike sentences: one shared word is no one rule
+    assert kept == set(by_id) and not st.rejected
+    assert run(None)[0] == set(by_id)  # no embedder: two shared words are needed

@@ -164,35 +164,50 @@ def without_echoes(answers: set[str], st: ResolutionState, facts: Mapping[str, P
 
 
 def without_outranked(answers: set[str], st: ResolutionState, facts: Mapping[str, PassageFacts],
-                      query: str) -> set[str]:
+                      query: str, similarity=None) -> set[str]:
     """Answers less one that a higher authority among them contradicts on what the question
     asks: the help page's "public liability of five million pounds" against the standard's
     "GBP 10 million", in sentences too unlike each other to be one subject by themselves
     (:func:`.subjects.same_subject`), but both on the question's words.
 
     The lower answer ``a`` is ``subordinate_to`` the higher ``b`` when a statement of ``a``
-    and one of ``b`` each share ``ON_QUESTION`` stems with the question, and as many with
-    each other among those, in one unit with different values, and ``b`` states no value on
-    the question equal to that of ``a`` (a help page repeating one figure right and another
-    wrong still loses on the wrong one). Never an exception: ``a`` has no condition, no end
-    date and no events, and names no entity ``b`` does not (a local rule wins by scope)."""
+    sharing ``ON_QUESTION`` stems with the question and one of ``b`` sharing at least one
+    state values of one unit that differ, and they share ``ON_QUESTION`` of those stems (or
+    one, in sentences the embedder puts at ``similarity`` or above: "the deposit is back on
+    their card within a fortnight" and "the deposit is released within 7 working days"), and
+    ``b`` states no value on the question equal to that of ``a`` (a help page repeating one
+    figure right and another wrong still loses on the wrong one). Never an exception: ``a``
+    has no condition, no end date and no events; and it names no entity ``b`` does not (a
+    local rule wins by scope), unless the statement's sentence names only entities of ``b``
+    and no place or label of its own (a wiki listing more topics than the terms)."""
     q = frozenset(tokenize(query))
     kinds = answer_kinds(query)
 
-    def on(pid: str) -> list:
+    def on(pid: str, least: int = ON_QUESTION) -> list:
         return [(s, q & _stated(s)) for s in facts[pid].statements
-                if fits(s, kinds) and len(q & _stated(s)) >= ON_QUESTION]
+                if fits(s, kinds) and len(q & _stated(s)) >= least]
+
+    def one_rule(x, wx, y, wy) -> bool:
+        # two of the question's stems in common, or one and sentences the embedder finds alike
+        return len(wx & wy) >= ON_QUESTION or (
+            bool(wx & wy) and similarity is not None and similarity(x.clause, y.clause) >= DEFAULT_THRESHOLDS.similarity)
     out = set(answers)
     for a in sorted(answers):
         env = st.by_id[a].envelope
         if env.condition or env.effective_to or env.events or not (mine := on(a)):
             continue
         for b in sorted(answers, key=lambda x: (-st.rank[x], x)):
-            if b not in out or st.rank[b] <= st.rank[a] or set(env.entities) - set(st.by_id[b].envelope.entities):
+            if b not in out or st.rank[b] <= st.rank[a]:
                 continue
-            theirs = on(b)
-            lone = [(x, wx) for x, wx in mine if not any(x.unit == y.unit and same_value(x, y) for y, _ in theirs)]
-            if any(x.unit == y.unit and not same_value(x, y) and len(wx & wy) >= ON_QUESTION
+            eb = set(st.by_id[b].envelope.entities)
+            theirs = on(b, 1)
+            # a statement of a passage naming entities b does not is a local rule, unless the
+            # sentence itself names only entities of b and no place or label of its own (a
+            # wiki's "Deposits: ..." line; not "At the East Basin ...")
+            lone = [(x, wx) for x, wx in mine
+                    if (set(env.entities) <= eb or (x.scope and set(x.scope) <= eb and not x.qualifiers))
+                    and not any(x.unit == y.unit and same_value(x, y) for y, _ in theirs)]
+            if any(x.unit == y.unit and not same_value(x, y) and one_rule(x, wx, y, wy)
                    for x, wx in lone for y, wy in theirs):
                 st.reject(a, "subordinate_to", b, f"authority: {st.by_id[b].envelope.authority} ({st.rank[b]}) "
                           f"over {env.authority} ({st.rank[a]}) on what the question asks", note=f"outranks {a}")

@@ -160,7 +160,7 @@ def resolve(
     if answers and query is not None:  # a lower authority stating the same value for the same subject only agrees
         answers = without_echoes(answers, st, facts, candidates, similarity)
     if answers and query is not None:  # a higher authority stating another value on what was asked overrules it
-        answers = without_outranked(answers, st, facts, query)
+        answers = without_outranked(answers, st, facts, query, similarity)
     if answers and query is not None:
         _name_the_answer(st, facts, answers, speaks_to(query))
     governing, supporting = [], []

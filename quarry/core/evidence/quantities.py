@@ -532,6 +532,14 @@ def _plain(text: str) -> float | None:
     return float(text.replace(",", "")) if re.fullmatch(r"(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?", text) else None
 
 
+def _number_at(doc, i: int) -> tuple[float, int] | None:
+    """(number, last token) written at token ``i`` in digits or words ("8", "eight",
+    "twenty-five"), or None."""
+    if _NUMERIC.fullmatch(doc[i].text):
+        return None if (x := _plain(doc[i].text)) is None else (x, i)
+    return _whole_run(doc, i)
+
+
 def _ratio(n: float | None, m: float | None, span) -> Value | None:
     if not n or not m:
         return None
@@ -570,8 +578,7 @@ def _ratios(doc, date_tokens: set[int]) -> list[Value]:
             if (v := _ratio(_plain(tok.text), _plain(doc[tok.i + 2].text), range(tok.i, tok.i + 3))) is not None:
                 out.append(v)
             continue
-        if not tok.like_num or (run := _whole_run(doc, tok.i) if not _NUMERIC.fullmatch(tok.text)
-                                else (_plain(tok.text), tok.i)) is None or run[0] is None:
+        if not tok.like_num or (run := _number_at(doc, tok.i)) is None:
             continue
         n = run[0]
         if (last := _counted_noun(doc, run[1] + 1)) is None:
@@ -583,8 +590,7 @@ def _ratios(doc, date_tokens: set[int]) -> list[Value]:
             k = j + len(words)
             if k >= len(doc) or not doc[k].like_num or k in date_tokens:
                 break
-            other = (_plain(doc[k].text), k) if _NUMERIC.fullmatch(doc[k].text) else _whole_run(doc, k)
-            if other is None or other[0] is None or (end := _counted_noun(doc, other[1] + 1)) is None:
+            if (other := _number_at(doc, k)) is None or (end := _counted_noun(doc, other[1] + 1)) is None:
                 break
             # the numbers and the words between them are the value; the nouns they count
             # stay in the sentence's subject ("instructor", "paddler": a ratio of what)

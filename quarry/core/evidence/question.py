@@ -182,10 +182,12 @@ def without_outranked(answers: set[str], st: ResolutionState, facts: Mapping[str
     and no place or label of its own (a wiki listing more topics than the terms)."""
     q = frozenset(tokenize(query))
     kinds = answer_kinds(query)
+    # each answer's statements of the kind asked, with the question's stems they share
+    stated = {pid: [(s, w) for s in facts[pid].statements if fits(s, kinds) and (w := q & _stated(s))]
+              for pid in answers}
 
     def on(pid: str, least: int = ON_QUESTION) -> list:
-        return [(s, q & _stated(s)) for s in facts[pid].statements
-                if fits(s, kinds) and len(q & _stated(s)) >= least]
+        return [(s, w) for s, w in stated[pid] if len(w) >= least]
 
     def one_rule(x, wx, y, wy) -> bool:
         # two of the question's stems in common, or one and sentences the embedder finds alike

@@ -139,7 +139,9 @@ def test_condition_ends_when_a_visible_in_force_record_proves_the_event():
     assert next(s for s in d.selected if s.passage_id == pid(ps, "rollout")).reason.startswith("proves the stopping event")
     # On the event day itself the condition has ended; the day before it has not.
     assert pid(ps, "exception") in resolve(ps, ACME, D(2026, 1, 15)).rejected_ids
-    assert not resolve(ps, ACME, D(2026, 1, 14)).rejected
+    # (the record itself, published on the 15th, did not exist yet: it is not yet effective)
+    before = resolve(ps, ACME, D(2026, 1, 14))
+    assert [(r.passage_id, r.reason) for r in before.rejected] == [(pid(ps, "rollout"), "not_yet_effective")]
 
 
 def test_words_match_after_stemming():
@@ -685,9 +687,13 @@ def test_a_replacement_published_after_valid_at_was_not_yet_in_force():
     assert not before.unresolved
     after = resolve(ps, ACME, D(2026, 3, 1), query="what does a visitor berth cost a night?")
     assert rejected(after) == {pid(ps, "prices-2025"): ("superseded_by", pid(ps, "prices-2026"))}
-    # a page published later that replaces nothing is not dated out by its publication
+    # a page published later that replaces nothing did not exist either: it is not yet
+    # effective then (a notice that the harbour works finished cannot decide a January question),
+    # and in force from its publication
     page = doc("berth-faq", "Visitor berths are booked at the harbour office.", published_at=D(2026, 2, 9))
-    assert pid(passages(page), "berth-faq") not in rejected(resolve(passages(page), ACME, D(2026, 1, 15)))
+    assert rejected(resolve(passages(page), ACME, D(2026, 1, 15))) == {pid(passages(page), "berth-faq"):
+                                                                       ("not_yet_effective", None)}
+    assert not rejected(resolve(passages(page), ACME, D(2026, 2, 9)))
 
 
 def test_the_rule_a_help_page_restates_answers_beside_it():

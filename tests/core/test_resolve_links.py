@@ -91,17 +91,17 @@ def test_a_proof_only_supports_the_rule_that_takes_the_ended_passages_place():
 
 
 def test_a_statements_own_measure_never_puts_it_on_the_question():
-    from quarry.core.evidence.question import _stated
+    from quarry.core.evidence.question import stated_stems
     from quarry.core.evidence.statement import Statement
 
     def st(value, words):
         return Statement(subject=(), predicate="keep", value=value, unit="duration", magnitude=None, words=words)
     # "keep a locker for 2 weeks": "weeks" is how the value is measured, not what it is of
-    assert _stated(st("2 week", ("members", "locker", "weeks"))) == {"member", "locker", "keep"}
+    assert stated_stems(st("2 week", ("members", "locker", "weeks"))) == {"member", "locker", "keep"}
     # "4 weeks of full pay after three years": "years" says which value, so it stays
-    assert "year" in _stated(st("4 week", ("years", "weeks")))
+    assert "year" in stated_stems(st("4 week", ("years", "weeks")))
     # a rate: "per" and the period are the value's measure
-    assert _stated(st("2 per week", ("guest", "passes", "per", "week"))) == {"guest", "pass", "keep"}
+    assert stated_stems(st("2 per week", ("guest", "passes", "per", "week"))) == {"guest", "pass", "keep"}
 
 
 GRAPH_DOCS = [

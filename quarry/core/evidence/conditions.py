@@ -118,8 +118,31 @@ def named_entities(text: str, entities: Iterable[str]) -> frozenset[str]:
     out = set()
     for e in set(entities):
         parts = tokenize(e)
-        if parts and (parts[0] in toks if len(parts) == 1 else (parts[0] in toks or set(parts[1:]) <= toks)):
+        if m := _ONE_PART.fullmatch(e):
+            # "pier-b", "line-4", "route-n9": the letter or number says which one ("Pier A" is
+            # another); a code of letters and digits says it alone ("the N9")
+            if re.search(rf"\b{re.escape(m[1])}[\s-]*{re.escape(m[2])}\b", text, re.IGNORECASE) or (
+                    re.search(r"[a-z]", m[2]) and re.search(r"\d", m[2]) and m[2] in toks):
+                out.add(e)
+        elif parts and (parts[0] in toks if len(parts) == 1 else (parts[0] in toks or set(parts[1:]) <= toks)):
             out.add(e)
+    return frozenset(out)
+
+
+# an entity naming one part of a kind by a letter or a number: "pier-b", "line-4", "route-n9"
+_ONE_PART = re.compile(r"([a-z]+)-([a-z]?\d+[a-z]?|[a-z])")
+
+
+def other_parts(text: str, entities: Iterable[str]) -> frozenset[str]:
+    """Entities of one part (:data:`_ONE_PART`) whose kind ``text`` names with another letter
+    or number ("Pier A" for "pier-b", "line 3" for "line-4"): the text is about another part."""
+    out = set()
+    for e in set(entities):
+        if (m := _ONE_PART.fullmatch(e)) and not named_entities(text, [e]):
+            # (a letter is a part's name only as a capital: "the pier a bit further" names none)
+            said = re.findall(rf"\b(?i:{re.escape(m[1])}s?)[\s-]+([A-Z]|[A-Za-z]?\d+[A-Za-z]?)\b", text)
+            if any(x.lower() != m[2] for x in said):
+                out.add(e)
     return frozenset(out)
 
 
@@ -132,6 +155,11 @@ _NOT_A_PART = frozenset("january february march april may june july august septe
 _CUT_OVER = re.compile(r"\bcut[\s-]+over\b", re.IGNORECASE)
 # a vehicle "off the road" is out of service, one "back on the road" back in it: the word both sides share
 _OFF_THE_ROAD = re.compile(r"\b(?:off|back\s+on)\s+the\s+road\b", re.IGNORECASE)
+
+
+# the state a recall, a case or an incident is in while it waits: "while the recall is open",
+# "as long as the recall is outstanding" wait for it to close
+_OPEN_STATE = re.compile(r"\b(?:(?:is|are|remains?|stays?)\s+(?:still\s+)?open|outstanding)\b", re.IGNORECASE)
 
 
 _AGENT_NOUN = re.compile(r"\b[A-Za-z]{3,}(?:er|or)\b")
@@ -150,6 +178,7 @@ def _verb_stems(text: str) -> dict[str, str]:
 
 def terms(text: str, known_entities: dict[str, str]) -> Terms:
     bases = _verb_stems(text)
+    text = _OPEN_STATE.sub(" ", text)  # "while the recall is open": the state it is in, not what ends it
     toks = [bases.get(t, t) for t in tokenize(_OFF_THE_ROAD.sub("service", _CUT_OVER.sub("cutover", text)))]
     # ("has cut over to X" is X's cutover; "the merger" is what "is merged" waits for)
     # a hyphenated word with no digit or underscore ("east-wing", "go-live") is a word, said by its parts
@@ -186,9 +215,13 @@ def event_terms(what: str, record_title: str, single: bool, known_entities: dict
                  own.qualifiers, own.open_ended)
 
 
-def condition_met(cond: Terms, cond_scope: Iterable[str], event: Terms, event_scope: Iterable[str]) -> bool:
+def condition_met(cond: Terms, cond_scope: Iterable[str], event: Terms, event_scope: Iterable[str],
+                  linked: frozenset[str] = frozenset()) -> bool:
     """Whether ``event`` is the stopping event ``cond`` waits for. ``*_scope`` are the
-    envelope entities of the two records, used where the text names no entity."""
+    envelope entities of the two records, used where the text names no entity. ``linked``
+    are the identifiers the conditioned record's text names ("recall R-26-0117"): an event
+    naming one of them is about that thing, and the condition's other words need only meet
+    the event's (or an entity both name)."""
     if cond.open_ended or (not cond.identifiers and not cond.words and not cond.entities):
         return False  # "until further notice" names nothing a record could prove
     if not cond.identifiers and not cond.words and not cond.entities <= (event.entities or frozenset(event_scope)):
@@ -209,7 +242,8 @@ def condition_met(cond: Terms, cond_scope: Iterable[str], event: Terms, event_sc
         wanted = wanted - _CHANGEOVER - _NEW
     # a compound is said by its parts ("the east-wing refurbishment": "east wing refurbishment")
     wanted = {w for w in wanted if not ("-" in w and set(tokenize(w.replace("-", " "))) <= event_words)}
-    if not wanted <= event_words:
+    said = bool(linked & event.identifiers) and bool(wanted & event_words or cond.entities & event.entities)
+    if not wanted <= event_words and not said:
         return False
     # Near misses: another environment's or another site's completion.
     scope_words = {t for e in cond_scope for t in tokenize(e)}

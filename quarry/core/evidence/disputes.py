@@ -7,10 +7,11 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 
-from quarry.core.evidence.conditions import named_entities
-from quarry.core.evidence.conflict import conflict, conflicts
+from quarry.core.evidence.conditions import _OPEN_ENDED, named_entities
+from quarry.core.evidence.conflict import conflict, conflicts, same_value
 from quarry.core.evidence.graph import PassageFacts, doc_key
 from quarry.core.evidence.rules import ResolutionState
+from quarry.core.evidence.subjects import DEFAULT_THRESHOLDS
 from quarry.core.records import Envelope
 from quarry.core.text.tokenizer import tokenize
 
@@ -69,6 +70,16 @@ def replaced_values(text: str) -> set[str]:
                        *(_numbers(m.group(1)) for m in _RETIRED.finditer(text)))
 
 
+def _replaced_phrases(text: str) -> list[tuple[set[str], frozenset[str]]]:
+    """(numbers, word stems) of each phrase ``text`` names as the one it replaces ("in place
+    of the 20-minute count": {20}, {count})."""
+    out = []
+    for m in (*_REPLACED.finditer(text or ""), *_RETIRED.finditer(text or "")):
+        phrase = m.group(1)[:40]
+        out.append((_numbers(phrase), frozenset(t for t in tokenize(phrase) if not any(c.isdigit() for c in t))))
+    return out
+
+
 def _names_a_value(named: set[str], other: tuple) -> bool:
     return bool(named) and any(_numbers(s.value) & named for s in other)
 
@@ -110,6 +121,43 @@ def _apart_policies(a: Envelope, b: Envelope, text_a: str, text_b: str) -> bool:
     ta = frozenset(tokenize(a.title)) - _TITLE_KINDS
     tb = frozenset(tokenize(b.title)) - _TITLE_KINDS
     return bool(ta) and bool(tb) and not ta & tb and not _names(text_b, a, ta) and not _names(text_a, b, tb)
+
+
+def _proper(entity: str, text: str) -> bool:
+    """``text`` writes the entity as a name, capitalised inside a sentence ("to Holmfield",
+    "at Stanwick Airport"), not as a topic word ("deposits", "opening hours")."""
+    first, *rest = entity.split("-")
+    if not first:
+        return False
+    tail = "".join(rf"[\s-]+{re.escape(w)}" for w in rest)
+    return re.search(rf"(?<=[a-z,] ){re.escape(first[0].upper())}(?i:{re.escape(first[1:])}{tail})\b", text) is not None
+
+
+def _places(env: Envelope, text: str) -> frozenset[str]:
+    """The entities a document is about by name: its title names them and it writes them as names."""
+    return frozenset(e for e in named_entities(env.title, env.entities) if _proper(e, f"{env.title}\n{text}"))
+
+
+def _apart_places(a: Envelope, b: Envelope, text_a: str, text_b: str) -> bool:
+    """Each passage is about a place (a branch, a site) the other neither lists nor names: the
+    Stanwick Airport key-drop trial and the Corbridge merger page state their own sites' rules,
+    whatever topics ("returns", "opening hours") both list."""
+    own_a = _places(a, text_a) - set(b.entities) - named_entities(text_b, a.entities)
+    own_b = _places(b, text_b) - set(a.entities) - named_entities(text_a, b.entities)
+    return bool(own_a) and bool(own_b)
+
+
+def _interim(env: Envelope) -> bool:
+    """A ticket or comment in force until an event: a condition other than "until further
+    notice". (Pages and help pages carry conditions read from a sentence about one item,
+    "a declaration lasts until the donor cancels it": only a ticket's is its own stopgap.)"""
+    return env.authority in ("ticket", "comment") and bool(env.condition) and not env.condition.strip().lower(
+    ).startswith(_OPEN_ENDED)
+
+
+def _standing(env: Envelope) -> bool:
+    """A standing rule: no condition, no end date, not the record of an event."""
+    return not (env.condition or env.effective_to or env.events)
 
 
 def _names(text: str, env: Envelope, topic: frozenset[str]) -> bool:
@@ -171,6 +219,7 @@ def _overriding(st: ResolutionState, win: str, lose: str, replaced: bool) -> str
 def decide_conflicts(st: ResolutionState, facts: Mapping[str, PassageFacts], asked: frozenset[str] | None = None,
                      on: Callable[[object], bool] | None = None,
                      similarity: Callable[[str, str], float] | None = None,
+                     other_parts: frozenset[str] = frozenset(),
                      ) -> tuple[list[tuple[str, ...]], list[tuple[str, str]]]:
     """Decide conflicts among survivors; returns the undecided groups and every
     conflicting pair (decided or not).
@@ -207,7 +256,8 @@ def decide_conflicts(st: ResolutionState, facts: Mapping[str, PassageFacts], ask
             ea, eb = st.by_id[a].envelope, st.by_id[b].envelope
             if doc_key(ea) == doc_key(eb) or not stated[a] or not stated[b] \
                     or not _conflict_on(stated[a], stated[b], on, similarity) \
-                    or _apart_policies(ea, eb, st.by_id[a].text, st.by_id[b].text):
+                    or _apart_policies(ea, eb, st.by_id[a].text, st.by_id[b].text) \
+                    or _apart_places(ea, eb, st.by_id[a].text, st.by_id[b].text):
                 continue  # (the topic test reads titles and texts: only for pairs that do conflict)
             pairs.append((a, b))
             ia, ib = facts[a].instruction, facts[b].instruction
@@ -223,8 +273,8 @@ def decide_conflicts(st: ResolutionState, facts: Mapping[str, PassageFacts], ask
                 # is no narrower than the policy naming the company; authority decides)
                 win, lose = (a, b) if _specific(ea, eb, asked) else (b, a)
                 ew = st.by_id[win].envelope
-                if asked is not None and not asked & set(ew.entities):
-                    continue  # the exception is another entity's: it does not speak to this question
+                if asked is not None and not asked & set(ew.entities) or other_parts & set(ew.entities):
+                    continue  # the exception is another entity's (or another part's: Pier B's, asked about Pier A)
                 attacks[lose][win] = _overriding(st, win, lose, over(win, lose)) or (
                     f"scope: {doc_key(ew)} is specific to {','.join(ew.entities)} and in force at {st.day.isoformat()}")
             elif st.rank[a] == st.rank[b] and over(a, b) != over(b, a):
@@ -245,6 +295,14 @@ def decide_conflicts(st: ResolutionState, facts: Mapping[str, PassageFacts], ask
                                       f"{doc_key(el)} from {el.effective_from.isoformat()}")
             elif st.rank[a] == st.rank[b]:
                 attacks[a][b] = attacks[b][a] = "equal authority"
+            elif _interim(ea) != _interim(eb) and _standing(eb if _interim(ea) else ea) and (
+                    asked is None or asked & set((ea if _interim(ea) else eb).entities)):
+                # a staff ticket's stopgap in force until an event ("until Tillingham has been moved
+                # across to Kindred, totals are ...") stands in for the standing rule while its
+                # condition lasts, for a question about its entity (never an instruction: above)
+                win, lose = (a, b) if _interim(ea) else (b, a)
+                ew = st.by_id[win].envelope
+                attacks[lose][win] = f"interim: {doc_key(ew)} applies {ew.condition}, in place of the standing rule"
             else:
                 win, lose = (a, b) if st.rank[a] > st.rank[b] else (b, a)
                 ew, el = st.by_id[win].envelope, st.by_id[lose].envelope
@@ -270,6 +328,12 @@ def decide_conflicts(st: ResolutionState, facts: Mapping[str, PassageFacts], ask
             # a winner naming the loser's value as the one it replaces supersedes that rule
             # ("This supersedes the 3-day entitlement in the staff leave policy")
             replaced = attacks[pid][win].startswith("override:")
+            if replaced and st.rank[win] > st.rank[pid]:
+                # of a higher authority, it supersedes a document it names; another stating the
+                # value it replaces (the runbook repeating the policy's 20 minutes) is outranked
+                el = st.by_id[pid].envelope
+                topic = frozenset(tokenize(el.title)) - _TITLE_KINDS
+                replaced = bool(topic) and _names(st.by_id[win].text, el, topic)
             st.reject(pid, "superseded_by" if replaced else "subordinate_to", win, attacks[pid][win],
                       f"{'supersedes' if replaced else 'outranks'} {pid}")
     undecided = [(a, b) for a in alive for b in attacks[a] if a not in label and b not in label]
@@ -292,3 +356,39 @@ def _components(pairs: list[tuple[str, str]]) -> list[tuple[str, ...]]:
     for x in parent:
         groups.setdefault(find(x), []).append(x)
     return sorted(tuple(sorted(g)) for g in groups.values())
+
+
+def partial_overrides(st: ResolutionState, facts: Mapping[str, PassageFacts], on: Callable[[object], bool],
+                      nearness: Callable[[object], int], similarity: Callable[[str, str], float] | None = None) -> None:
+    """A passage naming another document (its id, or its title's words and a document noun:
+    "section 5 of the staffing ratios, sleep and supervision policy") and a value of it as the
+    one it replaces ("This is in place of the 20-minute count"), and stating a value of that
+    unit of its own in a sentence like the replaced one, supersedes the passage of that
+    document stating it, when the question asks about that value: ``on`` tells a statement
+    on the question, ``nearness`` how near (the replaced statement must be nearer the
+    question than every other statement of its passage: asked about the outing ratio in the
+    same section, the passage stands). Never from a lower authority, never an instruction."""
+    alive = sorted(pid for pid in st.by_id if pid not in st.rejected)
+    for w in alive:
+        if facts[w].instruction or not (phrases := _replaced_phrases(st.by_id[w].text)):
+            continue
+        ew = st.by_id[w].envelope
+        units = {s.unit for s in facts[w].statements}
+        for lose in alive:
+            el = st.by_id[lose].envelope
+            if lose in st.rejected or doc_key(el) == doc_key(ew) or st.rank[lose] > st.rank[w]:
+                continue
+            asked = [s for s in facts[lose].statements if on(s)]
+            # the statement stating the replaced value, in a word of the phrase naming it
+            hit = [s for s in asked if s.unit in units and any(
+                _numbers(s.value) & nums and words & frozenset(tokenize(" ".join((*s.words, *s.subject, *s.context))))
+                for nums, words in phrases)]
+            if not hit or max(map(nearness, hit)) <= max((nearness(s) for s in asked if s not in hit), default=-1):
+                continue
+            topic = frozenset(tokenize(el.title)) - _TITLE_KINDS
+            if any(not same_value(s, x) and similarity is not None and x.clause and s.clause
+                   and similarity(x.clause, s.clause) >= DEFAULT_THRESHOLDS.similarity
+                   for s in hit for x in facts[w].statements if x.unit == s.unit) \
+                    and topic and _names(st.by_id[w].text, el, topic):
+                st.reject(lose, "superseded_by", w, f"override: {doc_key(ew)} names the value of {doc_key(el)} "
+                          f"as the one it replaces", f"supersedes {doc_key(el)} in part")

@@ -23,7 +23,7 @@ _STANDS_IN = ("superseded_by", "condition_ended")
 _MEANING_MARGIN = 0.05
 _TEXT_MARGIN = 1  # on words in the text alone, a passage sharing fewer than the best less this does not answer
 
-__all__ = ["ON_QUESTION", "answer_kinds", "can_answer", "question_scope", "resumed", "speaks_to", "without_echoes",
+__all__ = ["ON_QUESTION", "answer_kinds", "can_answer", "question_scope", "resumed", "speaks_to", "stated_stems", "without_echoes",
            "without_outranked"]
 
 _PERIODS = r"(?:minutes?|hours?|days?|nights?|weeks?|fortnights?|months?|years?)"
@@ -50,7 +50,7 @@ _MEASURE_WORDS = frozenset(tokenize("per each every"))
 @lru_cache(maxsize=4096)
 def _measures(stem: str) -> bool:
     """Whether a stem only names a period or a rate ("day", "week", "per"; pint's time
-    units): the measure words a statement's value may carry (:func:`_stated`)."""
+    units): the measure words a statement's value may carry (:func:`stated_stems`)."""
     if stem in _MEASURE_WORDS:
         return True
     from quarry.core.evidence.quantities import names_duration  # pint loads on first use, not at import
@@ -58,7 +58,7 @@ def _measures(stem: str) -> bool:
     return names_duration(stem)
 
 
-def _stated(s) -> frozenset[str]:
+def stated_stems(s) -> frozenset[str]:
     """A statement's stems that can put it on a question: its words and predicate, less the
     words of its own value's measure ("3 working *days*", "GBP 4 *per* pallet *per week*":
     every duration in days shares them with a question asking "how many days per week").
@@ -109,7 +109,7 @@ def _overlaps(q: frozenset[str], p: Passage, f: PassageFacts, kinds: frozenset[s
     its statements' words and predicate; its title, heading trail, condition, events and
     text). Word overlap with the question, never a relevance score or a rank."""
     e = p.envelope
-    stated = max((len(q & _stated(s)) for s in f.statements if fits(s, kinds)), default=0)
+    stated = max((len(q & stated_stems(s)) for s in f.statements if fits(s, kinds)), default=0)
     about = frozenset(tokenize(" ".join([e.title, *p.heading_path, e.condition or "", *(ev.what for ev in e.events),
                                          p.text])))
     return stated, len(q & about)
@@ -138,7 +138,7 @@ def resumed(st: ResolutionState, facts: Mapping[str, PassageFacts], query: str, 
     q = frozenset(tokenize(query))
     kinds = answer_kinds(query)
     ended = [s for pid, r in sorted(st.rejected.items()) if r.reason == "condition_ended"
-             for s in facts[pid].statements if fits(s, kinds) and len(q & _stated(s)) >= ON_QUESTION]
+             for s in facts[pid].statements if fits(s, kinds) and len(q & stated_stems(s)) >= ON_QUESTION]
     if not ended:
         return set()
 
@@ -151,16 +151,36 @@ def resumed(st: ResolutionState, facts: Mapping[str, PassageFacts], query: str, 
 
 
 def without_echoes(answers: set[str], st: ResolutionState, facts: Mapping[str, PassageFacts],
-                   candidates: Sequence[str] = (), similarity=None) -> set[str]:
+                   candidates: Sequence[str] = (), similarity=None, query: str | None = None) -> set[str]:
     """Answers less one that only repeats, at a lower authority, a value another answer
     states for the same subject (an incident ticket quoting the policy's cutoff). A
     ``candidates`` survivor that an answer echoes answers in its place: asked about what
     the care wiki says, the policy stating the same cutoff in other words is what governs
     (a ticket whose steps filter on the same time does not take an exception's place). ``similarity``
-    compares statements' masked clauses (:func:`.vectors.clause_similarity`)."""
+    compares statements' masked clauses (:func:`.vectors.clause_similarity`). Given the
+    ``query``, a candidate of a higher authority whose sentence on the question's words an
+    answer restates in one like it, with the same value, answers too (:func:`_restates`:
+    the help page's "a quarter of an hour before" restates the surgery policy's "15 minutes
+    before the admission slot")."""
     answers = set(answers) | {c for c in candidates if c not in answers
                               and any(_echoes(a, c, st, facts, similarity, paraphrase=True) for a in answers)}
+    if query is not None and similarity is not None:
+        q = frozenset(tokenize(query)) - _GENERIC_STEMS
+        answers |= {c for c in candidates if c not in answers and any(
+            _restates(a, c, st, facts, q, similarity) for a in answers)}
     return {a for a in answers if not any(_echoes(a, b, st, facts, similarity) for b in answers if b != a)}
+
+
+def _restates(a: str, c: str, st: ResolutionState, facts: Mapping[str, PassageFacts], q: frozenset[str],
+              similarity) -> bool:
+    """``a`` (an answer) states, in a sentence like one of ``c`` (of a higher authority, not
+    the record of an event), the value ``c`` states there, and ``c``'s sentence is on a word
+    of the question ``q``."""
+    if st.rank[a] >= st.rank[c] or st.by_id[c].envelope.events:
+        return False  # (a notice that works finished, repeating the rule's time, is not the rule)
+    return any(x.unit == y.unit and same_value(x, y) and q & stated_stems(y) and x.clause and y.clause
+               and similarity(x.clause, y.clause) >= DEFAULT_THRESHOLDS.similarity
+               for x in facts[a].statements for y in facts[c].statements)
 
 
 def without_outranked(answers: set[str], st: ResolutionState, facts: Mapping[str, PassageFacts],
@@ -183,7 +203,7 @@ def without_outranked(answers: set[str], st: ResolutionState, facts: Mapping[str
     q = frozenset(tokenize(query))
     kinds = answer_kinds(query)
     # each answer's statements of the kind asked, with the question's stems they share
-    stated = {pid: [(s, w) for s in facts[pid].statements if fits(s, kinds) and (w := q & _stated(s))]
+    stated = {pid: [(s, w) for s in facts[pid].statements if fits(s, kinds) and (w := q & stated_stems(s))]
               for pid in answers}
 
     def on(pid: str, least: int = ON_QUESTION) -> list:

@@ -58,13 +58,13 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Mapping, Sequence
 
-from quarry.core.evidence.conditions import named_entities
-from quarry.core.evidence.disputes import decide_conflicts
+from quarry.core.evidence.conditions import named_entities, other_parts
+from quarry.core.evidence.disputes import decide_conflicts, partial_overrides
 from quarry.core.evidence.graph import PassageFacts, doc_key, facts_of
 from quarry.core.evidence.conflict import same_value
 from quarry.core.evidence.predicates import MIN_SHARED, predicates
 from quarry.core.evidence.question import (
-    ON_QUESTION, can_answer, question_scope, resumed, speaks_to, without_echoes, without_outranked,
+    ON_QUESTION, can_answer, question_scope, resumed, speaks_to, stated_stems, without_echoes, without_outranked,
 )
 from quarry.core.evidence.rules import (
     Rejection, ResolutionState, rank_of, effective_dates, start_of, stopping_conditions, supersession,
@@ -116,12 +116,17 @@ def resolve(
     effective_dates(st)
     supersession(st, by_doc)
     stopping_conditions(st, by_doc)
+    # the statements' stored vectors (the tenant's embedder, at build time) compare clauses
+    similarity = clause_similarity(facts.values())
+    if query is not None:  # a rule replaced in part, where the question asks about it
+        q_stems = frozenset(tokenize(query))
+        partial_overrides(st, facts, speaks_to(query), lambda s: len(q_stems & stated_stems(s)), similarity)
     asked = None
     if query is not None:
         asked = named_entities(query, (e for p in by_id.values() for e in p.envelope.entities))
-    # the statements' stored vectors (the tenant's embedder, at build time) compare clauses
-    similarity = clause_similarity(facts.values())
-    groups, pairs = decide_conflicts(st, facts, asked, speaks_to(query) if query is not None else None, similarity)
+    others = frozenset() if query is None else other_parts(query, (e for p in by_id.values() for e in p.envelope.entities))
+    groups, pairs = decide_conflicts(st, facts, asked, speaks_to(query) if query is not None else None, similarity,
+                                     others)
     in_conflict = {pid for g in groups for pid in g}
     shown = set(by_id) if delivered is None else set(delivered) & set(by_id)
     for pid in sorted(by_id):  # an instruction to disregard the evidence never governs
@@ -158,7 +163,7 @@ def resolve(
         answers = {pid for pid in answers if doc_key(by_id[pid].envelope) not in proving
                    or not _taken_over(doc_key(by_id[pid].envelope), others, st, facts)}
     if answers and query is not None:  # a lower authority stating the same value for the same subject only agrees
-        answers = without_echoes(answers, st, facts, candidates, similarity)
+        answers = without_echoes(answers, st, facts, candidates, similarity, query)
     if answers and query is not None:  # a higher authority stating another value on what was asked overrules it
         answers = without_outranked(answers, st, facts, query, similarity)
     if answers and query is not None:

@@ -14,6 +14,7 @@ from quarry.core.evidence.conditions import Terms, condition_met, entity_stems, 
 from quarry.core.evidence.graph import best_passage, doc_key, event_cue, heading_words, passage_cue
 from quarry.core.evidence.titles import names_title
 from quarry.core.records import DEFAULT_AUTHORITY, Envelope, Event, Passage, RejectReason
+from quarry.core.text.tokenizer import identifiers, tokenize
 
 __all__ = ["Rejection", "ResolutionState", "rank_of", "effective_dates", "start_of", "stopping_conditions",
            "supersession"]
@@ -79,11 +80,12 @@ def effective_dates(st: ResolutionState) -> None:
         if e.effective_from is not None and e.effective_from > st.day:
             st.reject(pid, "not_yet_effective", None,
                       f"effective_from {e.effective_from.isoformat()} is after valid_at {st.day.isoformat()}")
-        elif e.effective_from is None and replaces and e.published_at is not None and e.published_at > st.day:
-            # a replacement published after valid_at, stating no start of its own, was not yet in force
+        elif e.effective_from is None and e.published_at is not None and e.published_at > st.day:
+            # a record published after valid_at, stating no start of its own, did not exist then
+            # (a replacement was not yet in force; a notice that a merger completed was not yet written)
             st.reject(pid, "not_yet_effective", None,
-                      f"published_at {e.published_at.isoformat()} is after valid_at {st.day.isoformat()} and it "
-                      f"replaces another document")
+                      f"published_at {e.published_at.isoformat()} is after valid_at {st.day.isoformat()}"
+                      + (" and it replaces another document" if replaces else ""))
         elif e.effective_to is not None and e.effective_to < st.day:
             st.reject(pid, "no_longer_effective", None,
                       f"effective_to {e.effective_to.isoformat()} is before valid_at {st.day.isoformat()}")
@@ -148,11 +150,14 @@ def stopping_conditions(st: ResolutionState, by_doc: dict[str, list[Passage]]) -
         if not env.condition:
             continue
         cond = terms(env.condition, known)
+        # the identifiers its text names ("recall R-26-0117"): an event naming one is about that thing
+        linked = frozenset(i for p in by_doc[key] for i in identifiers(tokenize(p.text))
+                           if any(c.isdigit() for c in i)) | cond.identifiers
         start = start_of(env)
         for on, ev_key, ev, ev_terms in events:
             if ev_key == key or (start is not None and on < start):
                 continue  # an event before the condition was stated is not its stopping event
-            if not condition_met(cond, env.entities, ev_terms, envs[ev_key].entities):
+            if not condition_met(cond, env.entities, ev_terms, envs[ev_key].entities, linked):
                 continue
             bearers = [p for p in by_doc[ev_key] if p.passage_id not in st.rejected]
             by = best_passage(bearers, event_cue(ev_terms, on))

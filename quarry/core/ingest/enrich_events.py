@@ -2,6 +2,8 @@
 records, "<subject> completed / finished / concluded / went live / was done / was cut over / switched
 (over) / moved / migrated / rolled out /
 signed off / closed out / wrapped up / finalised / accepted / handed over [successfully] [by <whom>] on <date>" and "<subject> is complete as of <date>" -> ("<subject> completed", date);
+"<who> has closed <subject>", "<subject> is closed", in a sentence with a date, and a title
+"<subject> closed ..." -> "<subject> closed" (a recall or an incident closed);
 "<subject> returned to service / came back into use / reopened on <date>" -> "<subject> reopened, back in service";
 "was cut over", "switched over", "moved", "migrated" -> "<subject> cutover completed"; "<subject>
 has been <doing> on/in <System> since ... <date>" -> "<subject> to <system> cutover completed". A markdown table with a completion-date
@@ -117,6 +119,43 @@ def _event(subject: str, verb: str, on: dt.date) -> Event | None:
     return Event(what=what, on=on) if 3 <= len(what) <= 300 else None
 
 
+# "Calora has closed recall CR-0126 for Quenby Venues", "the PH-9 recall is closed for our shops
+# from Friday 13 March 2026": what was open (a recall, an incident) closed, on the sentence's
+# (last) date; a title saying so ("Recall R-26-0117 closed for the Carraway fleet") closes it on
+# the date of a closure its text states, else on the record's publication. ("closed out" is a
+# completion, read above.)
+_CLOSED_OBJ = re.compile(r"\b(?:has|have|had)\s+(?:now\s+)?closed\s+(?P<subj>(?:[\w'-]+\s+){0,3}?[\w'-]+)"
+                         r"(?=\s+(?:for|at|on|from|as|in)\b|[,.;]|$)", re.IGNORECASE)
+_CLOSED_SUBJ = re.compile(r"(?P<subj>(?:[\w'-]+\s+){1,5}?)(?:is|are|was|were|has\s+been|have\s+been)\s+(?:now\s+)?"
+                          r"closed\b(?!\s+out)", re.IGNORECASE)
+_CLOSED_TITLE = re.compile(r"^(?P<subj>(?:[\w'-]+\s+){1,5}?)closed\b", re.IGNORECASE)
+_DATE_IN = re.compile(DATE, re.IGNORECASE)
+
+
+def _closures(doc: SourceDocument, sents: list[str]) -> list[Event]:
+    out: list[Event] = []
+    for raw in sents:
+        s = _with_years(plain_sentence(raw), doc.published_at, doc.tenant)
+        dates = [d for m in _DATE_IN.finditer(s) if (d := parse_date(m.group(0), tenant=doc.tenant)) is not None]
+        if dates:
+            out += [ev for m in (*_CLOSED_OBJ.finditer(s), *_CLOSED_SUBJ.finditer(s))
+                    if (ev := _closed(m.group("subj"), max(dates)))]
+    if (m := _CLOSED_TITLE.match(plain_sentence(doc.title))) and (
+            on := max((e.on for e in out), default=None) or doc.published_at):
+        if ev := _closed(m.group("subj"), on):
+            out.append(ev)
+    return out
+
+
+def _closed(subject: str, on: dt.date) -> Event | None:
+    words = [w for w in re.split(r"\s+", subject.strip(" ,:-")) if w]
+    while words and words[0].lower() in _SUBJ_DROP:
+        words = words[1:]
+    if not words or len(words) > 6:
+        return None
+    return Event(what=" ".join(words).lower() + " closed", on=on)
+
+
 def _table_events(lines: list[str], tenant: str) -> list[Event]:
     out: list[Event] = []
     col: int | None = None
@@ -178,6 +217,8 @@ def find_events(doc: SourceDocument, sents: list[str]) -> tuple[Event, ...]:
             on = parse_date(m.group("date"), tenant=doc.tenant)
             if on is not None and (ev := _event(f"{m.group('subj')} to {m.group('sys')}", "moved", on)):
                 out.setdefault((ev.what, on), ev)
+    for ev in _closures(doc, sents):
+        out.setdefault((ev.what, ev.on), ev)
     if "|" in doc.text:
         for ev in _table_events(logical_lines(doc.text), doc.tenant):
             out.setdefault((ev.what, ev.on), ev)

@@ -102,14 +102,17 @@ _THIS_REPLACES = re.compile(r"(?:^\W*|[,;]\s*)(?:this|it|that)\s+(?:[\w-]+\s+){0
 _REPLACES_FROM = re.compile(r"\b" + SUPERSEDES_VERB + r"\b[^.]*?\b(?:with\s+effect\s+from|effective\s+from"
                             r"|effective\s+as\s+of|effective|as\s+of|from|starting|beginning)\s+(?:\w+day,?\s+)?(?P<date>"
                             + DATE + ")", re.IGNORECASE)
+# a word of a subject: not a negation ("The winter timetable no longer applies from ..." is
+# read by _NO_LONGER below, not as a four-word subject "winter timetable no longer")
+_WORD = r"(?!(?:no|not|never|longer)\b)[\w-]+"
 # "The allowance is a pilot and is valid through 31 December 2025": the sentence's subject,
 # the noun phrase before the verb (up to four words: "The Coats for Winter appeal runs from
 # ..."), is checked against the document's title.
-_TITLED = re.compile(r"^(?:the|our|this|these)\s+(?P<subj>(?:[\w-]+\s+){0,3}[\w-]+)\s+(?:(?:is|are|remains|stays)\b[^.]*?\b)?"
+_TITLED = re.compile(r"^(?:the|our|this|these)\s+(?P<subj>(?:"+_WORD+r"\s+){0,3}"+_WORD+r")\s+(?:(?:is|are|remains|stays)\b[^.]*?\b)?"
                      # ("valid for collections from ...": what it is valid for may stand between)
                      r"(?:" + _HOLDS + r"|" + _IN_FORCE + r")(?:\s+for\s+[\w'-]+(?:\s+[\w'-]+)?)?\s+(?P<dir>until|till|through|thru|to|from"
                      r"|as\s+of)\s+(?:the\s+end\s+of\s+(?:[\w'-]+\s+){1,4}?on\s+)?(?P<date>" + DATE + ")"
-                     r"|^(?:the|our|this|these)\s+(?P<subj2>(?:[\w-]+\s+){0,3}[\w-]+)\s+" + _ENDS
+                     r"|^(?:the|our|this|these)\s+(?P<subj2>(?:"+_WORD+r"\s+){0,3}"+_WORD+r")\s+" + _ENDS
                      + r"\s+(?:on\s+|after\s+)?(?P<date2>" + DATE + ")", re.IGNORECASE)
 # "The winter timetable no longer applies after 27 February 2026" (its last day), "... from 2
 # March" (the day before is its last)

@@ -228,7 +228,11 @@ def decide_conflicts(st: ResolutionState, facts: Mapping[str, PassageFacts], ask
     passage it conflicts with; otherwise scope or authority make the winner attack the
     loser; at equal authority, naming the other's value as the one replaced, being in
     force until a stated date (over a standing rule) or taking effect later decides, and
-    else they attack each other. The decision is the grounded
+    else they attack each other; across authorities, a ticket's stopgap in force until an
+    event beats a standing rule for a question naming its entity (:func:`_interim`). Two
+    passages each about a place the other neither lists nor names do not conflict
+    (:func:`_apart_places`), and an exception for one part does not speak to a question
+    naming another (``other_parts``: Pier B's page, asked about Pier A). The decision is the grounded
     labelling of that graph (Dung 1995): a passage is in when all its attackers are out,
     out when an attacker is in; what remains (mutual attacks, cycles) is unresolved. So a
     passage beaten only by a passage that is itself beaten stands, and the result does not
@@ -273,7 +277,7 @@ def decide_conflicts(st: ResolutionState, facts: Mapping[str, PassageFacts], ask
                 # is no narrower than the policy naming the company; authority decides)
                 win, lose = (a, b) if _specific(ea, eb, asked) else (b, a)
                 ew = st.by_id[win].envelope
-                if asked is not None and not asked & set(ew.entities) or other_parts & set(ew.entities):
+                if (asked is not None and not asked & set(ew.entities)) or other_parts & set(ew.entities):
                     continue  # the exception is another entity's (or another part's: Pier B's, asked about Pier A)
                 attacks[lose][win] = _overriding(st, win, lose, over(win, lose)) or (
                     f"scope: {doc_key(ew)} is specific to {','.join(ew.entities)} and in force at {st.day.isoformat()}")

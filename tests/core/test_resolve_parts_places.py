@@ -182,6 +182,8 @@ def test_a_tickets_stopgap_stands_in_for_the_policy_while_its_condition_lasts():
     ps = passages(policy, ticket)
     d = resolve(ps, ORG, D(2026, 3, 10), query="how long does a refund at Denby take?")
     assert rejected(d) == {pid(ps, "refund-policy"): ("subordinate_to", pid(ps, "ticket-den-77"))}
+    # the record goes into traces: ids and codes, never the ticket's words
+    assert d.rejected[0].detail.startswith("interim: ticket-den-77@1") and "CycleTill" not in d.rejected[0].detail
     # asked about no branch, the company's policy governs and the stopgap loses by authority
     d = resolve(ps, ORG, D(2026, 3, 10), query="how long does a refund take?")
     assert rejected(d) == {pid(ps, "ticket-den-77"): ("subordinate_to", pid(ps, "refund-policy"))}

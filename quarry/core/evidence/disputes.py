@@ -306,7 +306,7 @@ def decide_conflicts(st: ResolutionState, facts: Mapping[str, PassageFacts], ask
                 # condition lasts, for a question about its entity (never an instruction: above)
                 win, lose = (a, b) if _interim(ea) else (b, a)
                 ew = st.by_id[win].envelope
-                attacks[lose][win] = f"interim: {doc_key(ew)} applies {ew.condition}, in place of the standing rule"
+                attacks[lose][win] = f"interim: {doc_key(ew)} applies until its condition ends, in place of the standing rule"
             else:
                 win, lose = (a, b) if st.rank[a] > st.rank[b] else (b, a)
                 ew, el = st.by_id[win].envelope, st.by_id[lose].envelope

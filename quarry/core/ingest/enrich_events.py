@@ -132,19 +132,22 @@ _CLOSED_TITLE = re.compile(r"^(?P<subj>(?:[\w'-]+\s+){1,5}?)closed\b", re.IGNORE
 _DATE_IN = re.compile(DATE, re.IGNORECASE)
 
 
-def _closures(doc: SourceDocument, sents: list[str]) -> list[Event]:
-    out: list[Event] = []
-    for raw in sents:
-        s = _with_years(plain_sentence(raw), doc.published_at, doc.tenant)
-        dates = [d for m in _DATE_IN.finditer(s) if (d := parse_date(m.group(0), tenant=doc.tenant)) is not None]
-        if dates:
-            out += [ev for m in (*_CLOSED_OBJ.finditer(s), *_CLOSED_SUBJ.finditer(s))
-                    if (ev := _closed(m.group("subj"), max(dates)))]
-    if (m := _CLOSED_TITLE.match(plain_sentence(doc.title))) and (
-            on := max((e.on for e in out), default=None) or doc.published_at):
-        if ev := _closed(m.group("subj"), on):
-            out.append(ev)
-    return out
+def _closures(s: str, tenant: str) -> list[Event]:
+    """The closures one sentence (plain, years written in) states, on its last date; none
+    without a date. Dates are parsed only where a closure is said."""
+    said = [*_CLOSED_OBJ.finditer(s), *_CLOSED_SUBJ.finditer(s)]
+    if not said:
+        return []
+    dates = [d for m in _DATE_IN.finditer(s) if (d := parse_date(m.group(0), tenant=tenant)) is not None]
+    return [ev for m in said if dates and (ev := _closed(m.group("subj"), max(dates)))]
+
+
+def _title_closure(title: str, closed: list[Event], published: dt.date | None) -> Event | None:
+    """A title "<what> closed ...", on the date of a closure the text states, else the publication."""
+    if (m := _CLOSED_TITLE.match(plain_sentence(title))) and (
+            on := max((e.on for e in closed), default=None) or published):
+        return _closed(m.group("subj"), on)
+    return None
 
 
 def _closed(subject: str, on: dt.date) -> Event | None:
@@ -204,10 +207,12 @@ def find_events(doc: SourceDocument, sents: list[str]) -> tuple[Event, ...]:
     if not _event_doc(doc):
         return ()
     out: dict[tuple[str, dt.date], Event] = {}
+    closed: list[Event] = []
     for raw in sents:
         if not _EVENT_TRIGGER.search(raw):
             continue
         s = _with_years(_SUCCESS_FIRST.sub("", plain_sentence(raw)), doc.published_at, doc.tenant)
+        closed += _closures(s, doc.tenant)
         for m in (*_COMPLETED_OBJ.finditer(s), *_COMPLETED.finditer(s)):
             on = parse_date(m.group("date"), tenant=doc.tenant)
             comp = m.groupdict().get("comp") or ""
@@ -217,8 +222,9 @@ def find_events(doc: SourceDocument, sents: list[str]) -> tuple[Event, ...]:
             on = parse_date(m.group("date"), tenant=doc.tenant)
             if on is not None and (ev := _event(f"{m.group('subj')} to {m.group('sys')}", "moved", on)):
                 out.setdefault((ev.what, on), ev)
-    for ev in _closures(doc, sents):
-        out.setdefault((ev.what, ev.on), ev)
+    for ev in (*closed, _title_closure(doc.title, closed, doc.published_at)):
+        if ev is not None:
+            out.setdefault((ev.what, ev.on), ev)
     if "|" in doc.text:
         for ev in _table_events(logical_lines(doc.text), doc.tenant):
             out.setdefault((ev.what, ev.on), ev)

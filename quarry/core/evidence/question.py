@@ -10,7 +10,7 @@ import re
 from functools import lru_cache
 
 from quarry.core.evidence.conflict import same_value
-from quarry.core.evidence.graph import PassageFacts
+from quarry.core.evidence.graph import PassageFacts, doc_key
 from quarry.core.evidence.rules import ResolutionState
 from quarry.core.evidence.subjects import _GENERIC_HEADS, DEFAULT_THRESHOLDS, GENERIC_WORDS, same_subject
 from quarry.core.records import Envelope, Passage
@@ -23,7 +23,7 @@ _STANDS_IN = ("superseded_by", "condition_ended")
 _MEANING_MARGIN = 0.05
 _TEXT_MARGIN = 1  # on words in the text alone, a passage sharing fewer than the best less this does not answer
 
-__all__ = ["ON_QUESTION", "answer_kinds", "can_answer", "question_scope", "resumed", "speaks_to", "stated_stems", "without_echoes",
+__all__ = ["CLAIM_SIMILARITY", "ON_QUESTION", "answer_kinds", "checked_claims", "can_answer", "question_scope", "resumed", "speaks_to", "stated_stems", "without_echoes",
            "without_outranked"]
 
 _PERIODS = r"(?:minutes?|hours?|days?|nights?|weeks?|fortnights?|months?|years?)"
@@ -235,6 +235,68 @@ def without_outranked(answers: set[str], st: ResolutionState, facts: Mapping[str
                           f"over {env.authority} ({st.rank[a]}) on what the question asks", note=f"outranks {a}")
                 out.discard(a)
                 break
+    return out
+
+
+# cosine of two masked clauses at or above which a higher authority's statement on the same
+# question words is the one a quoted claim is checked against: the floor of the labelled dev
+# pairs (no labelled pair moves below 0.45; :class:`.subjects.Thresholds`), not tuned on cases
+CLAIM_SIMILARITY = 0.45
+
+
+def checked_claims(answers: set[str], st: ResolutionState, facts: Mapping[str, PassageFacts],
+                   candidates: Sequence[str], query: str, similarity=None) -> set[str]:
+    """Answers with each claim the question quotes checked against a higher authority: a
+    question quoting a value ("the FAQ says an engineer is with you within four hours, is
+    that still right?") that a lower answer ``a`` states is answered by the higher-authority
+    survivor ``b`` stating another value of that unit on the same question words, in the
+    clause the embedder puts nearest the claim's (at ``CLAIM_SIMILARITY`` or above): ``a`` is
+    ``subordinate_to`` ``b`` and ``b`` answers, though its own wording ("P1 Emergency: attend
+    within 2 hours") shares too few of the question's words to be chosen by them. Nothing
+    changes when such a statement of ``b`` states the quoted value (the claim stands), or for
+    an exception (``a`` with a condition, an end date or events) or a local rule (``a``
+    naming entities ``b`` does not, unless the claim's sentence names only ``b``'s)."""
+    if similarity is None or not answers:
+        return answers
+    from quarry.core.evidence.statements import statements  # spaCy loads on first use, not at import
+
+    quoted = statements(query, tenant=st.by_id[min(answers)].tenant)
+    if not quoted:
+        return answers
+    q = frozenset(tokenize(query))
+    out = set(answers)
+    for a in sorted(answers):
+        env = st.by_id[a].envelope
+        if env.condition or env.effective_to or env.events:
+            continue
+        claims = [(x, w) for x in facts[a].statements
+                  if any(x.unit == v.unit and same_value(x, v) for v in quoted) and (w := q & stated_stems(x))]
+        best: tuple[float, str] | None = None
+        stands = False
+        for b in candidates:
+            eb = st.by_id[b].envelope
+            if st.rank[b] <= st.rank[a] or doc_key(eb) == doc_key(env):
+                continue
+            for x, w in claims:
+                if not (set(env.entities) <= set(eb.entities)
+                        or (x.scope and set(x.scope) <= set(eb.entities) and not x.qualifiers)):
+                    continue
+                for y in facts[b].statements:
+                    if y.unit != x.unit or not w & stated_stems(y):
+                        continue
+                    near = similarity(x.clause, y.clause)
+                    if near < CLAIM_SIMILARITY:
+                        continue
+                    if same_value(x, y):
+                        stands = True
+                    elif best is None or (near, b) > best:
+                        best = (near, b)
+        if best is not None and not stands:
+            b = best[1]
+            st.reject(a, "subordinate_to", b, f"authority: {st.by_id[b].envelope.authority} ({st.rank[b]}) over "
+                      f"{env.authority} ({st.rank[a]}) on the value the question quotes", note=f"outranks {a}")
+            out.discard(a)
+            out.add(b)
     return out
 
 

@@ -35,7 +35,9 @@ The record then scopes to the question (``query``): surviving passages on it are
 rejections and conflicts are reported for the question's evidence; other delivered
 passages are ``related`` (``outdated`` when a rule rejects them). An answer that a higher
 authority among the answers contradicts on what the question asks, in sentences too unlike
-to be one subject by themselves, is ``subordinate_to`` it (:func:`.question.without_outranked`).
+to be one subject by themselves, is ``subordinate_to`` it (:func:`.question.without_outranked`);
+so is a lower answer stating a value the question quotes, where a higher authority states
+another in the clause nearest it, and that authority answers (:func:`.question.checked_claims`).
 An entity-specific
 passage beats a general one only for a question naming its entity; an entity the question
 names that no surviving passage is scoped to (the ticket it quotes) scopes nothing. Ranks and the
@@ -64,7 +66,7 @@ from quarry.core.evidence.graph import PassageFacts, doc_key, facts_of
 from quarry.core.evidence.conflict import same_value
 from quarry.core.evidence.predicates import MIN_SHARED, predicates
 from quarry.core.evidence.question import (
-    ON_QUESTION, can_answer, question_scope, resumed, speaks_to, stated_stems, without_echoes, without_outranked,
+    ON_QUESTION, can_answer, checked_claims, question_scope, resumed, speaks_to, stated_stems, without_echoes, without_outranked,
 )
 from quarry.core.evidence.rules import (
     Rejection, ResolutionState, rank_of, effective_dates, start_of, stopping_conditions, supersession,
@@ -168,6 +170,8 @@ def resolve(
         answers = without_echoes(answers, st, facts, candidates, similarity, query)
     if answers and query is not None:  # a higher authority stating another value on what was asked overrules it
         answers = without_outranked(answers, st, facts, query, similarity)
+    if answers and query is not None:  # a claim the question quotes is checked against a higher authority
+        answers = checked_claims(answers, st, facts, candidates, query, similarity)
     if answers and query is not None:
         _name_the_answer(st, facts, answers, speaks_to(query))
     governing, supporting = [], []

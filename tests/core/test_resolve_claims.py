@@ -1,0 +1,76 @@
+"""Session 25: a question quoting a lower source's value is checked against a higher
+authority (:func:`quarry.core.evidence.question.checked_claims`). Invented domain: a
+heating-repair firm's call-out promise, stated by its service policy and, in other words
+and another value, by its help page."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import numpy as np
+import pytest
+
+from quarry.core.evidence.graph import PassageFacts
+from quarry.core.evidence.question import CLAIM_SIMILARITY
+from quarry.core.evidence.resolve import resolve
+from quarry.core.evidence.statements import statements_batch
+from quarry.core.ingest.pipeline import prepare
+from quarry.core.records import Principal, SourceDocument
+
+pytestmark = pytest.mark.unit
+
+DAY = dt.date(2026, 3, 10)
+STAFF = Principal(tenant="warmly", subject="u1", groups=frozenset({"all-staff"}))
+POLICY = "# Attendance targets\n\nEmergency call-outs (no heating at all in winter) are attended within 6 hours."
+HELP = "# Help: it's cold in here\n\nIf you have no heating at all, someone from our team will be at your door within 12 hours."
+CLAIM = "the help page says someone is at the door within 12 hours when there is no heating, still right?"
+
+
+def doc(doc_id: str, text: str, **kw) -> SourceDocument:
+    base = dict(doc_id=doc_id, tenant="warmly", acl=("all-staff",), doc_type="page", text=text)
+    base.update(kw)
+    return SourceDocument(**base)
+
+
+def _decide(policy: str, helper: str, query: str, cosine: float, **help_kw):
+    ps, _ = prepare([doc("warmly-callout-policy", policy, doc_type="policy"),
+                     doc("warmly-help-boiler", helper, doc_type="help", **help_kw)])
+    stated = statements_batch([p.text for p in ps], [p.envelope.entities for p in ps], tenant="warmly")
+    # every clause at ``cosine`` to every other: unit vectors at that angle in the plane
+    by_doc = {p.doc_id: i for i, p in enumerate(ps)}
+    facts = {}
+    for p, ss in zip(ps, stated):
+        angle = np.arccos(cosine) if by_doc[p.doc_id] else 0.0
+        vs = np.array([[np.cos(angle), np.sin(angle)] for _ in ss], np.float32).reshape(len(ss), 2)
+        facts[p.passage_id] = PassageFacts(p.passage_id, tuple(ss), False, vs)
+    d = resolve(ps, STAFF, DAY, query=query, facts=facts)
+    ids = {p.doc_id: p.passage_id for p in ps}
+    return d, ids
+
+
+def test_a_quoted_lower_claim_gives_way_to_the_higher_authority_nearest_it():
+    d, ids = _decide(POLICY, HELP, CLAIM, CLAIM_SIMILARITY + 0.05)
+    rejected = {r.passage_id: (r.reason, r.by) for r in d.rejected}
+    assert rejected[ids["warmly-help-boiler"]] == ("subordinate_to", ids["warmly-callout-policy"])
+    assert [g.passage_id for g in d.governing] == [ids["warmly-callout-policy"]]
+    detail = next(r.detail for r in d.rejected if r.passage_id == ids["warmly-help-boiler"])
+    assert "within" not in detail and "heating" not in detail  # ids and codes only, never text
+
+
+def test_a_claim_is_kept_when_the_clauses_are_unlike_or_nothing_is_quoted():
+    # the policy's clause far from the claim's: no higher statement is checked against it
+    d, ids = _decide(POLICY, HELP, CLAIM, CLAIM_SIMILARITY - 0.1)
+    assert ids["warmly-help-boiler"] not in {r.passage_id for r in d.rejected}
+    # a question quoting no value asks, it claims nothing
+    d, ids = _decide(POLICY, HELP, "how soon is someone at the door when there is no heating?",
+                     CLAIM_SIMILARITY + 0.05)
+    assert not any(r.passage_id == ids["warmly-help-boiler"] and "quotes" in r.detail for r in d.rejected)
+
+
+def test_a_claim_the_higher_authority_repeats_stands_and_an_exception_is_never_checked():
+    same = POLICY.replace("6 hours", "12 hours")
+    d, ids = _decide(same, HELP, CLAIM, CLAIM_SIMILARITY + 0.05)
+    assert ids["warmly-help-boiler"] not in {r.passage_id for r in d.rejected}
+    # a help page in force only until a date is an exception, not a claim to check
+    d, ids = _decide(POLICY, HELP, CLAIM, CLAIM_SIMILARITY + 0.05, effective_to=dt.date(2026, 3, 31))
+    assert not any(r.passage_id == ids["warmly-help-boiler"] and "quotes" in r.detail for r in d.rejected)

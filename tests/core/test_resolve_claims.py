@@ -1,7 +1,8 @@
 """Session 25: a question quoting a lower source's value is checked against a higher
-authority (:func:`quarry.core.evidence.question.checked_claims`). Invented domain: a
-heating-repair firm's call-out promise, stated by its service policy and, in other words
-and another value, by its help page."""
+authority (:func:`quarry.core.evidence.question.checked_claims`; invented: a heating-repair
+firm's call-out promise, stated by its service policy and, in other words and another value,
+by its help page), and a passage whose title or headings name an entity the question asks
+about is about it (invented: a climbing wall's fee schedule)."""
 
 from __future__ import annotations
 
@@ -74,3 +75,21 @@ def test_a_claim_the_higher_authority_repeats_stands_and_an_exception_is_never_c
     # a help page in force only until a date is an exception, not a claim to check
     d, ids = _decide(POLICY, HELP, CLAIM, CLAIM_SIMILARITY + 0.05, effective_to=dt.date(2026, 3, 31))
     assert not any(r.passage_id == ids["warmly-help-boiler"] and "quotes" in r.detail for r in d.rejected)
+
+
+# ----------------------------------------------------------------------------- headings
+
+def test_a_section_whose_heading_names_the_entity_asked_about_answers():
+    # invented: a climbing wall. The question names "chalk bags", a topic only the kit page
+    # lists; the fee schedule's section headed "Chalk bags" states the price under it
+    fees = doc("crag-fees", "# Fees and charges 2026\n\n## Day passes\n\nAn adult day pass costs GBP 14.\n\n"
+               "## Chalk bags\n\nHire costs GBP 3 per visit.", doc_type="pricing", title="Fees and charges 2026",
+               entities=("crag-climbing", "north-wall"), tenant="warmly")
+    kit = doc("crag-kit", "# Kit at the desk\n\nChalk bags and harnesses are kept behind the front desk; ask a member "
+              "of staff.", entities=("chalk-bags", "harnesses"), tenant="warmly")
+    ps, _ = prepare([fees, kit])
+    d = resolve(ps, STAFF, DAY, query="how much is chalk bag hire?")
+    chalk = next(p.passage_id for p in ps if p.doc_id == "crag-fees" and "Chalk bags" in p.heading_path)
+    assert chalk in {g.passage_id for g in d.governing}
+    passes = next(p.passage_id for p in ps if p.doc_id == "crag-fees" and "Day passes" in p.heading_path)
+    assert passes not in {g.passage_id for g in d.governing}  # the day-pass section names no chalk bags

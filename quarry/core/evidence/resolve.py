@@ -144,11 +144,12 @@ def resolve(
     # an entity the question names scopes its answer only where a survivor is about it: a
     # ticket id the question quotes ("CX-20418 says ...") leaves the policies free to answer
     scoping = None if asked is None else asked & frozenset(e for pid in alive for e in by_id[pid].envelope.entities)
-    # (a passage whose text names an entity asked about is about it, whatever its entity list:
-    # lists mix places with topics, and the deadlines policy's "Counsel briefed" row answers a
-    # question about counsel although only the counsel runbook lists "counsel")
+    # (a passage whose title, headings or text name an entity asked about is about it, whatever
+    # its entity list: lists mix places with topics, and the deadlines policy's "Counsel briefed"
+    # row answers a question about counsel although only the counsel runbook lists "counsel";
+    # the fee schedule's "Shore power" section answers a question about shore power)
     candidates = [pid for pid in alive if (scoping is None or can_answer(by_id[pid].envelope, scoping)
-                                           or named_entities(by_id[pid].text, scoping))
+                                           or named_entities(_written_about(by_id[pid]), scoping))
                   and not ((start := start_of(by_id[pid].envelope)) is not None and start > day)]
     answers, scope = question_scope(st, facts, query, candidates, shown, pairs, groups, relevance)
 
@@ -197,6 +198,11 @@ def resolve(
         for pid in sorted(shown - placed))
     return Decision(valid_at=day, governing=tuple(governing), supporting=tuple(supporting), rejected=rejected,
                     unresolved=unresolved, related=related)
+
+
+def _written_about(p: Passage) -> str:
+    """What a passage says it is about: its document's title, its heading trail and its text."""
+    return "\n".join([p.envelope.title, *p.heading_path, p.text])
 
 
 def _name_the_answer(st: ResolutionState, facts: Mapping[str, PassageFacts], answers: set[str], on) -> None:

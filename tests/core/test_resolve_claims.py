@@ -1,8 +1,9 @@
 """Session 25: a question quoting a lower source's value is checked against a higher
 authority (:func:`quarry.core.evidence.question.checked_claims`; invented: a heating-repair
 firm's call-out promise, stated by its service policy and, in other words and another value,
-by its help page), and a passage whose title or headings name an entity the question asks
-about is about it (invented: a climbing wall's fee schedule)."""
+by its help page), a passage whose title or headings name an entity the question asks
+about is about it (invented: a climbing wall's fee schedule), and an answer echoes another
+only in what it states on the question (invented: a bike-share scheme)."""
 
 from __future__ import annotations
 
@@ -93,3 +94,29 @@ def test_a_section_whose_heading_names_the_entity_asked_about_answers():
     assert chalk in {g.passage_id for g in d.governing}
     passes = next(p.passage_id for p in ps if p.doc_id == "crag-fees" and "Day passes" in p.heading_path)
     assert passes not in {g.passage_id for g in d.governing}  # the day-pass section names no chalk bags
+
+
+# ----------------------------------------------------------------------------- echoes
+
+def test_an_answer_echoes_another_only_in_what_it_states_on_the_question():
+    from quarry.core.evidence.graph import facts_of
+    from quarry.core.evidence.question import without_echoes
+    from quarry.core.evidence.rules import ResolutionState, rank_of
+
+    # invented: a bike-share scheme. The Harbour Road page answers a question about card
+    # changes; its dock codes repeat the go-live record's, which says nothing on card changes
+    page = doc("bikes-harbour-road", "# Docks\n\nA change of payment card must reach the Harbour Road "
+               "desk at least 10 working days before the billing date.\n\nDock release codes have 4 digits.")
+    record = doc("bikes-golive", "# Docks\n\nDock release codes have 4 digits from now on.", doc_type="deployment")
+    ps, _ = prepare([page, record])
+    by_id = {p.passage_id: p for p in ps}
+    st = ResolutionState(day=DAY, rank={k: rank_of(p.envelope, None) for k, p in by_id.items()}, by_id=by_id)
+    facts = {k: facts_of(p) for k, p in by_id.items()}
+    ids = {p.doc_id: p.passage_id for p in ps}
+    both = {ids["bikes-harbour-road"], ids["bikes-golive"]}
+    assert st.rank[ids["bikes-harbour-road"]] < st.rank[ids["bikes-golive"]]
+    kept = without_echoes(both, st, facts, query="payment card change notice at Harbour Road")
+    assert ids["bikes-harbour-road"] in kept
+    # asked about the codes, the page only repeats the record
+    kept = without_echoes(both, st, facts, query="how many digits do dock release codes have?")
+    assert kept == {ids["bikes-golive"]}

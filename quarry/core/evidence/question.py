@@ -116,16 +116,20 @@ def _overlaps(q: frozenset[str], p: Passage, f: PassageFacts, kinds: frozenset[s
 
 
 def _echoes(a: str, b: str, st: ResolutionState, facts: Mapping[str, PassageFacts], similarity=None,
-            paraphrase: bool = False) -> bool:
+            paraphrase: bool = False, on=None) -> bool:
     """``a`` only repeats, at a lower authority than ``b``, a value ``b`` states for the same
     subject; with ``paraphrase``, in a sentence that says the same thing in other words (the
-    masked clauses reach the embedder's paraphrase threshold)."""
+    masked clauses reach the embedder's paraphrase threshold). Given ``on`` (a statement
+    speaks to the question), only what ``a`` states on the question counts, where it states
+    anything there: the Millrace page's "10 working days" for a direct debit change answers,
+    whatever its gate codes' "4 digits" repeat of a change record."""
     if paraphrase and similarity is None:
         return False
+    mine = [x for x in facts[a].statements if on(x)] if on is not None else []
     return st.rank[a] < st.rank[b] and any(
         x.unit == y.unit and same_value(x, y) and same_subject(x, y, similarity)
         and (not paraphrase or similarity(x.clause, y.clause) >= DEFAULT_THRESHOLDS.synonym)
-        for x in facts[a].statements for y in facts[b].statements)
+        for x in (mine or facts[a].statements) for y in facts[b].statements)
 
 
 def resumed(st: ResolutionState, facts: Mapping[str, PassageFacts], query: str, candidates: Sequence[str],
@@ -153,7 +157,8 @@ def resumed(st: ResolutionState, facts: Mapping[str, PassageFacts], query: str, 
 def without_echoes(answers: set[str], st: ResolutionState, facts: Mapping[str, PassageFacts],
                    candidates: Sequence[str] = (), similarity=None, query: str | None = None) -> set[str]:
     """Answers less one that only repeats, at a lower authority, a value another answer
-    states for the same subject (an incident ticket quoting the policy's cutoff). A
+    states for the same subject (an incident ticket quoting the policy's cutoff), in what it
+    states on the question where it states anything there. A
     ``candidates`` survivor that an answer echoes answers in its place: asked about what
     the care wiki says, the policy stating the same cutoff in other words is what governs
     (a ticket whose steps filter on the same time does not take an exception's place). ``similarity``
@@ -168,7 +173,8 @@ def without_echoes(answers: set[str], st: ResolutionState, facts: Mapping[str, P
         q = frozenset(tokenize(query)) - _GENERIC_STEMS
         answers |= {c for c in candidates if c not in answers and any(
             _restates(a, c, st, facts, q, similarity) for a in answers)}
-    return {a for a in answers if not any(_echoes(a, b, st, facts, similarity) for b in answers if b != a)}
+    on = speaks_to(query) if query is not None else None
+    return {a for a in answers if not any(_echoes(a, b, st, facts, similarity, on=on) for b in answers if b != a)}
 
 
 def _restates(a: str, c: str, st: ResolutionState, facts: Mapping[str, PassageFacts], q: frozenset[str],

@@ -3,7 +3,8 @@ authority (:func:`quarry.core.evidence.question.checked_claims`; invented: a hea
 firm's call-out promise, stated by its service policy and, in other words and another value,
 by its help page), a passage whose title or headings name an entity the question asks
 about is about it (invented: a climbing wall's fee schedule), and an answer echoes another
-only in what it states on the question (invented: a bike-share scheme)."""
+only in what it states on the question (invented: a bike-share scheme), and two formal
+documents dispute a question only in what both state on it (invented: a makerspace)."""
 
 from __future__ import annotations
 
@@ -120,3 +121,21 @@ def test_an_answer_echoes_another_only_in_what_it_states_on_the_question():
     # asked about the codes, the page only repeats the record
     kept = without_echoes(both, st, facts, query="how many digits do dock release codes have?")
     assert kept == {ids["bikes-golive"]}
+
+
+# ----------------------------------------------------------------------------- formal conflicts
+
+def test_two_formal_documents_dispute_a_question_only_in_what_both_state_on_it():
+    # invented: a makerspace. The workshop rules' booking notice and a later memo's dust
+    # extractor, "booked a day ahead", share words but only the rules speak of sessions there
+    rules = doc("make-rules", "# Workshop rules\n\nBook every laser-cutter session with the workshop office at "
+                "least 5 working days before the day you want.", doc_type="policy",
+                effective_from=dt.date(2025, 9, 1), tenant="warmly")
+    memo = doc("make-memo", "# Memo: extraction\n\nThe workshop office lends a dust extractor free of charge, "
+               "booked a day ahead. Laser-cutter sessions are charged GBP 12 per hour.", doc_type="policy",
+               effective_from=dt.date(2026, 2, 16), tenant="warmly")
+    ps, _ = prepare([rules, memo])
+    ids = {p.doc_id: p.passage_id for p in ps}
+    d = resolve(ps, STAFF, DAY, query="how much notice does a laser-cutter session need?")
+    assert ids["make-rules"] not in {r.passage_id for r in d.rejected}
+    assert ids["make-rules"] in {g.passage_id for g in d.governing}

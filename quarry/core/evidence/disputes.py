@@ -12,10 +12,15 @@ from quarry.core.evidence.conflict import conflict, conflicts, same_value
 from quarry.core.evidence.graph import PassageFacts, doc_key
 from quarry.core.evidence.rules import ResolutionState
 from quarry.core.evidence.subjects import DEFAULT_THRESHOLDS
-from quarry.core.records import Envelope
+from quarry.core.records import DEFAULT_AUTHORITY, Envelope
 from quarry.core.text.tokenizer import tokenize
 
-__all__ = ["decide_conflicts"]
+__all__ = ["FORMAL_RANK", "decide_conflicts"]
+
+# The rank from which a document sets rules or records changes (pricing, runbooks, records of
+# changes, contracts, policies in the default table); help pages, pages, tickets and comments
+# rank below it.
+FORMAL_RANK = DEFAULT_AUTHORITY["pricing"]
 
 
 def _specific(a: Envelope, b: Envelope, asked: frozenset[str] | None = None) -> bool:
@@ -91,13 +96,21 @@ def replaces(text: str, other: tuple) -> bool:
     return _names_a_value(replaced_values(text), other)
 
 
-def _conflict_on(a: tuple, b: tuple, on: Callable[[object], bool] | None, similarity=None) -> bool:
+def _conflict_on(a: tuple, b: tuple, on: Callable[[object], bool] | None, similarity=None,
+                 formal: bool = False) -> bool:
     """``a`` and ``b`` state different values for one subject; given ``on``, and when
     either passage states something the question asks about, one of the two conflicting
     statements must be such a statement (a paraphrased question that shares no word with
-    either passage's statements keeps every conflict)."""
+    either passage's statements keeps every conflict). Between two ``formal`` passages
+    (both of :data:`FORMAL_RANK` or above) that each state something the question asks
+    about, both conflicting statements must be such statements: the boatyard rules' lift
+    booking notice and the antifouling memo's "booked a day ahead" for a sander do not
+    dispute a question about booking a lift. A help page, a page, a ticket or a comment
+    restates rules in its own words, so one side on the question is enough there."""
     if on is None or not any(on(s) for s in (*a, *b)):
         return conflict(a, b, similarity) is not None
+    if formal and any(on(s) for s in a) and any(on(s) for s in b):
+        return any(conflicts(sa, sb, similarity) for sa in a for sb in b if on(sa) and on(sb))
     return any(conflicts(sa, sb, similarity) for sa in a for sb in b if on(sa) or on(sb))
 
 
@@ -241,7 +254,8 @@ def decide_conflicts(st: ResolutionState, facts: Mapping[str, PassageFacts], ask
     question about its entity. ``on`` tells a statement that speaks to the question (None:
     every statement does): a conflict between two passages on a subject the question does
     not ask about (their fees, when it asks about a turnaround time, and one of them states
-    the turnaround time) decides nothing here. ``similarity`` compares two statements'
+    the turnaround time) decides nothing here; between two formal passages (:data:`FORMAL_RANK`)
+    each stating something the question asks about, both statements must (:func:`_conflict_on`). ``similarity`` compares two statements'
     masked clauses (their stored vectors, :func:`.vectors.clause_similarity`; None: the
     lexical rule alone).
     """
@@ -259,7 +273,8 @@ def decide_conflicts(st: ResolutionState, facts: Mapping[str, PassageFacts], ask
         for b in alive[i + 1:]:
             ea, eb = st.by_id[a].envelope, st.by_id[b].envelope
             if doc_key(ea) == doc_key(eb) or not stated[a] or not stated[b] \
-                    or not _conflict_on(stated[a], stated[b], on, similarity) \
+                    or not _conflict_on(stated[a], stated[b], on, similarity,
+                                        min(st.rank[a], st.rank[b]) >= FORMAL_RANK) \
                     or _apart_policies(ea, eb, st.by_id[a].text, st.by_id[b].text) \
                     or _apart_places(ea, eb, st.by_id[a].text, st.by_id[b].text):
                 continue  # (the topic test reads titles and texts: only for pairs that do conflict)

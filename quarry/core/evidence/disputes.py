@@ -103,9 +103,9 @@ def _conflict_on(a: tuple, b: tuple, on: Callable[[object], bool] | None, simila
     statements must be such a statement (a paraphrased question that shares no word with
     either passage's statements keeps every conflict). Between two ``formal`` passages
     (both of :data:`FORMAL_RANK` or above) that each state something the question asks
-    about, both conflicting statements must be such statements: the boatyard rules' lift
-    booking notice and the antifouling memo's "booked a day ahead" for a sander do not
-    dispute a question about booking a lift. A help page, a page, a ticket or a comment
+    about, both conflicting statements must be such statements: the workshop rules' notice
+    for a laser-cutter session and a later memo's dust extractor "booked a day ahead" do not
+    dispute a question about the notice a session needs. A help page, a page, a ticket or a comment
     restates rules in its own words, so one side on the question is enough there."""
     if on is None or not any(on(s) for s in (*a, *b)):
         return conflict(a, b, similarity) is not None

@@ -189,6 +189,14 @@ def _restates(a: str, c: str, st: ResolutionState, facts: Mapping[str, PassageFa
                for x in facts[a].statements for y in facts[c].statements)
 
 
+def _not_local(env: Envelope, x, entities: set[str]) -> bool:
+    """Statement ``x`` of a passage with envelope ``env`` is no local rule against a passage
+    scoped to ``entities``: its passage names no entity outside them, or the sentence itself
+    names only entities among them and no place or label of its own (a wiki's "Deposits: ..."
+    line; not "At the East Basin ...")."""
+    return set(env.entities) <= entities or (bool(x.scope) and set(x.scope) <= entities and not x.qualifiers)
+
+
 def without_outranked(answers: set[str], st: ResolutionState, facts: Mapping[str, PassageFacts],
                       query: str, similarity=None) -> set[str]:
     """Answers less one that a higher authority among them contradicts on what the question
@@ -229,11 +237,7 @@ def without_outranked(answers: set[str], st: ResolutionState, facts: Mapping[str
                 continue
             eb = set(st.by_id[b].envelope.entities)
             theirs = on(b, 1)
-            # a statement of a passage naming entities b does not is a local rule, unless the
-            # sentence itself names only entities of b and no place or label of its own (a
-            # wiki's "Deposits: ..." line; not "At the East Basin ...")
-            lone = [(x, wx) for x, wx in mine
-                    if (set(env.entities) <= eb or (x.scope and set(x.scope) <= eb and not x.qualifiers))
+            lone = [(x, wx) for x, wx in mine if _not_local(env, x, eb)
                     and not any(x.unit == y.unit and same_value(x, y) for y, _ in theirs)]
             if any(x.unit == y.unit and not same_value(x, y) and one_rule(x, wx, y, wy)
                    for x, wx in lone for y, wy in theirs):
@@ -284,8 +288,7 @@ def checked_claims(answers: set[str], st: ResolutionState, facts: Mapping[str, P
             if st.rank[b] <= st.rank[a] or doc_key(eb) == doc_key(env):
                 continue
             for x, w in claims:
-                if not (set(env.entities) <= set(eb.entities)
-                        or (x.scope and set(x.scope) <= set(eb.entities) and not x.qualifiers)):
+                if not _not_local(env, x, set(eb.entities)):
                     continue
                 for y in facts[b].statements:
                     if y.unit != x.unit or not w & stated_stems(y):

@@ -44,6 +44,9 @@ def doc(doc_id: str, text: str, **kw) -> SourceDocument:
     ("the EUR 40 daily charge in the mooring price list", "Mooring price list", False),
     # too little of the title
     ("the price list", "Marina mooring price list (June 2025)", False),
+    # a numbered part of a document, not the document ("rule" is also a word of the title)
+    ("the rule in section 5 of the Slipway and mooring rules", "Slipway and mooring rules", False),
+    ("clause 3 of the mooring price list", "Mooring price list", False),
 ])
 def test_a_phrase_names_a_title(phrase, title, named):
     assert names_title(phrase, title) is named

@@ -13,6 +13,8 @@ Stemmed words, no model."""
 
 from __future__ import annotations
 
+import re
+
 from quarry.core.text.tokenizer import tokenize
 
 __all__ = ["COVERAGE", "names_title"]
@@ -21,8 +23,15 @@ COVERAGE = 0.75  # share of a title's words a phrase must hold
 _LEADING = frozenset(tokenize("current previous old existing earlier former present whole entire"))
 
 
+# "the rule in section 5 of the Pitch and site rules", "clause 3 of the hire terms": a phrase
+# naming a numbered part of a document names that part, not the document
+_PART_OF = re.compile(r"\b(?:section|clause|paragraph|part|article|appendix|annex)\s+\d+[a-z]?(?:\.\d+)*\s+of\b", re.I)
+
+
 def names_title(phrase: str, title: str) -> bool:
-    """Whether ``phrase`` names the document titled ``title``."""
+    """Whether ``phrase`` names the document titled ``title`` (not a numbered part of it)."""
+    if _PART_OF.search(phrase):
+        return False
     t = frozenset(tokenize(title))  # (not cached: titles are tenant text, and every cache is keyed by tenant)
     p = tokenize(phrase)
     while p and p[0] in _LEADING:

@@ -4,18 +4,20 @@ conflict it is in; what stays undecided is reported as unresolved groups."""
 
 from __future__ import annotations
 
+import datetime as dt
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 from quarry.core.evidence.conditions import _OPEN_ENDED, named_entities
 from quarry.core.evidence.conflict import conflict, conflicts, same_value
 from quarry.core.evidence.graph import PassageFacts, doc_key
-from quarry.core.evidence.rules import ResolutionState
+from quarry.core.evidence.rules import ResolutionState, start_of
 from quarry.core.evidence.subjects import DEFAULT_THRESHOLDS
+from quarry.core.evidence.titles import names_title
 from quarry.core.records import DEFAULT_AUTHORITY, Envelope
 from quarry.core.text.tokenizer import tokenize
 
-__all__ = ["FORMAL_RANK", "decide_conflicts"]
+__all__ = ["FORMAL_RANK", "decide_conflicts", "partial_overrides", "withdrawn_rules"]
 
 # The rank from which a document sets rules or records changes (pricing, runbooks, records of
 # changes, contracts, policies in the default table); help pages, pages, tickets and comments
@@ -411,3 +413,97 @@ def partial_overrides(st: ResolutionState, facts: Mapping[str, PassageFacts], on
                     and topic and _names(st.by_id[w].text, el, topic):
                 st.reject(lose, "superseded_by", w, f"override: {doc_key(ew)} names the value of {doc_key(el)} "
                           f"as the one it replaces", f"supersedes {doc_key(el)} in part")
+
+
+# "section 3 of the class booking policy": the section a memo names in the document it changes
+_SECTION = re.compile(r"\bsection\s+(\d+)\b", re.I)
+_NUMBERED = re.compile(r"^\s*(?:section\s+)?(\d+)\b", re.I)
+_QUOTED = re.compile(r"[\"“'‘]([^\"”'’\n]{6,120})[\"”'’]")
+MIN_RULE_WORDS = 2  # words a withdrawn rule's sentence must share with the sentence stating it
+# a memo's sentence saying what of the document stands ("Nothing else in the policy changes",
+# "The rest of section 5 stands", "adults still show proof", "is unchanged", "stay as they are")
+_STANDS = re.compile(r"\b(?:nothing\s+else|the\s+rest\s+of|all\s+the\s+other|everything\s+else|still|unchanged"
+                     r"|stands?|stay(?:s)?\s+(?:exactly\s+)?as|remains?)\b", re.I)
+
+
+def _names_doc(text: str, env: Envelope) -> bool:
+    """``text`` names the document of ``env``: by its title in quotes, or by at least two of
+    its title's topic words right before a document noun ("the fees and billing policy", of
+    "Fee estimates, time recording and billing")."""
+    topic = frozenset(tokenize(env.title)) - _TITLE_KINDS
+    if not topic:
+        return False
+    if env.doc_id in text or any(names_title(q, env.title) for q in _QUOTED.findall(text)):
+        return True
+    words = tokenize(text)
+    for i, z in enumerate(words):
+        if z in _DOC_NOUNS:
+            n = 0
+            while i - n - 1 >= 0 and words[i - n - 1] in topic:
+                n += 1
+            if n >= 2:
+                return True
+    return False
+
+
+def withdrawn_rules(st: ResolutionState, facts: Mapping[str, PassageFacts], query: str,
+                    sentences: Callable[[str], Sequence[str]], asked: frozenset[str] = frozenset()) -> set[str]:
+    """A memo withdrawing one rule of a document it names ("The rule in section 3 of the
+    'Site access and gate code policy' that lets a customer bring one person with them
+    without registering that person is withdrawn with effect from 16 February 2026"; "the
+    three-strikes booking ban in section 3 of the class booking policy is rescinded")
+    supersedes the passage of that document stating the rule, where the question asks about
+    that rule. The passage stating it is the one whose sentence shares most words with the
+    withdrawing sentence (at least ``MIN_RULE_WORDS``; in the section the memo names, where
+    the headings are numbered); the question asks about the rule when that sentence shares
+    some of its words and as many as every other sentence of the passage, and it or the
+    withdrawing sentence shares more than every sentence in which the memo says what stands ("Nothing else in the policy changes: adults still show
+    proof of address"; "The refuelling service charge in that section is unchanged"). No
+    value needs to change hands: a rule withdrawn is not a value replaced
+    (:func:`partial_overrides`). Never from a lower authority, an instruction, or a record
+    older than the rule, nor from a place's own rules ("Sedgewick Water: local rules") for a
+    question not naming the place. Returns the memos that withdrew a rule asked about: they answer."""
+    q = frozenset(tokenize(query))
+    out: set[str] = set()
+    alive = sorted(pid for pid in st.by_id if pid not in st.rejected)
+    for w in alive:
+        pw = st.by_id[w]
+        if facts[w].instruction or (start_of(pw.envelope) or st.day) > st.day:
+            continue  # (a memo not yet started withdraws nothing as of the day)
+        said = sentences(pw.text)
+        retiring = [x for x in said if _RETIRED.search(x) or _REPLACED.search(x)]
+        if not retiring or ((own := _places(pw.envelope, pw.text)) and not own & asked):
+            continue  # (a place's own rules replace the general rule there only: asked about it)
+        kept = max((len(frozenset(tokenize(x)) & q) for x in said if _STANDS.search(x)), default=0)
+        named = [pid for pid in alive if pid not in st.rejected and st.by_id[pid].envelope.doc_id != pw.envelope.doc_id
+                 and st.rank[pid] <= st.rank[w]
+                 and (start_of(st.by_id[pid].envelope) or dt.date.min) <= (start_of(pw.envelope) or dt.date.max)]
+        for x in retiring:
+            sec = _SECTION.search(x)
+            # the passage stating the withdrawn rule, of each document the memo names
+            best: dict[str, tuple[tuple, str, list]] = {}
+            for lose in named:
+                pl = st.by_id[lose]
+                if not _names_doc(pw.text, pl.envelope):
+                    continue
+                heading = _NUMBERED.match(pl.heading_path[-1]) if pl.heading_path else None
+                rule = frozenset(tokenize(x)) - frozenset(tokenize(pl.envelope.title)) - _TITLE_KINDS
+                mine = [frozenset(tokenize(y)) for y in sentences(pl.text)]
+                if not mine:
+                    continue
+                i = max(range(len(mine)), key=lambda j: (len(mine[j] & rule), -j))
+                key = (bool(sec and heading and sec.group(1) == heading.group(1)), len(mine[i] & rule))
+                if sec and heading and not key[0] or key[1] < MIN_RULE_WORDS:
+                    continue  # another section of the document, or too few words of the rule
+                doc = pl.envelope.doc_id
+                if doc not in best or (key, lose) > (best[doc][0], best[doc][1]):
+                    best[doc] = (key, lose, [mine[i], *mine[:i], *mine[i + 1:]])
+            said_x = len(frozenset(tokenize(x)) & q)  # the question in the memo's words for the rule
+            for doc, (_, lose, mine) in sorted(best.items()):
+                near = len(mine[0] & q)
+                if near and max(near, said_x) > kept and all(len(m & q) <= near for m in mine[1:]):
+                    el = st.by_id[lose].envelope
+                    st.reject(lose, "superseded_by", w, f"override: {doc_key(pw.envelope)} withdraws or replaces a "
+                              f"rule of {doc_key(el)}", f"supersedes {doc_key(el)} in part")
+                    out.add(w)
+    return out

@@ -38,6 +38,9 @@ authority among the answers contradicts on what the question asks, in sentences 
 to be one subject by themselves, is ``subordinate_to`` it (:func:`.question.without_outranked`);
 so is a lower answer stating a value the question quotes, where a higher authority states
 another in the clause nearest it, and that authority answers (:func:`.question.checked_claims`).
+A memo withdrawing or replacing one rule of a document it names supersedes the passage stating
+that rule, for a question about that rule, and answers in its place
+(:func:`.disputes.withdrawn_rules`).
 An entity-specific
 passage beats a general one only for a question naming its entity; an entity the question
 names that no surviving passage is scoped to (the ticket it quotes) scopes nothing. Ranks and the
@@ -61,13 +64,14 @@ import datetime as dt
 from collections.abc import Mapping, Sequence
 
 from quarry.core.evidence.conditions import named_entities, other_parts
-from quarry.core.evidence.disputes import decide_conflicts, partial_overrides
+from quarry.core.evidence.disputes import decide_conflicts, partial_overrides, withdrawn_rules
 from quarry.core.evidence.graph import PassageFacts, doc_key, facts_of
 from quarry.core.evidence.conflict import same_value
 from quarry.core.evidence.predicates import MIN_SHARED, predicates
 from quarry.core.evidence.question import (
     ON_QUESTION, can_answer, checked_claims, question_scope, resumed, speaks_to, stated_stems, without_echoes, without_outranked,
 )
+from quarry.core.evidence.sentences import passage_sentences
 from quarry.core.evidence.rules import (
     Rejection, ResolutionState, rank_of, effective_dates, start_of, stopping_conditions, supersession,
 )
@@ -120,12 +124,13 @@ def resolve(
     stopping_conditions(st, by_doc)
     # the statements' stored vectors (the tenant's embedder, at build time) compare clauses
     similarity = clause_similarity(facts.values())
-    if query is not None:  # a rule replaced in part, where the question asks about it
+    asked = None
+    withdrawing: set[str] = set()
+    if query is not None:  # a rule replaced or withdrawn in part, where the question asks about it
+        asked = named_entities(query, (e for p in by_id.values() for e in p.envelope.entities))
         q_stems = frozenset(tokenize(query))
         partial_overrides(st, facts, speaks_to(query), lambda s: len(q_stems & stated_stems(s)), similarity)
-    asked = None
-    if query is not None:
-        asked = named_entities(query, (e for p in by_id.values() for e in p.envelope.entities))
+        withdrawing = withdrawn_rules(st, facts, query, lambda t: passage_sentences(t, tenant=principal.tenant), asked)
     # parts of a kind the question names by another letter or number (Pier B's, asked about Pier A)
     elsewhere = frozenset() if query is None else other_parts(query, (e for p in by_id.values()
                                                                      for e in p.envelope.entities))
@@ -152,6 +157,7 @@ def resolve(
                                            or named_entities(_written_about(by_id[pid]), scoping))
                   and not ((start := start_of(by_id[pid].envelope)) is not None and start > day)]
     answers, scope = question_scope(st, facts, query, candidates, shown, pairs, groups, relevance)
+    answers |= withdrawing & set(candidates)  # a memo withdrawing the rule asked about answers in its place
 
     def sel(pid: str, reason: str) -> SelectedEvidence:
         return SelectedEvidence(passage_id=pid, reason=reason, validity=validity(by_id[pid].envelope, day))

@@ -1,0 +1,63 @@
+"""Session 26: a memo withdrawing one rule of a document it names supersedes the passage
+stating that rule, for a question about it, and nothing else of the document
+(:func:`quarry.core.evidence.disputes.withdrawn_rules`; invented: an allotment society's
+plot handbook and its committee's memo on bonfires)."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from quarry.core.evidence.resolve import resolve
+from quarry.core.ingest.pipeline import prepare
+from quarry.core.records import Principal, SourceDocument
+
+pytestmark = pytest.mark.unit
+
+STAFF = Principal(tenant="plotters", subject="u1", groups=frozenset({"all-staff"}))
+RULES = ("# Allotment plot handbook\n\n## 1. Keeping a plot\n\nEach plot is worked and kept clear of litter all year.\n\n"
+         "## 2. Fires and water\n\nPlot holders may light a bonfire of dry garden waste on weekday evenings. "
+         "Hosepipes are never used on the site; plot holders water from the butts.\n")
+MEMO = ("# Committee memo: bonfires\n\nNeighbours have complained about smoke. The rule in section {n} of the "
+        "allotment plot handbook that lets plot holders light a bonfire of dry garden waste is withdrawn with effect "
+        "from 2 March 2026. From that date garden waste goes in the green skip by the gate. Nothing else in the "
+        "allotment plot handbook changes.\n")
+BONFIRE = "can plot holders light a bonfire on their plot?"
+HOSE = "can plot holders use a hosepipe on the site?"
+
+
+def _decide(query: str, day: dt.date, section: int = 2, memo_type: str = "memo"):
+    docs = [SourceDocument(doc_id="plotters-plot-rules", tenant="plotters", acl=("all-staff",), doc_type="policy",
+                           title="Allotment plot handbook", text=RULES, effective_from=dt.date(2025, 4, 1)),
+            SourceDocument(doc_id="plotters-memo-bonfires", tenant="plotters", acl=("all-staff",), doc_type=memo_type,
+                           authority="policy" if memo_type == "memo" else None, title="Committee memo: bonfires",
+                           text=MEMO.format(n=section), effective_from=dt.date(2026, 3, 2))]
+    ps, _ = prepare(docs)
+    d = resolve(ps, STAFF, day, query=query)
+    rules = next(p.passage_id for p in ps if p.doc_id == "plotters-plot-rules" and "fires" in p.passage_id)
+    memo = next(p.passage_id for p in ps if p.doc_id == "plotters-memo-bonfires")
+    return d, rules, memo
+
+
+def test_a_memo_withdrawing_the_rule_asked_about_supersedes_it_and_answers():
+    d, rules, memo = _decide(BONFIRE, dt.date(2026, 3, 10))
+    rejected = {r.passage_id: (r.reason, r.by) for r in d.rejected}
+    assert rejected.get(rules) == ("superseded_by", memo)
+    assert memo in {g.passage_id for g in d.governing}
+    detail = next(r.detail for r in d.rejected if r.passage_id == rules)
+    assert "garden" not in detail and "light" not in detail  # ids and codes only, never text
+
+
+def test_the_rest_of_the_document_stands():
+    # asked about another rule of the same section, the rules answer
+    d, rules, memo = _decide(HOSE, dt.date(2026, 3, 10))
+    assert rules not in {r.passage_id for r in d.rejected}
+    assert rules in {g.passage_id for g in d.governing}
+
+
+def test_nothing_is_withdrawn_before_the_memo_another_section_or_from_a_lower_authority():
+    for kw in ({"day": dt.date(2026, 2, 10)}, {"day": dt.date(2026, 3, 10), "section": 1},
+               {"day": dt.date(2026, 3, 10), "memo_type": "page"}):
+        d, rules, memo = _decide(BONFIRE, **kw)
+        assert rules not in {r.passage_id for r in d.rejected if r.reason == "superseded_by"}, kw

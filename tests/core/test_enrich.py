@@ -792,3 +792,26 @@ def test_a_yearless_completion_date_takes_the_records_year(text, published, on):
 ])
 def test_an_instruction_lead_in_is_no_condition(text):
     assert enrich(doc(text)).condition is None
+
+
+@pytest.mark.parametrize("title, text, span", [
+    # invented: a bakery's winter hours, a climbing wall's offer, a lido's amnesty
+    ("Memo: winter baking rota", "These arrangements run from Monday 3 November 2025 until Sunday 1 March 2026 and "
+     "lapse after that date:\n\n- The ovens start at 05:00.", (dt.date(2025, 11, 3), dt.date(2026, 3, 1))),
+    ("Memo: spring bouldering offer", "Members pay no guest fee for friends on any visit from Monday 2 March 2026 up "
+     "to and including Thursday 30 April 2026. The offer lapses after 30 April.", (dt.date(2026, 3, 2), dt.date(2026, 4, 30))),
+    ("Memo: Eastmoor lido lost-key amnesty", "To clear the key box before the season, the Eastmoor lost-key amnesty "
+     "runs from Monday 2 February 2026 until Saturday 28 February 2026.", (dt.date(2026, 2, 2), dt.date(2026, 2, 28))),
+])
+def test_a_dated_span_the_document_lapses_after_bounds_it(title, text, span):
+    d = enrich(SourceDocument(doc_id="x", tenant="t", acl=("all-staff",), title=title, text=text, doc_type="memo"))
+    assert (d.effective_from, d.effective_to) == span
+    assert d.condition is None  # "until that date" is a date, not an event
+
+
+def test_a_span_of_one_line_while_the_rest_goes_on_bounds_nothing():
+    text = ("The joining fee is waived for any swimmer starting from Monday 5 January 2026 up to and including Friday "
+            "27 February 2026. The waiver expires after 27 February 2026; every other line of this schedule carries "
+            "on as written.")
+    d = enrich(SourceDocument(doc_id="x", tenant="t", acl=("all-staff",), title="Lido fees 2025-26", text=text))
+    assert d.effective_to is None

@@ -192,6 +192,10 @@ def _shortened(cond: str) -> str:
     return head + completes if len(head.split()) >= 3 else cond
 
 
+# "... and lapse after that date": a date, not an event (the validity enricher reads the date)
+_A_DATE = re.compile(r"until\s+(?:that|this|the\s+same|the\s+end)\s+(?:date|day)|until\s+then", re.IGNORECASE)
+
+
 def find_condition(sents: list[str], pipeline: str = DEFAULT_PIPELINE) -> str | None:
     """The first stopping condition the sentences state (see the module doc), normalised."""
     for raw in sents:
@@ -211,7 +215,8 @@ def find_condition(sents: list[str], pipeline: str = DEFAULT_PIPELINE) -> str | 
             found.append((m.start(), f"until {_clause(m.group('cond'))}"))
         found = [(at, _shortened(c)) for at, c in found]
         found = [(at, c) for at, c in found
-                 if c != "until" and not _WHEN.match(c[6:]) and len(c.split()) <= _MAX_COND_WORDS + 1]
+                 if c != "until" and not _WHEN.match(c[6:]) and len(c.split()) <= _MAX_COND_WORDS + 1
+                 and not _A_DATE.fullmatch(c)]
         if not found:
             continue
         verb_at = _instruction_at(s, pipeline)

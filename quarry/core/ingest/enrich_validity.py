@@ -19,7 +19,12 @@ publication and that date (then the date is one rule's, not the document's). A f
 ("From / On <date>") before this document's own rules ("these rates take over from ...", "the
 rules below are used at ...") starts it. A sentence ending one part that says the rest goes on ("The
 waiver expires after 27 February 2026; every other line of this schedule carries on") ends no
-document. A weekday before a date ("Monday 2 March 2026") is read past.
+document. A range of two dates that the sentence, or the next one, says the document lapses
+after ("These arrangements run from 3 November 2025 until 1 March 2026 and lapse after that
+date"; "... up to and including 28 February 2026. The offer lapses after 28 February") bounds
+it, unless one of the two says the rest goes on. A subject may follow a fronting clause ("To
+bring lapsed members back, the Fenmoor fines amnesty runs from ..."). A weekday before a date
+("Monday 2 March 2026") is read past.
 """
 
 from __future__ import annotations
@@ -137,6 +142,14 @@ _EFF_TRIGGER = re.compile(r"\b(?:effective|effect|force|change|amended|valid|goo
 
 
 _DATE_RX = re.compile(DATE, re.IGNORECASE)
+# "These arrangements run from 3 November 2025 until 1 March 2026 and lapse after that date";
+# "The offer applies to events held from 2 March 2026 up to and including 30 April 2026, and
+# lapses after that date": a dated range that the sentence, or the next one ("The offer lapses
+# after 28 February"), says this document lapses after
+_SPAN = re.compile(r"\bfrom\s+(?P<a>" + DATE + r")\s*,?\s+(?:until|till|to|through|thru|up\s+to(?:\s+and\s+including)?)\s+(?P<b>"
+                   + DATE + ")", re.IGNORECASE)
+_LAPSES_AFTER = re.compile(r"\b(?:lapses?|expires?|ends?|stops?|runs?\s+out)\s+(?:after|on|at\s+the\s+end\s+of)\s+(?:that"
+                           r"\s+(?:date|day)|then|\d{1,2}\s+[a-z]+|" + DATE + ")", re.IGNORECASE)
 # "Monday 2 March 2026": a weekday before a date says nothing the date does not
 _WEEKDAY = re.compile(r"\b(?:mon|tues|wednes|thurs|fri|satur|sun)day,?\s+(?=\d|(?:jan|feb|mar|apr|may|jun|jul|aug|sep|oct"
                       r"|nov|dec)[a-z]*\b)", re.IGNORECASE)
@@ -192,6 +205,12 @@ def _acts_before(sents: list[str], start: dt.date, published: dt.date | None, te
                for s in sents for m in _DATE_RX.finditer(_plain(s)) for d in [parse_date(m.group(0), tenant=tenant)])
 
 
+def _after_lead(s: str) -> str:
+    """A sentence less a fronted clause ("To bring lapsed members back, ..."), or "" without one."""
+    head, sep, rest = s.partition(", ")
+    return rest if sep and len(head.split()) <= 15 and not _DATE_RX.search(head) else ""
+
+
 def find_effective(sents: list[str], own: str | None = None, title: str = "", *,
                    tenant: str, published: dt.date | None = None) -> tuple[dt.date | None, dt.date | None]:
     """(effective_from, effective_to) this document states; ``own`` is its doc id, so a
@@ -201,11 +220,17 @@ def find_effective(sents: list[str], own: str | None = None, title: str = "", *,
     start = end = None
     named = frozenset(tokenize(title))
     previous = ""
-    for raw in sents:
+    for i, raw in enumerate(sents):
         before, previous = previous, raw
-        if not _EFF_TRIGGER.search(raw):
+        if not _EFF_TRIGGER.search(raw) and not _SPAN.search(_plain(raw)):
             continue
         s = _plain(raw)
+        after = _plain(sents[i + 1]) if i + 1 < len(sents) else ""
+        if (start is None or end is None) and (m := _SPAN.search(s)) and (
+                _LAPSES_AFTER.search(s, m.end()) or _LAPSES_AFTER.search(after)) \
+                and not _REST_GOES_ON.search(s) and not _REST_GOES_ON.search(after):  # (one line's waiver: the rest goes on)
+            start = start or parse_date(m.group("a"), tenant=tenant)
+            end = end or parse_date(m.group("b"), tenant=tenant)
         if m := _RANGE.search(s):
             start = start or parse_date(m.group("a"), tenant=tenant)
             end = end or parse_date(m.group("b"), tenant=tenant)
@@ -245,7 +270,10 @@ def find_effective(sents: list[str], own: str | None = None, title: str = "", *,
             end = parse_date(m.group("date") or m.group("date2"), tenant=tenant)
         if end is None and (m := _NO_LONGER.search(s)) and _speaks_of_itself(m.group("subj"), named, s, own):
             end = _last_day(m, tenant)
-        if (m := _TITLED.search(s)) and _speaks_of_itself(m.group("subj") or m.group("subj2"), named, s, own):
+        # ("To bring lapsed members back, the Fenmoor fines amnesty runs from ...": a clause may front the subject)
+        if (m := _TITLED.search(s) or _TITLED.search(_after_lead(s))) and _speaks_of_itself(
+                m.group("subj") or m.group("subj2"), named, s, own):
+            s = s if _TITLED.search(s) else _after_lead(s)
             d = parse_date(m.group("date") or m.group("date2"), tenant=tenant)
             if m.group("date2") or m.group("dir").lower().startswith(("until", "till", "through", "thru", "to")):
                 if not _REST_GOES_ON.search(s, m.end()):  # one part ends; the rest of the document goes on

@@ -466,6 +466,7 @@ def withdrawn_rules(st: ResolutionState, facts: Mapping[str, PassageFacts], quer
     q = frozenset(tokenize(query))
     out: set[str] = set()
     alive = sorted(pid for pid in st.by_id if pid not in st.rejected)
+    stems: dict[str, list[frozenset[str]]] = {}  # each passage's sentences, tokenized once per call
     for w in alive:
         pw = st.by_id[w]
         if facts[w].instruction or (start_of(pw.envelope) or st.day) > st.day:
@@ -478,17 +479,24 @@ def withdrawn_rules(st: ResolutionState, facts: Mapping[str, PassageFacts], quer
         named = [pid for pid in alive if pid not in st.rejected and st.by_id[pid].envelope.doc_id != pw.envelope.doc_id
                  and st.rank[pid] <= st.rank[w]
                  and (start_of(st.by_id[pid].envelope) or dt.date.min) <= (start_of(pw.envelope) or dt.date.max)]
+        names: dict[tuple[str, str], bool] = {}  # (doc id, title) -> whether the memo names it
         for x in retiring:
             sec = _SECTION.search(x)
+            said_words = frozenset(tokenize(x))
             # the passage stating the withdrawn rule, of each document the memo names
             best: dict[str, tuple[tuple, str, list]] = {}
             for lose in named:
                 pl = st.by_id[lose]
-                if not _names_doc(pw.text, pl.envelope):
+                which = (pl.envelope.doc_id, pl.envelope.title)
+                if which not in names:
+                    names[which] = _names_doc(pw.text, pl.envelope)
+                if not names[which]:
                     continue
                 heading = _NUMBERED.match(pl.heading_path[-1]) if pl.heading_path else None
-                rule = frozenset(tokenize(x)) - frozenset(tokenize(pl.envelope.title)) - _TITLE_KINDS
-                mine = [frozenset(tokenize(y)) for y in sentences(pl.text)]
+                rule = said_words - frozenset(tokenize(pl.envelope.title)) - _TITLE_KINDS
+                if lose not in stems:
+                    stems[lose] = [frozenset(tokenize(y)) for y in sentences(pl.text)]
+                mine = stems[lose]
                 if not mine:
                     continue
                 i = max(range(len(mine)), key=lambda j: (len(mine[j] & rule), -j))
@@ -498,7 +506,7 @@ def withdrawn_rules(st: ResolutionState, facts: Mapping[str, PassageFacts], quer
                 doc = pl.envelope.doc_id
                 if doc not in best or (key, lose) > (best[doc][0], best[doc][1]):
                     best[doc] = (key, lose, [mine[i], *mine[:i], *mine[i + 1:]])
-            said_x = len(frozenset(tokenize(x)) & q)  # the question in the memo's words for the rule
+            said_x = len(said_words & q)  # the question in the memo's words for the rule
             for doc, (_, lose, mine) in sorted(best.items()):
                 near = len(mine[0] & q)
                 if near and max(near, said_x) > kept and all(len(m & q) <= near for m in mine[1:]):

@@ -457,8 +457,9 @@ def withdrawn_rules(st: ResolutionState, facts: Mapping[str, PassageFacts], quer
     withdrawing sentence (at least ``MIN_RULE_WORDS``; in the section the memo names, where
     the headings are numbered); the question asks about the rule when that sentence shares
     some of its words and as many as every other sentence of the passage, and it or the
-    withdrawing sentence shares more than every sentence in which the memo says what stands ("Nothing else in the policy changes: adults still show
-    proof of address"; "The refuelling service charge in that section is unchanged"). No
+    withdrawing sentence shares more than every sentence in which the memo says what stands
+    ("Nothing else in the policy changes: adults still show proof of address"; "The
+    refuelling service charge in that section is unchanged"). No
     value needs to change hands: a rule withdrawn is not a value replaced
     (:func:`partial_overrides`). Never from a lower authority, an instruction, or a record
     older than the rule, nor from a place's own rules ("Sedgewick Water: local rules") for a

@@ -222,15 +222,16 @@ def find_effective(sents: list[str], own: str | None = None, title: str = "", *,
     previous = ""
     for i, raw in enumerate(sents):
         before, previous = previous, raw
-        if not _EFF_TRIGGER.search(raw) and not _SPAN.search(_plain(raw)):
-            continue
         s = _plain(raw)
-        after = _plain(sents[i + 1]) if i + 1 < len(sents) else ""
-        if (start is None or end is None) and (m := _SPAN.search(s)) and (
-                _LAPSES_AFTER.search(s, m.end()) or _LAPSES_AFTER.search(after)) \
-                and not _REST_GOES_ON.search(s) and not _REST_GOES_ON.search(after):  # (one line's waiver: the rest goes on)
-            start = start or parse_date(m.group("a"), tenant=tenant)
-            end = end or parse_date(m.group("b"), tenant=tenant)
+        span = _SPAN.search(s)
+        if not span and not _EFF_TRIGGER.search(raw):
+            continue
+        if span and (start is None or end is None):
+            after = _plain(sents[i + 1]) if i + 1 < len(sents) else ""
+            if (_LAPSES_AFTER.search(s, span.end()) or _LAPSES_AFTER.search(after)) \
+                    and not _REST_GOES_ON.search(s) and not _REST_GOES_ON.search(after):  # (one line's waiver)
+                start = start or parse_date(span.group("a"), tenant=tenant)
+                end = end or parse_date(span.group("b"), tenant=tenant)
         if m := _RANGE.search(s):
             start = start or parse_date(m.group("a"), tenant=tenant)
             end = end or parse_date(m.group("b"), tenant=tenant)
@@ -271,9 +272,9 @@ def find_effective(sents: list[str], own: str | None = None, title: str = "", *,
         if end is None and (m := _NO_LONGER.search(s)) and _speaks_of_itself(m.group("subj"), named, s, own):
             end = _last_day(m, tenant)
         # ("To bring lapsed members back, the Fenmoor fines amnesty runs from ...": a clause may front the subject)
-        if (m := _TITLED.search(s) or _TITLED.search(_after_lead(s))) and _speaks_of_itself(
-                m.group("subj") or m.group("subj2"), named, s, own):
-            s = s if _TITLED.search(s) else _after_lead(s)
+        lead = s if _TITLED.search(s) else _after_lead(s)
+        if (m := _TITLED.search(lead)) and _speaks_of_itself(m.group("subj") or m.group("subj2"), named, s, own):
+            s = lead  # (the match's offsets are the lead's)
             d = parse_date(m.group("date") or m.group("date2"), tenant=tenant)
             if m.group("date2") or m.group("dir").lower().startswith(("until", "till", "through", "thru", "to")):
                 if not _REST_GOES_ON.search(s, m.end()):  # one part ends; the rest of the document goes on

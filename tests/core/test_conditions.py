@@ -260,3 +260,33 @@ def test_a_move_between_named_places_is_ended_by_that_move_whatever_topics_it_me
     assert condition_met(cond, scope, done, scope)  # "merger" is what "is being merged" waits for
     # another merger is not it
     assert not condition_met(cond, scope, terms("harbour office merger completed", known), scope)
+
+
+@pytest.mark.parametrize("cond, event", [
+    # invented: a water company, a ferry line, a lido. A notice in force waits for it to be
+    # lifted; a suspension for what resumes; a closure for a reason waits for the reopening
+    ("while the boil water notice at Fernside is in force", "boil water notice at fernside ended"),
+    ("while evening ferry crossings are suspended", "evening ferry crossings on both routes reopened, back in service"),
+    ("while the lido is closed for resurfacing", "lido reopened, back in service"),
+])
+def test_lifted_resumed_and_reopened_end_their_states(cond, event):
+    assert met(cond, event)
+
+
+@pytest.mark.parametrize("cond, event, why", [
+    ("while the boil water notice at Fernside is in force", "boil water notice at dunmoor ended", "another place"),
+    ("while evening ferry crossings are suspended", "evening cafe reopened, back in service", "something else back"),
+    ("while the lido is closed for resurfacing", "pool resurfacing completed", "the works, no reopening"),
+])
+def test_lifted_resumed_and_reopened_near_misses(cond, event, why):
+    assert not met(cond, event), why
+
+
+def test_a_word_between_an_entity_and_its_place_noun_is_its_name():
+    # invented: "Quayside Leisure Centre" is Quayside's name, not another site
+    known = entity_stems(["quayside", "tidemark"])
+    cond = terms("until Quayside has been moved over to Tidemark", known)
+    event = terms("live cutover of quayside leisure centre completed", known)
+    assert condition_met(cond, ("quayside", "tidemark"), event, ("quayside", "tidemark"))
+    other = terms("live cutover of harbour leisure centre completed", known)
+    assert not condition_met(cond, ("quayside", "tidemark"), other, ("quayside", "tidemark"))

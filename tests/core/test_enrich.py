@@ -815,3 +815,30 @@ def test_a_span_of_one_line_while_the_rest_goes_on_bounds_nothing():
             "on as written.")
     d = enrich(SourceDocument(doc_id="x", tenant="t", acl=("all-staff",), title="Lido fees 2025-26", text=text))
     assert d.effective_to is None
+
+
+@pytest.mark.parametrize("text, what, on", [
+    # invented: a water company and a ferry line. A notice or a ban lifted ends it; what was
+    # suspended starts again from a date; a state reached "since" a date, said at length
+    ("The water company lifted the boil water notice at Fernside on Friday 6 March 2026, after a clear sample.",
+     "boil water notice at fernside ended", D(2026, 3, 6)),
+    ("The hosepipe ban was withdrawn on 2 May 2026.", "hosepipe ban ended", D(2026, 5, 2)),
+    ("Evening ferry crossings resume on both routes from Monday 16 March 2026.",
+     "evening ferry crossings on both routes reopened, back in service", D(2026, 3, 16)),
+    ("The Northpoint depot has been taking parcel returns and driver check-ins live in Routemap since 07:00 "
+     "on Monday 9 March 2026.", "northpoint depot to routemap cutover completed", D(2026, 3, 9)),
+])
+def test_lifted_resumed_and_long_since_are_events(text, what, on):
+    assert [(ev.what, ev.on) for ev in _events(text, published_at=D(2026, 3, 13))] == [(what, on)]
+
+
+def test_a_notice_issued_or_a_lift_serviced_is_no_event():
+    # invented: only lifting the notice ends it; a lift (the machine) serviced is not lifted
+    assert _events("The water company issued a boil water notice at Fernside on 2 February 2026.") == ()
+    assert _events("The goods lift was serviced on 4 May 2026.") == ()
+
+
+def test_pending_a_named_places_switch_is_a_condition():
+    # invented: a ferry line; the place's name is two words before its possessive
+    d = enrich(doc("Pending Eastquay Pier's switch to HarbourDesk, refunds are made in cash at the kiosk."))
+    assert d.condition == "until Eastquay Pier's switch to HarbourDesk"

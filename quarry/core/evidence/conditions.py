@@ -61,6 +61,9 @@ _FILLER = frozenset(tokenize(
     # the state a closure or an outage is in: "while the van is off the road", "as long as the
     # lift is out of service", "while the pier is shut" wait for what is back in service
     " off out down shut offline unavailable"
+    # the state a notice or a suspension is in while it waits: "while the boil water notice is in
+    # force", "while glass collections are suspended" wait for it to be lifted or to resume
+    " force effect suspended suspend paused halted"
 ))
 # Environments: another environment's completion is a near miss, not the stopping event.
 _ENVIRONMENTS = frozenset(tokenize("production prod staging stage dev development test testing qa uat sandbox "
@@ -162,6 +165,12 @@ _OFF_THE_ROAD = re.compile(r"\b(?:off|back\s+on)\s+the\s+road\b", re.IGNORECASE)
 _OPEN_STATE = re.compile(r"\b(?:(?:is|are|remains?|stays?)\s+(?:still\s+)?open|outstanding)\b", re.IGNORECASE)
 
 
+# why a place is closed is not what reopens it: "while Coldbrook is closed for rebuilding" waits
+# for Coldbrook to reopen, whatever the record says of the rebuild
+_CLOSED_FOR = re.compile(r"\b(closed|shut)\s+(?:for|because\s+of|due\s+to)\s+(?:the\s+|its\s+|a\s+)?[\w-]+",
+                         re.IGNORECASE)
+
+
 _AGENT_NOUN = re.compile(r"\b[A-Za-z]{3,}(?:er|or)\b")
 
 
@@ -178,7 +187,7 @@ def _verb_stems(text: str) -> dict[str, str]:
 
 def terms(text: str, known_entities: dict[str, str]) -> Terms:
     bases = _verb_stems(text)
-    text = _OPEN_STATE.sub(" ", text)  # "while the recall is open": the state it is in, not what ends it
+    text = _CLOSED_FOR.sub(r"\1", _OPEN_STATE.sub(" ", text))  # "while the recall is open": the state it is in, not what ends it
     toks = [bases.get(t, t) for t in tokenize(_OFF_THE_ROAD.sub("service", _CUT_OVER.sub("cutover", text)))]
     # ("has cut over to X" is X's cutover; "the merger" is what "is merged" waits for)
     # a hyphenated word with no digit or underscore ("east-wing", "go-live") is a word, said by its parts
@@ -190,7 +199,9 @@ def terms(text: str, known_entities: dict[str, str]) -> Terms:
                       and t not in kind)
     plain = [t for t in toks if t not in idents]
     quals = {t for t in plain if t in _ENVIRONMENTS or t in _PARTIAL}
-    quals |= {a for a, b in zip(plain, plain[1:]) if b in _PLACES and a not in _PLACES and a not in _FILLER}
+    # (a word between an entity's name and a place noun is part of its name: "Marshgate Leisure Centre")
+    quals |= {a for before, a, b in zip(["", *plain], plain, plain[1:]) if b in _PLACES and a not in _PLACES
+              and a not in _FILLER and before not in known_entities}
     # a numbered part ("theatre 1", "floors 4 and 5", "line 3") says which part: the whole is another thing
     quals |= {t for w in _NUMBERED.findall(text) if w.lower() not in _NOT_A_PART
               for t in tokenize(w) if t not in _FILLER and t not in idents}

@@ -71,7 +71,7 @@ _AS_LONG_AS = re.compile(r"\b(?:(?:as|so)\s+long\s+as|however\s+long)\s+(?P<cond
                          r"(?P<state>" + _ONGOING + "|" + _IN_PLACE + "|" + _DISRUPTED + r")|(?P<goes>" + _GOES_ON
                          + r"))\b", re.IGNORECASE)
 _DURATION = re.compile(r"\b(?:for|during)\s+the\s+(?:duration|course|length)\s+of\s+" + _CLAUSE, re.IGNORECASE)
-_PENDING = re.compile(r"(?:(?:^|[,;(]\s*)pending\s+(?=(?:the|a|an|its|their|our|this|that|[\w-]+'s)\s)|\b(?:held"
+_PENDING = re.compile(r"(?:(?:^|[,;(]\s*)pending\s+(?=(?:the|a|an|its|their|our|this|that|(?:[\w-]+\s+){0,3}[\w-]+'s)\s)|\b(?:held"
                       r"|frozen|suspended|paused|deferred|on\s+hold|blocked|postponed|waived|applies|apply|remains?"
                       r"|stays?|continues?)\s+pending\s+)" + _CLAUSE, re.IGNORECASE)
 _ONCE_AGAIN = re.compile(r"\bonce\s+(?P<cond>[^.;:!?\n,]{2,100}?)\s*(?:,|\s(?=\S+\s+(?:again|resumes?)\b))"

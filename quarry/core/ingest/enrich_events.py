@@ -29,7 +29,9 @@ __all__ = ["find_events"]
 
 # back in use after a closure or an outage: "the van returned to service on 2 March"
 _RESTORED = (r"returned\s+to\s+(?:service|use)|(?:came|went)\s+back\s+(?:into|in)\s+(?:service|use)"
-             r"|back\s+in\s+(?:service|use)|back\s+on\s+the\s+road|re-?opened")
+             r"|back\s+in\s+(?:service|use)|back\s+on\s+the\s+road|re-?opened"
+             # what was suspended starts again: "kerbside glass collections resume ... from 16 March"
+             r"|resum(?:e|es|ed)|restart(?:s|ed)?")
 _EVENT_VERB = (r"(?P<verb>completed|finished|concluded|went\s+live|rolled\s+out|done|cut\s+over|closed\s+out"
                r"|switched\s+over|switched|changed\s+over|moved|migrated|transitioned"
                r"|signed\s+off|wrapped\s+up|finali[sz]ed|accepted|handed\s+over"
@@ -48,8 +50,8 @@ _COMPLETED = re.compile(
     # what it went live on or cut over to stands between the verb and the date: "went live on
     # Tessera in production on 9 March 2026", "cut over to FlowStock on 16 March 2026"
     # ("went live for the North West on ...")
-    + r"(?P<comp>(?:to|onto|on|into|in|at|for)\s+(?!\d)(?:[\w'-]+\s+){1,4}?(?=on\s|" + _SPAN_LEAD + r"))?"
-    + r"(?:on\s+|as\s+of\s+|at\s+|by\s+|" + _SPAN_LEAD + r")?(?:\w+day,?\s+)?"
+    + r"(?P<comp>(?:to|onto|on|into|in|at|for)\s+(?!\d)(?:[\w'-]+\s+){1,4}?(?=on\s|from\s|" + _SPAN_LEAD + r"))?"
+    + r"(?:on\s+|from\s+|as\s+of\s+|at\s+|by\s+|" + _SPAN_LEAD + r")?(?:\w+day,?\s+)?"
     r"(?P<date>" + DATE + ")", re.IGNORECASE)
 # "We completed the ERP migration on <date>": the object is what completed.
 _COMPLETED_OBJ = re.compile(
@@ -60,15 +62,24 @@ _COMPLETED_OBJ = re.compile(
 # 10 March 2026", "Torbury departures have been handled in Corvus since the first flight on
 # Monday 9 March 2026": the subject's cutover to the named system completed on that date.
 _SINCE = re.compile(
-    r"(?P<subj>(?:[\w'-]+\s+){1,5}?)(?i:has|have)\s+been\s+(?:[\w'-]+\s+){0,5}?(?i:on|in|onto|into|using)\s+"
+    r"(?P<subj>(?:[\w'-]+\s+){1,5}?)(?i:has|have)\s+been\s+(?:[\w'-]+\s+){0,10}?(?i:on|in|onto|into|using)\s+"
     r"(?:the\s+)?(?P<sys>[A-Z][\w-]*(?:\s+[A-Z][\w-]*){0,2})(?:\s+(?:app|system|platform|portal))?\s+since\s+(?:[\w':-]+\s+){0,6}?(?i:on\s+)?(?:\w+day,?\s+)?"
     r"(?P<date>(?i:" + DATE + "))")
+# A notice, a ban or a restriction lifted: "Fellwater lifted the boil water notice at Raven Ghyll on
+# Friday 6 March 2026", "the hosepipe ban was withdrawn on 2 May": "<it> ended", what a condition
+# waiting while it is in force waits for.
+_LIFT_VERB = r"lifted|withdrawn|withdrew|rescinded|revoked|stood\s+down"
+_LIFTED = re.compile(
+    r"(?:\b(?:" + _LIFT_VERB + r")\s+(?P<obj>(?:the|a|an|its|our|their)\s+(?:[\w'-]+\s+){1,6}?)"
+    r"|(?P<subj>(?:[\w'-]+\s+){1,6}?)(?:was|were|has\s+been|have\s+been|is|are)\s+(?:" + _LIFT_VERB + r")\s+)"
+    r"(?:on\s+|from\s+|with\s+effect\s+from\s+)?(?:\w+day,?\s+)?(?P<date>" + DATE + ")", re.IGNORECASE)
 _SUCCESS_FIRST = re.compile(r"\bsuccessfully\s+(?=completed|finished|concluded|went|rolled|cut)", re.IGNORECASE)
 _EVENT_DOC = re.compile(r"\b(?:rollout|roll-out|deployment|release|cutover|migration|change|go-live|upgrade)\s+"
                         r"(?:record|log|report|ticket|request|note|summary)\b", re.IGNORECASE)
 _EVENT_TYPES = frozenset({"deployment", "rollout", "change", "migration", "release", "change-record", "cutover"})
 _EVENT_TRIGGER = re.compile(r"\b(?:completed|finished|concluded|live|rolled|done|cut\s+over|complete|closed|signed|since"
-                            r"|returned|back|re-?opened"
+                            r"|returned|back|re-?opened|resum\w*|restart\w*|lifted|withdr[ae]wn?|rescinded|revoked"
+                            r"|stood"
                             r"|switched|changed|moved|migrated|transitioned"
                             r"|wrapped|finali[sz]ed|accepted|handed)\b",
                             re.IGNORECASE)
@@ -111,7 +122,9 @@ def _event(subject: str, verb: str, on: dt.date) -> Event | None:
     if not words:
         return None
     what = " ".join(words).lower()
-    if _RESTORED_VERB.fullmatch(verb):
+    if verb == "ended":
+        what = f"{what} ended"  # a notice or a ban lifted: what a condition "while it is in force" waits for
+    elif _RESTORED_VERB.fullmatch(verb):
         what = f"{what} reopened, back in service"  # what a closure or an outage waits for, in both words
     else:
         what = f"{what} cutover completed" if _CHANGEOVER_VERB.fullmatch(verb) and "cutover" not in what \
@@ -217,6 +230,10 @@ def find_events(doc: SourceDocument, sents: list[str]) -> tuple[Event, ...]:
             on = parse_date(m.group("date"), tenant=doc.tenant)
             comp = m.groupdict().get("comp") or ""
             if on is not None and (ev := _event(f"{m.group('subj')} {comp}", m.group("verb"), on)):
+                out.setdefault((ev.what, on), ev)
+        for m in _LIFTED.finditer(s):
+            on = parse_date(m.group("date"), tenant=doc.tenant)
+            if on is not None and (ev := _event(m.group("obj") or m.group("subj"), "ended", on)):
                 out.setdefault((ev.what, on), ev)
         for m in _SINCE.finditer(s):
             on = parse_date(m.group("date"), tenant=doc.tenant)

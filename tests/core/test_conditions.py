@@ -290,3 +290,13 @@ def test_a_word_between_an_entity_and_its_place_noun_is_its_name():
     assert condition_met(cond, ("quayside", "tidemark"), event, ("quayside", "tidemark"))
     other = terms("live cutover of harbour leisure centre completed", known)
     assert not condition_met(cond, ("quayside", "tidemark"), other, ("quayside", "tidemark"))
+
+
+def test_a_reason_tagged_as_an_entity_keeps_the_reopening_its_own():
+    # invented: a lido tagged with its works; the reason it is closed is an entity of the page
+    # and the notice, so the notice naming it is no part of the page's other topics
+    known = entity_stems(["lido", "resurfacing", "cafe", "swim-school"])
+    scope = ("lido", "resurfacing", "cafe", "swim-school")
+    cond = terms("while the lido is closed for resurfacing", known)
+    event = terms("lido resurfacing completed; lido reopened to swimmers", known)
+    assert condition_met(cond, scope, event, scope)

@@ -167,7 +167,7 @@ _OPEN_STATE = re.compile(r"\b(?:(?:is|are|remains?|stays?)\s+(?:still\s+)?open|o
 
 # why a place is closed is not what reopens it: "while Coldbrook is closed for rebuilding" waits
 # for Coldbrook to reopen, whatever the record says of the rebuild
-_CLOSED_FOR = re.compile(r"\b(closed|shut)\s+(?:for|because\s+of|due\s+to)\s+(?:the\s+|its\s+|a\s+)?[\w-]+",
+_CLOSED_FOR = re.compile(r"\b(?:closed|shut)\s+(?:for|because\s+of|due\s+to)\s+(?:the\s+|its\s+|a\s+)?(?P<why>[\w-]+)",
                          re.IGNORECASE)
 
 
@@ -187,7 +187,9 @@ def _verb_stems(text: str) -> dict[str, str]:
 
 def terms(text: str, known_entities: dict[str, str]) -> Terms:
     bases = _verb_stems(text)
-    text = _CLOSED_FOR.sub(r"\1", _OPEN_STATE.sub(" ", text))  # "while the recall is open": the state it is in, not what ends it
+    text = _OPEN_STATE.sub(" ", text)  # "while the recall is open": the state it is in, not what ends it
+    # why a place is closed ("closed for rebuilding") is no word of what reopens it (an entity stays one)
+    why = {t for m in _CLOSED_FOR.finditer(text) for t in tokenize(m.group("why"))}
     toks = [bases.get(t, t) for t in tokenize(_OFF_THE_ROAD.sub("service", _CUT_OVER.sub("cutover", text)))]
     # ("has cut over to X" is X's cutover; "the merger" is what "is merged" waits for)
     # a hyphenated word with no digit or underscore ("east-wing", "go-live") is a word, said by its parts
@@ -196,7 +198,7 @@ def terms(text: str, known_entities: dict[str, str]) -> Terms:
     # a place noun after an entity's name is what the entity is ("the Harbourside hotel"), not a word of the event
     kind = {t for prev, t in zip(toks, toks[1:]) if t in _PLACES and prev in known_entities}
     words = frozenset(t for t in toks if t not in idents and t not in known_entities and t not in _FILLER
-                      and t not in kind)
+                      and t not in kind and t not in why)
     plain = [t for t in toks if t not in idents]
     quals = {t for t in plain if t in _ENVIRONMENTS or t in _PARTIAL}
     # (a word between an entity's name and a place noun is part of its name: "Marshgate Leisure Centre")

@@ -107,6 +107,7 @@ class EvidenceSet:
     follow_ups: tuple = ()  # quarry.core.search.records.FollowUp of the contradiction search
     relevance: Mapping[str, float] = field(default_factory=dict)  # passage id -> cosine of its stored vector to the question's
     pooled: tuple[str, ...] = ()  # ranked candidates past the delivered ones that resolution decides over too
+    out_of_force: tuple[str, ...] = ()  # passages the valid_at filter kept from delivery, decided over too
 
 
 def best_passage(candidates: Sequence[Passage], like: frozenset[str], heading: frozenset[str] = frozenset()) -> str:

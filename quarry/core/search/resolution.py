@@ -87,12 +87,43 @@ def gather_evidence(
                 if (p := index.passage(pid, principal)) is not None:
                     added.append(p)
                     known.add(pid)
-    passages = (*delivered, *pooled, *added)
+    outside = out_of_force(index, principal, request, settings, encode,
+                           {*ids, *pooled_ids, *(p.passage_id for p in added)})
+    passages = (*delivered, *pooled, *added, *outside)
     return EvidenceSet(passages=passages, delivered=tuple(ids), pooled=tuple(pooled_ids),
+                       out_of_force=tuple(p.passage_id for p in outside),
                        facts=facts_for(index, [p.passage_id for p in passages]),
                        from_graph=tuple(p.passage_id for p in added if p.passage_id in set(linked)),
                        follow_ups=tuple(follow_ups),
                        relevance=question_relevance(index, request.query, passages, encode))
+
+
+def out_of_force(index: TenantIndex, principal: Principal, request: SearchRequest, settings: SearchSettings,
+                 encode: Callable[[list[str]], Sequence[np.ndarray]] | None, known: set[str]) -> list[Passage]:
+    """Passages the ``valid_at`` filter kept from delivery that the same search without it
+    ranks among its first ``resolution_pool`` candidates (at most ``out_of_force`` of them):
+    a rule that starts next week, an offer that lapsed. Resolution rejects each as
+    ``not_yet_effective`` or ``no_longer_effective``, so the decision says what changes
+    soon or what no longer holds, instead of staying silent about it. Only the validity
+    filter is lifted: the principal's tenant, ACL, tombstones and ``doc_type`` mask the
+    search as before, so nothing the principal may not read is ever scored."""
+    if request.valid_at is None or not settings.out_of_force or not settings.resolution_pool:
+        return []
+    day = request.valid_at
+    vector = list(encode([request.query]))[0] if encode is not None else None
+    wide = SearchRequest(query=request.query, top_k=settings.resolution_pool, doc_type=request.doc_type)
+    fs = first_stage(index, principal, wide, None, settings.model_copy(update={"candidate_width": settings.resolution_pool}),
+                     vector, dense=vector is not None)
+    out: list[Passage] = []
+    for c in fs.candidates[: settings.resolution_pool]:
+        if c.passage_id in known or (p := index.passage(c.passage_id, principal)) is None:
+            continue
+        e = p.envelope
+        if (e.effective_from is not None and e.effective_from > day) or (e.effective_to is not None and e.effective_to < day):
+            out.append(p)
+            if len(out) == settings.out_of_force:
+                break
+    return out
 
 
 def question_relevance(index: TenantIndex, query: str, passages: Sequence[Passage],
@@ -134,6 +165,8 @@ def resolve_stage(request: SearchRequest, evidence: EvidenceSet, principal: Prin
     note = (f"{len(decision.governing)} governing, {len(decision.supporting)} supporting, "
             f"{len(decision.unresolved)} unresolved, {len(decision.related)} related; evidence graph added "
             f"{len(evidence.from_graph)} passage(s)"
+            + (f"; {len(evidence.out_of_force)} passage(s) not in force at valid_at decided over"
+               if evidence.out_of_force else "")
             + (f"; contradiction search: {len(fus)} follow-up quer{'y' if len(fus) == 1 else 'ies'} added "
                f"{added} passage(s)" if fus else ""))
     return Resolution(decision=decision, follow_ups=tuple(fus),

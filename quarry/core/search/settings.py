@@ -36,6 +36,10 @@ class SearchSettings(BaseModel):
     resolution_pool: int = Field(
         8, ge=0, le=50, description="ranked candidates resolution decides over (at least the delivered ones): "
                                     "below this width the decision does not change with top_k")
+    out_of_force: int = Field(
+        2, ge=0, le=10, description="passages outside valid_at (not yet or no longer in force) that the search "
+                                    "without the valid_at filter ranks among its first resolution_pool candidates, "
+                                    "which resolution rejects with their reason (0: off)")
     follow_up_dense: bool = Field(
         True, description="contradiction-search queries run the dense leg too (their encodings are batched); "
                           "off: BM25 only, no encoding, cheaper but noisier (README, Resolve)")

@@ -842,3 +842,25 @@ def test_pending_a_named_places_switch_is_a_condition():
     # invented: a ferry line; the place's name is two words before its possessive
     d = enrich(doc("Pending Eastquay Pier's switch to HarbourDesk, refunds are made in cash at the kiosk."))
     assert d.condition == "until Eastquay Pier's switch to HarbourDesk"
+
+
+@pytest.mark.parametrize("text, start", [
+    # invented: a chain of lidos. "These ..." and "they" are this document's own rules; where
+    # they apply may stand between the verb and the date
+    ("From 1 March 2026 these charges take over from \"Lido charges (2025)\". Swim cards stay valid.",
+     D(2026, 3, 1)),
+    ("The pools manager approved these local rules. They apply at Eastmere Lido from Monday 5 January 2026, "
+     "in place of the opening hours in the lido policy.", D(2026, 1, 5)),
+    ("From Monday 1 December 2025 they apply at Eastmere, and at Eastmere they take over from the group-wide "
+     "opening hours.", D(2025, 12, 1)),
+])
+def test_these_rules_and_they_apply_from_a_date_start_the_document(text, start):
+    d = enrich(doc(text, title="Eastmere lido local rules", doc_type="policy", published_at=D(2025, 11, 10)))
+    assert (d.effective_from, d.effective_to) == (start, None)
+
+
+def test_they_that_no_longer_apply_from_a_date_start_nothing():
+    # invented: "they" no longer applying is an end, not this document's start
+    d = enrich(doc("From 1 March 2026 they no longer apply at Eastmere.", title="Eastmere lido local rules",
+                   doc_type="policy", published_at=D(2025, 11, 10)))
+    assert d.effective_from is None

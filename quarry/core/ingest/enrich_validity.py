@@ -17,7 +17,8 @@ policy"; "Hourly testing takes the place of the 2-hourly test in section 5 of th
 after a sentence fronted by the date), unless the document names a day between its
 publication and that date (then the date is one rule's, not the document's). A fronted date
 ("From / On <date>") before this document's own rules ("these rates take over from ...", "the
-rules below are used at ...") starts it. A sentence ending one part that says the rest goes on ("The
+rules below are used at ...", "they apply at Pennyford") starts it, and so does "They apply at
+Hollow Reach from <date>" (where it applies may stand before the date). A sentence ending one part that says the rest goes on ("The
 waiver expires after 27 February 2026; every other line of this schedule carries on") ends no
 document. A range of two dates that the sentence, or the next one, says the document lapses
 after ("These arrangements run from 3 November 2025 until 1 March 2026 and lapse after that
@@ -58,8 +59,10 @@ _ENDS = (r"(?:expires|sunsets|lapses|ends|terminates|runs\s+out|(?:will\s+)?(?:e
 # day of term 3 on 23 March 2026"
 _BETWEEN = (r"(?:\s+(?:in\s+place\s+of|instead\s+of|replacing)\s+(?:[\w'-]+\s+){1,8}?(?=on\s|from\s)"
             r"|\s+from\s+the\s+(?:first|start|beginning)\s+(?:[\w'-]+\s+){1,5}?(?=on\s))?")
-_FROM = re.compile(r"(?:^(?:it|this)\s+|" + _SELF + r")\b(?:is\s+|are\s+|becomes\s+|will\s+be\s+)?" + _IN_FORCE
-                   + _BETWEEN + r"\s*(?:from|on|as\s+of|starting|beginning|with\s+effect\s+from)?:?\s*(?P<date>"
+# where it applies may stand between the verb and the date: "They apply at Hollow Reach from 5 January"
+_AT_PLACE = r"(?:\s+(?:at|in|to)\s+(?:the\s+)?(?-i:[A-Z])[\w'-]*(?:\s+(?-i:[A-Z])[\w'-]*){0,3}(?=\s+(?:from|on)\s))?"
+_FROM = re.compile(r"(?:^(?:it|this|they|these)\s+|" + _SELF + r")\b(?:is\s+|are\s+|becomes\s+|will\s+be\s+)?" + _IN_FORCE
+                   + _AT_PLACE + _BETWEEN + r"\s*(?:from|on|as\s+of|starting|beginning|with\s+effect\s+from)?:?\s*(?P<date>"
                    + DATE + ")", re.IGNORECASE)
 _TO = re.compile(_SELF + r"\b(?:is\s+|are\s+|remains\s+|stays\s+)?" + _HOLDS + r"\s+(?:until|till"
                  r"|to|through|thru|up\s+to\s+and\s+including)\s*:?\s*(?P<date>" + DATE + r")"
@@ -98,11 +101,11 @@ _IN_PLACE_OF = re.compile(r"\b(?:" + SUPERSEDES_VERB + r"|in\s+place\s+of|instea
 _THIS_DOC = re.compile(r"\bth(?:is|ese)\s+(?:[\w-]+\s+){0,2}?" + _DOC_NOUN + r"s?\b", re.IGNORECASE)
 # "From Monday 8 December 2025 the rules below are used at Kilnworth Pool": this document's own
 # rules, fronted by the date they start
-_OWN_RULES = re.compile(r"^(?:these|this|the\s+following|the\s+(?:[\w-]+\s+){1,2}below)\b"
+_OWN_RULES = re.compile(r"^(?:these|this|they|the\s+following|the\s+(?:[\w-]+\s+){1,2}below)\b"
                         r"(?:(?!\bno\s+longer\b|\bnot\b)[^.])*?\b(?:apply|applies|are\s+used"
                         r"|is\s+used|are\s+in\s+(?:force|effect)|is\s+in\s+(?:force|effect)|take\s+effect|takes\s+effect)\b",
                         re.IGNORECASE)
-_THIS_REPLACES = re.compile(r"(?:^\W*|[,;]\s*)(?:this|it|that)\s+(?:[\w-]+\s+){0,2}?" + SUPERSEDES_VERB + r"\b",
+_THIS_REPLACES = re.compile(r"(?:^\W*|[,;]\s*)(?:this|it|that|these|they)\s+(?:[\w-]+\s+){0,2}?" + SUPERSEDES_VERB + r"\b",
                             re.IGNORECASE)
 _REPLACES_FROM = re.compile(r"\b" + SUPERSEDES_VERB + r"\b[^.]*?\b(?:with\s+effect\s+from|effective\s+from"
                             r"|effective\s+as\s+of|effective|as\s+of|from|starting|beginning)\s+(?:\w+day,?\s+)?(?P<date>"

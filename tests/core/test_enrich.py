@@ -827,6 +827,8 @@ def test_a_span_of_one_line_while_the_rest_goes_on_bounds_nothing():
      "evening ferry crossings on both routes reopened, back in service", D(2026, 3, 16)),
     ("The Northpoint depot has been taking parcel returns and driver check-ins live in Routemap since 07:00 "
      "on Monday 9 March 2026.", "northpoint depot to routemap cutover completed", D(2026, 3, 9)),
+    ("The Eastquay desk has been taking bookings, refunds and day tickets live in Tidemark since 07:30 on "
+     "Tuesday 3 March 2026.", "eastquay desk to tidemark cutover completed", D(2026, 3, 3)),
 ])
 def test_lifted_resumed_and_long_since_are_events(text, what, on):
     assert [(ev.what, ev.on) for ev in _events(text, published_at=D(2026, 3, 13))] == [(what, on)]

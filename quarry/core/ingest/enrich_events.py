@@ -62,7 +62,7 @@ _COMPLETED_OBJ = re.compile(
 # 10 March 2026", "Torbury departures have been handled in Corvus since the first flight on
 # Monday 9 March 2026": the subject's cutover to the named system completed on that date.
 _SINCE = re.compile(
-    r"(?P<subj>(?:[\w'-]+\s+){1,5}?)(?i:has|have)\s+been\s+(?:[\w'-]+\s+){0,10}?(?i:on|in|onto|into|using)\s+"
+    r"(?P<subj>(?:[\w'-]+\s+){1,5}?)(?i:has|have)\s+been\s+(?:[\w'-]+,?\s+){0,12}?(?i:on|in|onto|into|using)\s+"
     r"(?:the\s+)?(?P<sys>[A-Z][\w-]*(?:\s+[A-Z][\w-]*){0,2})(?:\s+(?:app|system|platform|portal))?\s+since\s+(?:[\w':-]+\s+){0,6}?(?i:on\s+)?(?:\w+day,?\s+)?"
     r"(?P<date>(?i:" + DATE + "))")
 # A notice, a ban or a restriction lifted: "Fellwater lifted the boil water notice at Raven Ghyll on

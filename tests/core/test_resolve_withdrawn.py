@@ -61,3 +61,26 @@ def test_nothing_is_withdrawn_before_the_memo_another_section_or_from_a_lower_au
                {"day": dt.date(2026, 3, 10), "memo_type": "page"}):
         d, rules, memo = _decide(BONFIRE, **kw)
         assert rules not in {r.passage_id for r in d.rejected if r.reason == "superseded_by"}, kw
+
+
+def test_a_places_local_rules_quoting_the_handbooks_title_withdraw_nothing_elsewhere():
+    # invented: the Eastfield site's own rules replace the handbook's bonfire rule there only;
+    # their title names a topic tag, "plots", and they quote the handbook's title ("the Plots and
+    # bonfires handbook"), which capitalises it: a question about plots asks about no place of theirs
+    rules = RULES.replace("# Allotment plot handbook", "# Plots and bonfires handbook")
+    local = ("# Eastfield site: local rules for plots\n\nEastfield backs onto houses. These local rules apply at Eastfield "
+             "from 2 March 2026, in place of the bonfire rule in the Plots and bonfires handbook: plot holders "
+             "do not light a bonfire of dry garden waste at Eastfield, and the rule that lets them is withdrawn "
+             "at Eastfield.\n")
+    docs = [SourceDocument(doc_id="plotters-plot-rules", tenant="plotters", acl=("all-staff",), doc_type="policy",
+                           title="Plots and bonfires handbook", text=rules, entities=("plotters", "eastfield", "plots"),
+                           effective_from=dt.date(2025, 4, 1)),
+            SourceDocument(doc_id="plotters-eastfield-rules", tenant="plotters", acl=("all-staff",),
+                           doc_type="policy", title="Eastfield site: local rules for plots", text=local,
+                           entities=("eastfield", "plots"), effective_from=dt.date(2026, 3, 2))]
+    ps, _ = prepare(docs)
+    handbook = next(p.passage_id for p in ps if p.doc_id == "plotters-plot-rules" and "fires" in p.passage_id)
+    d = resolve(ps, STAFF, dt.date(2026, 3, 10), query="can plot holders light a bonfire on their plot?")
+    assert handbook not in {r.passage_id for r in d.rejected if r.reason == "superseded_by"}
+    there = resolve(ps, STAFF, dt.date(2026, 3, 10), query="can plot holders light a bonfire on their plot at Eastfield?")
+    assert handbook in {r.passage_id for r in there.rejected}

@@ -138,14 +138,21 @@ def _apart_policies(a: Envelope, b: Envelope, text_a: str, text_b: str) -> bool:
     return bool(ta) and bool(tb) and not ta & tb and not _names(text_b, a, ta) and not _names(text_a, b, tb)
 
 
+# a document's title quoted in a sentence: "the Lessons and instructors policy" capitalises a topic
+_TITLE_TAIL = re.compile(r"(?:\s+[\w'-]+){0,4}?\s+(?:policy|policies|terms|handbook|procedure|standard|rules|guide"
+                         r"|schedule|agreement|runbook|faq|wiki|charter|code)\b", re.IGNORECASE)
+
+
 def _proper(entity: str, text: str) -> bool:
     """``text`` writes the entity as a name, capitalised inside a sentence ("to Holmfield",
-    "at Stanwick Airport"), not as a topic word ("deposits", "opening hours")."""
+    "at Stanwick Airport"), not as a topic word ("deposits", "opening hours"), nor as the first
+    word of a document's title it quotes ("in the Lessons and instructors policy")."""
     first, *rest = entity.split("-")
     if not first:
         return False
     tail = "".join(rf"[\s-]+{re.escape(w)}" for w in rest)
-    return re.search(rf"(?<=[a-z,] ){re.escape(first[0].upper())}(?i:{re.escape(first[1:])}{tail})\b", text) is not None
+    return any(not _TITLE_TAIL.match(text, m.end()) for m in re.finditer(
+        rf"(?<=[a-z,] ){re.escape(first[0].upper())}(?i:{re.escape(first[1:])}{tail})\b", text))
 
 
 def _places(env: Envelope, text: str) -> frozenset[str]:

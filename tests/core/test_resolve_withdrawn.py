@@ -84,3 +84,31 @@ def test_a_places_local_rules_quoting_the_handbooks_title_withdraw_nothing_elsew
     assert handbook not in {r.passage_id for r in d.rejected if r.reason == "superseded_by"}
     there = resolve(ps, STAFF, dt.date(2026, 3, 10), query="can plot holders light a bonfire on their plot at Eastfield?")
     assert handbook in {r.passage_id for r in there.rejected}
+
+
+FAQ = ("# Plot holders' questions\n\nCan I have a bonfire? Yes, plot holders can light a bonfire of dry garden waste "
+       "on weekday evenings.\n\nCan I bring my dog? Yes, on a lead.\n")
+
+
+def _with_faq(query: str, day: dt.date):
+    docs = [SourceDocument(doc_id="plotters-plot-rules", tenant="plotters", acl=("all-staff",), doc_type="policy",
+                           title="Allotment plot handbook", text=RULES, effective_from=dt.date(2025, 4, 1)),
+            SourceDocument(doc_id="plotters-memo-bonfires", tenant="plotters", acl=("all-staff",), doc_type="memo",
+                           authority="policy", title="Committee memo: bonfires", text=MEMO.format(n=2),
+                           effective_from=dt.date(2026, 3, 2)),
+            SourceDocument(doc_id="plotters-help-faq", tenant="plotters", acl=("all-staff",), doc_type="help",
+                           title="Plot holders' questions", text=FAQ)]
+    ps, _ = prepare(docs)
+    d = resolve(ps, STAFF, day, query=query)
+    faq = next(p.passage_id for p in ps if p.doc_id == "plotters-help-faq")
+    memo = next(p.passage_id for p in ps if p.doc_id == "plotters-memo-bonfires")
+    return {r.passage_id: (r.reason, r.by) for r in d.rejected}, faq, memo
+
+
+def test_a_help_page_still_saying_the_withdrawn_rule_is_outranked_by_the_memo():
+    rejected, faq, memo = _with_faq(BONFIRE, dt.date(2026, 3, 10))
+    assert rejected.get(faq) == ("subordinate_to", memo)
+    # before the memo, or asked about something else, the help page stands
+    for query, day in ((BONFIRE, dt.date(2026, 2, 10)), ("can I bring my dog to the plot?", dt.date(2026, 3, 10))):
+        rejected, faq, _ = _with_faq(query, day)
+        assert faq not in rejected

@@ -522,4 +522,33 @@ def withdrawn_rules(st: ResolutionState, facts: Mapping[str, PassageFacts], quer
                     st.reject(lose, "superseded_by", w, f"override: {doc_key(pw.envelope)} withdraws or replaces a "
                               f"rule of {doc_key(el)}", f"supersedes {doc_key(el)} in part")
                     out.add(w)
+                    _echoes_withdrawn(st, facts, w, mine[0], rule, q, stems, sentences)
     return out
+
+
+def _echoes_withdrawn(st: ResolutionState, facts: Mapping[str, PassageFacts], w: str, stated: frozenset[str],
+                      rule: frozenset[str], q: frozenset[str], stems: dict[str, list[frozenset[str]]],
+                      sentences: Callable[[str], Sequence[str]]) -> None:
+    """Lower-authority passages that still say the rule ``w`` withdrew ("Yes, a parent or friend
+    can sit in the back if your instructor agrees", beside the memo withdrawing the allowance
+    "that lets a parent, carer or friend sit in the back"): the sentence of theirs the question
+    is about shares ``MIN_RULE_WORDS`` or more words with both the withdrawing sentence
+    (``rule``) and the withdrawn rule's own (``stated``). Each is ``subordinate_to`` the memo.
+    Never an exception (a condition, an end date, events) or an instruction."""
+    for a in sorted(pid for pid in st.by_id if pid not in st.rejected):
+        pa = st.by_id[a]
+        ea = pa.envelope
+        if st.rank[a] >= st.rank[w] or facts[a].instruction or ea.condition or ea.effective_to or ea.events \
+                or ea.doc_id == st.by_id[w].envelope.doc_id:
+            continue
+        if a not in stems:
+            stems[a] = [frozenset(tokenize(y)) for y in sentences(pa.text)]
+        mine = stems[a]
+        if not mine:
+            continue
+        i = max(range(len(mine)), key=lambda j: (len(mine[j] & rule), -j))
+        near = len(mine[i] & q)
+        if len(mine[i] & rule) >= MIN_RULE_WORDS and len(mine[i] & stated) >= MIN_RULE_WORDS and near \
+                and all(len(m & q) <= near for j, m in enumerate(mine) if j != i):
+            st.reject(a, "subordinate_to", w, f"withdrawn: {doc_key(st.by_id[w].envelope)} withdrew the rule "
+                      f"{doc_key(ea)} repeats", f"outranks {a}")

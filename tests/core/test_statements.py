@@ -454,3 +454,13 @@ def test_a_charge_for_each_period_is_a_rate():
 
 def test_a_table_rule_is_no_counted_noun():
     assert not [s for s in statements("| Dinghy | 2 | 4 |") if s.unit.startswith("count:|")]
+
+
+def test_a_two_word_predicate_column_names_what_its_values_are_of():
+    # invented: a bike shop's delivery prices; the "Delivery" of a "Delivery charge" column is
+    # what each row's price is of (a one-word "Price" column adds nothing)
+    table = "| Distance | Delivery charge |\n| --- | --- |\n| up to 5 miles | GBP 30 |\n| up to 10 miles | GBP 40 |\n"
+    got = [s for s in statements(table) if s.unit.startswith("currency")]
+    assert [s.value for s in got] == ["GBP 30", "GBP 40"] and all("delivery" in s.subject for s in got)
+    plans = "| Plan | Price |\n| --- | --- |\n| Team plan | EUR 12 per seat |\n"
+    assert "price" not in statements(plans)[0].subject

@@ -369,8 +369,13 @@ def _sentence_statements(doc, entities: Sequence[str], header: Sequence[str] = (
             continue
         got = value_anchor(doc, v)
         cell = next(((a, b) for a, b in cells if a <= min(v.tokens) <= b), None) if cells else None
+        column: list[str] = []  # "Delivery" of a "Delivery charge" column: what the cell's price is of
         if cell is not None and cells and cell != cells[0]:
             got = table_anchor(doc, v, got, cells, cell, header)
+            col = cells.index(cell)
+            said = header[col].split() if col < len(header) else []
+            if 1 < len(said) <= 2 and said[-1].lower() in CANON:
+                column = [w.lower() for w in said[:-1] if any(c.isalpha() for c in w)]
         if got is None:
             # no anchor in the parse: a statement only the context rule (:mod:`.subjects`) can match
             made[k] = _unanchored(doc, v, values, k, scope_ids | value_ids, main_scope)
@@ -396,7 +401,7 @@ def _sentence_statements(doc, entities: Sequence[str], header: Sequence[str] = (
             # "Table: Security add-on price" over "| Pro | EUR 6 per seat per month |": a cell
             # that holds only its value is a value of what the caption names, for the row
             named = [n for n in caption if concept(n) != concept(predicate) and n not in subject]
-        subject = list(dict.fromkeys((*named, *subject)))
+        subject = list(dict.fromkeys((*named, *column, *subject)))
         if pred_tok is not None and pred_tok.pos_ in ("VERB", "AUX", "ADJ") and not [
                 s for s in subject if s != pred_tok.lemma_.lower()]:
             made[k] = _unanchored(doc, v, values, k, scope_ids | value_ids, main_scope)

@@ -851,6 +851,8 @@ def test_pending_a_named_places_switch_is_a_condition():
     # they apply may stand between the verb and the date
     ("From 1 March 2026 these charges take over from \"Lido charges (2025)\". Swim cards stay valid.",
      D(2026, 3, 1)),
+    ("From Monday 2 March 2026 these terms replace the \"Lido terms (2025)\", which no longer apply from that day.",
+     D(2026, 3, 2)),
     ("The pools manager approved these local rules. They apply at Eastmere Lido from Monday 5 January 2026, "
      "in place of the opening hours in the lido policy.", D(2026, 1, 5)),
     ("From Monday 1 December 2025 they apply at Eastmere, and at Eastmere they take over from the group-wide "

@@ -21,7 +21,7 @@ __all__ = ["SUPERSEDES_VERB", "doc_ids_in", "find_supersession", "pronoun_ids"]
 
 # The active verbs by which this document ends another (also read by the validity enricher:
 # "takes over from X from 2 March" makes this document in force from then).
-SUPERSEDES_VERB = (r"(?:replaces|supersedes|rescinds|withdraws|retires|revokes|takes?\s+over\s+from|stands?\s+in\s+for"
+SUPERSEDES_VERB = (r"(?:replaces?|supersedes?|rescinds|withdraws|retires|revokes|takes?\s+over\s+from|stands?\s+in\s+for"
                    r"|takes?\s+the\s+place\s+of|succeeds|(?:is|are)\s+(?:closing|withdrawing|discontinuing|retiring)"
                    r"|closes|discontinues)")
 _SUPERSEDE = re.compile(r"\b(?P<verb>superseded\s+by|replaced\s+by|succeeded\s+by|in\s+favou?r\s+of|"

@@ -839,3 +839,22 @@ def test_one_shared_word_of_the_question_and_sentences_the_embedder_finds_alike_
     kept, st = run(lambda a, b: 0.2)  # unlike sentences: one shared word is no one rule
     assert kept == set(by_id) and not st.rejected
     assert run(None)[0] == set(by_id)  # no embedder: two shared words are needed
+
+
+def test_a_places_rules_naming_the_value_they_replace_speak_only_for_that_place():
+    # invented: a chain of climbing gyms. Eastmere's own rules name the house rules' 24-hour
+    # access as the value they replace, at Eastmere: asked about access with no gym named, the
+    # house rules still answer; asked about Eastmere, its rules supersede them there
+    house = doc("house-rules", "# House rules\n\n## 1. Hours\n\n- Key fob members have 24-hour access with their "
+                "fob, 365 days of the year.\n- Day members have access from 07:30 to 20:00, Monday to Friday.\n",
+                doc_type="policy", title="House rules for members", entities=("cragco", "eastmere", "westmere", "access"))
+    local = doc("eastmere-rules", "# Eastmere: local rules\n\nEastmere is below flats, and the Director has approved "
+                "these local rules. They apply at Eastmere in place of the 24-hour access in the house rules.\n\n- Nobody "
+                "has access to Eastmere outside 07:00 to 22:00. Day members can get in from 07:00 to 22:00, every day.\n",
+                doc_type="policy", title="Eastmere: local rules for members", entities=("eastmere", "access", "noise"))
+    ps = passages(house, local)
+    general = resolve(ps, ACME, D(2026, 3, 10), query="access hours for day members")
+    assert pid(ps, "house-rules") not in rejected(general)
+    assert pid(ps, "house-rules") in {s.passage_id for s in general.governing}
+    there = resolve(ps, ACME, D(2026, 3, 10), query="access hours for day members at Eastmere")
+    assert rejected(there).get(pid(ps, "house-rules")) == ("superseded_by", pid(ps, "eastmere-rules"))

@@ -307,6 +307,9 @@ def decide_conflicts(st: ResolutionState, facts: Mapping[str, PassageFacts], ask
                     f"scope: {doc_key(ew)} is specific to {','.join(ew.entities)} and in force at {st.day.isoformat()}")
             elif st.rank[a] == st.rank[b] and over(a, b) != over(b, a):
                 win, lose = (a, b) if over(a, b) else (b, a)
+                if asked is not None and (own := _places(st.by_id[win].envelope, st.by_id[win].text)) \
+                        and not own & asked:
+                    continue  # a place's own rules replace the general value there only: asked about it
                 attacks[lose][win] = _overriding(st, win, lose, True)
             elif st.rank[a] == st.rank[b] and bool(ea.effective_to) != bool(eb.effective_to):
                 # at equal authority, both in force: a rule in force until a stated date (an offer,

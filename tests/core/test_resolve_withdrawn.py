@@ -112,3 +112,21 @@ def test_a_help_page_still_saying_the_withdrawn_rule_is_outranked_by_the_memo():
     for query, day in ((BONFIRE, dt.date(2026, 2, 10)), ("can I bring my dog to the plot?", dt.date(2026, 3, 10))):
         rejected, faq, _ = _with_faq(query, day)
         assert faq not in rejected
+
+
+def test_a_sentence_sharing_only_a_number_and_a_period_with_the_withdrawn_rule_stands():
+    # invented: a swim school withdraws "lessons are booked 48 hours ahead"; a help page's
+    # "stay out of the pool until 48 hours have passed since a stomach bug" is another rule
+    rules = "# Swim school terms\n\n## 2. Booking\n\nParents book each lesson at least 48 hours ahead at reception.\n"
+    memo = ("# Memo: booking\n\nThe rule in section 2 of the swim school terms that parents book each lesson at least "
+            "48 hours ahead is withdrawn with effect from 2 March 2026. Lessons can be booked up to the day before.\n")
+    help_ = "# Parents' questions\n\nMy child was sick. Keep them out of the pool until 48 hours have passed since the bug.\n"
+    docs = [SourceDocument(doc_id="plotters-swim-terms", tenant="plotters", acl=("all-staff",), doc_type="policy",
+                           title="Swim school terms", text=rules, effective_from=dt.date(2025, 4, 1)),
+            SourceDocument(doc_id="plotters-memo-booking", tenant="plotters", acl=("all-staff",), doc_type="memo",
+                           authority="policy", title="Memo: booking", text=memo, effective_from=dt.date(2026, 3, 2)),
+            SourceDocument(doc_id="plotters-help-parents", tenant="plotters", acl=("all-staff",), doc_type="help",
+                           title="Parents' questions", text=help_)]
+    ps, _ = prepare(docs)
+    d = resolve(ps, STAFF, dt.date(2026, 3, 10), query="how long after a stomach bug can my child swim, 48 hours?")
+    assert next(p.passage_id for p in ps if p.doc_id == "plotters-help-parents") not in {r.passage_id for r in d.rejected}

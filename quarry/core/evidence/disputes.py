@@ -529,14 +529,22 @@ def withdrawn_rules(st: ResolutionState, facts: Mapping[str, PassageFacts], quer
     return out
 
 
+def _worded(stems: frozenset[str]) -> frozenset[str]:
+    """Stems that say what a rule is about: no number, no period ("48 hours" ahead of a visit
+    and 48 hours without a fever are no one rule)."""
+    from quarry.core.evidence.quantities import names_duration  # pint loads on first use, not at import
+
+    return frozenset(t for t in stems if not any(c.isdigit() for c in t) and not names_duration(t))
+
+
 def _echoes_withdrawn(st: ResolutionState, facts: Mapping[str, PassageFacts], w: str, stated: frozenset[str],
                       rule: frozenset[str], q: frozenset[str], stems: dict[str, list[frozenset[str]]],
                       sentences: Callable[[str], Sequence[str]]) -> None:
     """Lower-authority passages that still say the rule ``w`` withdrew ("Yes, a parent or friend
     can sit in the back if your instructor agrees", beside the memo withdrawing the allowance
     "that lets a parent, carer or friend sit in the back"): the sentence of theirs the question
-    is about shares ``MIN_RULE_WORDS`` or more words with both the withdrawing sentence
-    (``rule``) and the withdrawn rule's own (``stated``). Each is ``subordinate_to`` the memo.
+    is about shares ``MIN_RULE_WORDS`` or more words (not numbers or periods) with both the
+    withdrawing sentence (``rule``) and the withdrawn rule's own (``stated``). Each is ``subordinate_to`` the memo.
     Never an exception (a condition, an end date, events) or an instruction."""
     for a in sorted(pid for pid in st.by_id if pid not in st.rejected):
         pa = st.by_id[a]
@@ -551,7 +559,7 @@ def _echoes_withdrawn(st: ResolutionState, facts: Mapping[str, PassageFacts], w:
             continue
         i = max(range(len(mine)), key=lambda j: (len(mine[j] & rule), -j))
         near = len(mine[i] & q)
-        if len(mine[i] & rule) >= MIN_RULE_WORDS and len(mine[i] & stated) >= MIN_RULE_WORDS and near \
+        if len(_worded(mine[i] & rule)) >= MIN_RULE_WORDS and len(_worded(mine[i] & stated)) >= MIN_RULE_WORDS and near \
                 and all(len(m & q) <= near for j, m in enumerate(mine) if j != i):
             st.reject(a, "subordinate_to", w, f"withdrawn: {doc_key(st.by_id[w].envelope)} withdrew the rule "
                       f"{doc_key(ea)} repeats", f"outranks {a}")

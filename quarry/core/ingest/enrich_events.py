@@ -4,7 +4,9 @@ records, "<subject> completed / finished / concluded / went live / was done / wa
 signed off / closed out / wrapped up / finalised / accepted / handed over [successfully] [by <whom>] on <date>" and "<subject> is complete as of <date>" -> ("<subject> completed", date);
 "<who> has closed <subject>", "<subject> is closed", in a sentence with a date, and a title
 "<subject> closed ..." -> "<subject> closed" (a recall or an incident closed);
-"<subject> returned to service / came back into use / reopened on <date>" -> "<subject> reopened, back in service";
+"<subject> returned to service / came back into use / reopened on <date>" and "<subject> resume(s) /
+restart(s) ... from <date>" -> "<subject> reopened, back in service"; "<who> lifted / withdrew <the
+notice ...> on <date>" and "<the ban> was lifted / withdrawn on <date>" -> "<it> ended";
 "was cut over", "switched over", "moved", "migrated" -> "<subject> cutover completed"; "<subject>
 has been <doing> on/in <System> since ... <date>" -> "<subject> to <system> cutover completed". A markdown table with a completion-date
 column ("Completed on", "Completion date", "Went live") gives one event per row, the

@@ -505,12 +505,10 @@ def withdrawn_rules(st: ResolutionState, facts: Mapping[str, PassageFacts], quer
                     continue
                 heading = _NUMBERED.match(pl.heading_path[-1]) if pl.heading_path else None
                 rule = said_words - frozenset(tokenize(pl.envelope.title)) - _TITLE_KINDS
-                if lose not in stems:
-                    stems[lose] = [frozenset(tokenize(y)) for y in sentences(pl.text)]
-                mine = stems[lose]
+                mine = _sentence_stems(lose, st, stems, sentences)
                 if not mine:
                     continue
-                i = max(range(len(mine)), key=lambda j: (len(mine[j] & rule), -j))
+                i = _nearest(mine, rule)
                 key = (bool(sec and heading and sec.group(1) == heading.group(1)), len(mine[i] & rule))
                 if sec and heading and not key[0] or key[1] < MIN_RULE_WORDS:
                     continue  # another section of the document, or too few words of the rule
@@ -527,6 +525,19 @@ def withdrawn_rules(st: ResolutionState, facts: Mapping[str, PassageFacts], quer
                     out.add(w)
                     _echoes_withdrawn(st, facts, w, mine[0], rule, q, stems, sentences)
     return out
+
+
+def _sentence_stems(pid: str, st: ResolutionState, stems: dict[str, list[frozenset[str]]],
+                    sentences: Callable[[str], Sequence[str]]) -> list[frozenset[str]]:
+    """A passage's sentences as stem sets, tokenized once per call of :func:`withdrawn_rules`."""
+    if pid not in stems:
+        stems[pid] = [frozenset(tokenize(y)) for y in sentences(st.by_id[pid].text)]
+    return stems[pid]
+
+
+def _nearest(mine: list[frozenset[str]], rule: frozenset[str]) -> int:
+    """The sentence sharing most words with ``rule`` (the first of equals)."""
+    return max(range(len(mine)), key=lambda j: (len(mine[j] & rule), -j))
 
 
 def _worded(stems: frozenset[str]) -> frozenset[str]:
@@ -547,17 +558,14 @@ def _echoes_withdrawn(st: ResolutionState, facts: Mapping[str, PassageFacts], w:
     withdrawing sentence (``rule``) and the withdrawn rule's own (``stated``). Each is ``subordinate_to`` the memo.
     Never an exception (a condition, an end date, events) or an instruction."""
     for a in sorted(pid for pid in st.by_id if pid not in st.rejected):
-        pa = st.by_id[a]
-        ea = pa.envelope
+        ea = st.by_id[a].envelope
         if st.rank[a] >= st.rank[w] or facts[a].instruction or ea.condition or ea.effective_to or ea.events \
                 or ea.doc_id == st.by_id[w].envelope.doc_id:
             continue
-        if a not in stems:
-            stems[a] = [frozenset(tokenize(y)) for y in sentences(pa.text)]
-        mine = stems[a]
+        mine = _sentence_stems(a, st, stems, sentences)
         if not mine:
             continue
-        i = max(range(len(mine)), key=lambda j: (len(mine[j] & rule), -j))
+        i = _nearest(mine, rule)
         near = len(mine[i] & q)
         if len(_worded(mine[i] & rule)) >= MIN_RULE_WORDS and len(_worded(mine[i] & stated)) >= MIN_RULE_WORDS and near \
                 and all(len(m & q) <= near for j, m in enumerate(mine) if j != i):

@@ -57,7 +57,9 @@ def start_of(env: Envelope) -> dt.date | None:
     return env.effective_from or env.published_at
 
 
-def _outside_dates(env: Envelope, day: dt.date) -> bool:
+def outside_dates(env: Envelope, day: dt.date) -> bool:
+    """Whether ``day`` falls before ``effective_from`` or after ``effective_to`` (the bounds the
+    ``valid_at`` filter masks by)."""
     return (env.effective_from is not None and env.effective_from > day) or (
         env.effective_to is not None and env.effective_to < day)
 
@@ -114,7 +116,7 @@ def supersession(st: ResolutionState, by_doc: dict[str, list[Passage]]) -> None:
         winners = []
         for new_key, new in sorted(envs.items()):
             how = _supersedes(new, old)
-            if how is None or _outside_dates(new, st.day):
+            if how is None or outside_dates(new, st.day):
                 continue
             start = start_of(new)
             if start is not None and start > st.day:

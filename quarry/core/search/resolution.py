@@ -19,6 +19,7 @@ from quarry.core.embed.factory import EmbedderSpec
 from quarry.core.evidence.graph import EvidenceSet, facts_for, neighbours
 from quarry.core.evidence.resolve import follow_up_queries
 from quarry.core.evidence.resolve import resolve as resolve_evidence
+from quarry.core.evidence.rules import outside_dates
 from quarry.core.index.shards import TenantIndex
 from quarry.core.records import Decision, Passage, Principal, SearchRequest, StageReport
 from quarry.core.search.records import FirstStage, FollowUp, Resolution
@@ -118,8 +119,7 @@ def out_of_force(index: TenantIndex, principal: Principal, request: SearchReques
     for c in fs.candidates[: settings.resolution_pool]:
         if c.passage_id in known or (p := index.passage(c.passage_id, principal)) is None:
             continue
-        e = p.envelope
-        if (e.effective_from is not None and e.effective_from > day) or (e.effective_to is not None and e.effective_to < day):
+        if outside_dates(p.envelope, day):
             out.append(p)
             if len(out) == settings.out_of_force:
                 break

@@ -172,9 +172,13 @@ def _whole_run(doc, i: int) -> tuple[float, int] | None:
     """(number, last token) of the number written from token ``i``: digits, or number words
     composed the usual way ("twenty-five", "one hundred and twenty", "ninety")."""
     first = _number(doc[i])
-    if first is None or _NUMERIC.fullmatch(doc[i].text):
+    if first is None and doc[i].lower_ in _MULTIPLIERS and i > 0 and doc[i - 1].lower_ in ("a", "an"):
+        first, start = 1.0, i  # "a million pounds", "a hundred guests": the multiplier scales one
+    elif first is None or _NUMERIC.fullmatch(doc[i].text):
         return (first, i) if first is not None else None
-    total, current, last, j = 0.0, first, i, i + 1
+    else:
+        start = i + 1
+    total, current, last, j = 0.0, first, i, start
     while j < len(doc):
         w = doc[j].lower_
         if w in _MULTIPLIERS:
@@ -261,15 +265,18 @@ def _one_period(doc, tok, taken: set[int]) -> Value | None:
         name, last = _PERIOD_ADVERBS[w], tok.i
         days, approx = _period_days(name), name not in ("hour", "day")
     elif w in ("a", "an", "every", "each"):
-        # "a full day", "a whole week": one adjective may stand between
-        skip = tok.i + 2 < len(doc) and doc[tok.i + 1].pos_ == "ADJ"
-        k = tok.i + 1 + skip
+        # "a full day", "a whole week", "a full working week": two describing words may stand between
+        k = tok.i + 1
+        while k - tok.i <= 2 and k + 1 < len(doc) and (doc[k].pos_ == "ADJ" or doc[k].lower_ in DAY_COUNT_WORDS):
+            k += 1
         if k < len(doc) and doc[k].lower_ == "quarter" and not (k + 1 < len(doc) and doc[k + 1].lower_ == "of"):
             u = ("3 month", k, _period_days("3 month"), True)  # "every quarter" (not "a quarter of an hour")
         else:
             u = _duration_unit(doc, k)
         if u is None:
             return None
+        if u[0] == "week" and any(doc[m].lower_ in ("working", "business") for m in range(tok.i + 1, k)):
+            u = ("5 day", u[1], 5.0, False)  # "a working week" is five working days
         name, last, days, approx = u
         if tok.i > 0 and doc[tok.i - 1].lower_ in ("per", "times", *_TIMES):
             return None
@@ -466,7 +473,11 @@ def sentence_values(doc, *, tenant: str) -> list[Value]:
             continue
         run = _number_run(doc, tok.i)
         amount, j = (run[0], run[1] + 1) if run is not None else (None, tok.i + 1)
-        if tok.lower_ in _FRACTIONS:
+        couple = tok.lower_ == "couple" and j + 1 < len(doc) and doc[j].lower_ == "of" and tok.i > 0 \
+            and doc[tok.i - 1].lower_ in ("a", "every", "each")
+        if couple:
+            amount, j = 2.0, j + 1  # "a couple of days", "every couple of hours"
+        elif tok.lower_ in _FRACTIONS:
             # "half a minute", "a quarter of an hour", "three quarters of an hour"
             amount = _FRACTIONS[tok.lower_]
             j += j < len(doc) and doc[j].lower_ == "of"
@@ -493,8 +504,12 @@ def sentence_values(doc, *, tenant: str) -> list[Value]:
         else:
             got = _unit_at(doc, j)
         if got is None:
-            if tok.like_num:
-                v = _count(doc, tok.i, amount, date_tokens)
+            if couple and doc[j].tag_ == "NNS":  # "a couple of guests"
+                span = frozenset(range(tok.i, j))
+                taken.update(span)
+                out.append(Value(span, f"2 {doc[j].lemma_.lower()}", f"count:{doc[j].lemma_.lower()}", 2.0))
+            elif tok.like_num:
+                v = _count(doc, tok.i, amount, date_tokens, j - 1 if run is not None else None)
                 if v is not None:
                     taken.update(v.tokens)
                     out.append(v)
@@ -616,28 +631,33 @@ def _bounded_after(doc, i: int):
     return doc[j - 1]
 
 
-def _count(doc, i: int, value: float, date_tokens: set[int]) -> Value | None:
-    """A number that counts the noun after it ("10 seats", "5 failed login attempts")."""
-    tok = doc[i]
+def _count(doc, i: int, value: float, date_tokens: set[int], last: int | None = None) -> Value | None:
+    """A number that counts the noun after it ("10 seats", "5 failed login attempts"); a
+    number written in words ends at token ``last`` ("two hundred guests")."""
+    last = i if last is None else last
+    span = frozenset(range(i, last + 1))
+    tok = doc[last]
     if i in date_tokens:
         return None  # a year or a day of a month
     if (noun := _bounded_after(doc, i)) is not None:  # "monthly instalments, at most 6"
-        return Value(frozenset({i}), f"{_fmt(value)} {noun.lemma_.lower()}", f"count:{noun.lemma_.lower()}", value)
+        return Value(span, f"{_fmt(value)} {noun.lemma_.lower()}", f"count:{noun.lemma_.lower()}", value)
     head = tok.head
     if head.lower_ in _NO_COUNT:
         return None  # "in one go": an idiom, not a count
-    if tok.dep_ not in ("nummod", "quantmod") or head.i <= i or head.pos_ not in ("NOUN",) or not head.text[:1].isalpha():
+    if tok.dep_ not in ("nummod", "quantmod") or head.i <= last or head.pos_ not in ("NOUN",) or not head.text[:1].isalpha():
         return None  # "SAML 2.0", "tier 2", "Ticket 482": a label, not a count
     if head.lower_ in _MERIDIEM:
         return None
     dur = _pint_base(head.lemma_.lower())
+    if head.lemma_.lower() == "night":
+        dur = ("duration", 1.0, False)  # "14 nights in a row": a stay's length, a day for each night ("three weeks")
     if dur is not None and dur[0] == "duration":  # "2 business days", "25 vacation days"
-        return Value(frozenset({i, head.i}), f"{_fmt(value)} {head.lemma_.lower()}", "duration", value * dur[1],
+        return Value(span | {head.i}, f"{_fmt(value)} {head.lemma_.lower()}", "duration", value * dur[1],
                       dur[2])
     if i == 0 or (i == 1 and doc[0].is_punct):
         if i + 1 < len(doc) and doc[i + 1].text in (".", ")"):
             return None  # list ordinal
-    return Value(frozenset({i}), f"{_fmt(value)} {head.lemma_.lower()}", f"count:{head.lemma_.lower()}", value)
+    return Value(span, f"{_fmt(value)} {head.lemma_.lower()}", f"count:{head.lemma_.lower()}", value)
 
 
 def _for_each_period(doc, j: int):

@@ -14,10 +14,10 @@ __all__ = ["caption_head", "may_state_value", "numeric_sentences_with_headers", 
 
 _NUMBER_WORDS = frozenset("one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
                           "sixteen seventeen eighteen nineteen twenty thirty forty fifty sixty seventy eighty ninety "
-                          "hundred thousand half quarter dozen once twice thrice noon midday midnight".split())
+                          "hundred thousand million couple half quarter dozen once twice thrice noon midday midnight".split())
 # Periods written without a number ("an hour", "every month", "backups run daily"): see
 # :func:`.quantities.sentence_values`.
-_PERIOD = (r"(?:a|an|every|each)\s+(?:second|minute|hour|day|week|fortnight|month|year)"
+_PERIOD = (r"(?:a|an|every|each)\s+(?:(?:full|whole|working|business|clear)\s+){0,2}(?:second|minute|hour|day|week|fortnight|month|year)"
            r"|hourly|daily|nightly|weekly|fortnightly|monthly|quarterly|yearly|annually")
 _NUMBER_WORD = re.compile(r"\b(?:" + "|".join(sorted(_NUMBER_WORDS)) + "|" + _PERIOD + r")\b", re.IGNORECASE)
 # A run of word characters holding a digit ("15:00", "30-day", "€40", but also "p53", "IL-23").

@@ -196,12 +196,17 @@ def _shortened(cond: str) -> str:
 _A_DATE = re.compile(r"until\s+(?:that|this|the\s+same|the\s+end)\s+(?:date|day)|until\s+then", re.IGNORECASE)
 
 
+# a help page's "Yes." or "No." before its answer: the answer's own sentence is what is read
+# ("No. Stay at home until you have been clear of sickness" is an instruction, not a state)
+_ANSWER_WORD = re.compile(r"^\W*(?:yes|no)\s*[.,!;:]\s+", re.IGNORECASE)
+
+
 def find_condition(sents: list[str], pipeline: str = DEFAULT_PIPELINE) -> str | None:
     """The first stopping condition the sentences state (see the module doc), normalised."""
     for raw in sents:
         if not _COND_TRIGGER.search(raw):
             continue
-        s = plain_sentence(raw)
+        s = _ANSWER_WORD.sub("", plain_sentence(raw))
         found = _conditions_in(s)
         found += [(m.start(), f"until {_clause(m.group('cond'))}") for m in _UNTIL.finditer(s)
                   if not _OPEN_ENDED.match(s, m.start()) and _STATE & set(tokenize(s[:m.start()]))]

@@ -868,3 +868,33 @@ def test_they_that_no_longer_apply_from_a_date_start_nothing():
     d = enrich(doc("From 1 March 2026 they no longer apply at Eastmere.", title="Eastmere lido local rules",
                    doc_type="policy", published_at=D(2025, 11, 10)))
     assert d.effective_from is None
+
+
+def test_an_offer_open_between_two_dates_that_ends_then_is_bounded_by_them():
+    # invented: a pottery studio's spring offer, open to courses starting between two dates
+    from quarry.core.ingest.enrich_validity import find_effective
+
+    sents = ["To fill the quiet weeks after New Year, a course of at least 6 sessions has its sixth session free.",
+             "The offer is open to courses that start between Monday 12 January 2026 and Sunday 15 February 2026, "
+             "both days included.", "Courses starting after 15 February do not qualify; the offer ends then."]
+    assert find_effective(sents, "kiln-offer", "Spring offer: sixth session free", tenant="kiln") == (
+        dt.date(2026, 1, 12), dt.date(2026, 2, 15))
+    # a range between two dates that nothing says the document ends after bounds nothing
+    assert find_effective(["The studio is closed between 22 December 2025 and 2 January 2026."], "kiln-terms",
+                          "Studio terms", tenant="kiln") == (None, None)
+
+
+def test_these_terms_taking_effect_start_the_document_and_they_replace_a_quoted_title():
+    # invented: a dog groomer's terms. "These terms take effect on ...": the plural subject of
+    # the document; "From that day they replace the "Grooming terms (2025)"": a title it ends
+    from quarry.core.ingest.enrich_supersession import find_supersession
+    from quarry.core.ingest.enrich_validity import find_effective
+
+    sents = ["These terms take effect on Monday 12 January 2026.",
+             "From that day they replace the \"Grooming terms (2025)\", which are withdrawn."]
+    assert find_effective(sents, "snip-terms-2026", "Grooming terms 2026", tenant="snip") == (dt.date(2026, 1, 12), None)
+    d = SourceDocument(doc_id="snip-terms-2026", tenant="snip", acl=("all-staff",), doc_type="policy",
+                       text=" ".join(sents), title="Grooming terms 2026")
+    assert find_supersession(d, sents)[2] == ("Grooming terms (2025)",)
+    # another document's subject is no "they" of this one's
+    assert find_supersession(d, ["Customers say they replace their dog's collar every year."]) == ((), (), ())

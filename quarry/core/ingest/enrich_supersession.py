@@ -73,8 +73,8 @@ _PHRASE_END = re.compile(r"\s*(?:[,;:]|\((?!(?:19|20)\d\d\))|\s-\s|\b(?:which|th
                          r"|on\s+(?:(?:mon|tues|wednes|thurs|fri|satur|sun)day\b|\d)"
                          r")\b)", re.IGNORECASE)
 # this document as the subject of an active verb: "this standard stands in for", "it replaces",
-# "these charges take over from"
-_SELF_SUBJECT = re.compile(r"\b(?:this|it|these)\b(?:\s+[\w-]+){0,3}\s*$", re.IGNORECASE)
+# "these charges take over from", "from that day they replace"
+_SELF_SUBJECT = re.compile(r"\b(?:this|it|these|they)\b(?:\s+[\w-]+){0,3}\s*$", re.IGNORECASE)
 _CODE = re.compile(r"[A-Za-z]+[-/]?\d[\w/-]*")
 
 
@@ -97,7 +97,7 @@ _DOC_NOUN = re.compile(r"\b(?:polic(?:y|ies)|schedules?|standards?|handbooks?|gu
 
 
 # a title in quotes: "takes over from 'Community room hire: charges and conditions (2025)'"
-_QUOTED = re.compile(r"\s*(?:\"([^\"\n]{3,160})\"|\u201c([^\u201d\n]{3,160})\u201d|'([^'\n]{3,160})'(?!\w)"
+_QUOTED = re.compile(r"\s*(?:the\s+)?(?:\"([^\"\n]{3,160})\"|\u201c([^\u201d\n]{3,160})\u201d|'([^'\n]{3,160})'(?!\w)"
                      r"|\u2018([^\u2019\n]{3,160})\u2019)")
 
 

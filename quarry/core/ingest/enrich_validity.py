@@ -2,7 +2,7 @@
 on] <date>", "in force / in effect from <date>", "takes effect / comes into force on <date>", "applies from
 <date>"; "effective / in force / in effect / valid / good / open / available until / to / through <date>",
 "expires / sunsets / lapses / ends on <date>" (the date is the last day in force, the field being inclusive) — only where the sentence speaks of this document
-(it opens with the phrase, or says "this policy / document / ..."). A document that says
+(it opens with the phrase, or says "this policy / document / ..." or "these terms / conditions / rules"). A document that says
 of itself that it "is rescinded / withdrawn / retired / no longer in force as of / on /
 from / with effect from <date>" ends the day before: a document rescinded on 1 March is
 not in force on 1 March ("no longer in force after <date>" ends on that date). A rule fronted
@@ -23,7 +23,8 @@ waiver expires after 27 February 2026; every other line of this schedule carries
 document. A range of two dates that the sentence, or the next one, says the document lapses
 after ("These arrangements run from 3 November 2025 until 1 March 2026 and lapse after that
 date"; "... up to and including 28 February 2026. The offer lapses after 28 February") bounds
-it, unless one of the two says the rest goes on. A subject may follow a fronting clause ("To
+it, unless one of the two says the rest goes on. So does a range "between <date> and <date>" that the next sentence says the offer "ends then".
+A subject may follow a fronting clause ("To
 bring lapsed members back, the Fenmoor fines amnesty runs from ..."). A weekday before a date
 ("Monday 2 March 2026") is read past.
 """
@@ -42,12 +43,12 @@ __all__ = ["find_effective"]
 
 _DOC_NOUN = (r"(?:policy|document|agreement|contract|amendment|runbook|page|version|exception|rule|procedure|guideline"
              r"|guidance|notice|memo|standard|schedule|waiver|arrangement|addendum|circular|directive|sop|rate|offer"
-             r"|price\s+list|plan|process|instruction|instructions)")
+             r"|price\s+list|plan|process|instruction|instructions|terms|conditions)")
 # "this policy", and with up to two words before the noun: "this local rule", "this interim pricing policy"
-_SELF = r"(?:^|\bthis\s+(?:[\w-]+\s+){0,2}?" + _DOC_NOUN + r"\b[^.]*?)"
+_SELF = r"(?:^|\bth(?:is|ese)\s+(?:[\w-]+\s+){0,2}?" + _DOC_NOUN + r"s?\b[^.]*?)"
 # Being in force, in its usual words: "effective", "in force / in effect", "takes effect",
 # "comes / goes / enters into force / effect", "applies", "valid".
-_IN_FORCE = (r"(?:effective|in\s+(?:force|effect)|takes\s+effect|(?:comes?|goes?|enters?|came|went|entered)\s+into"
+_IN_FORCE = (r"(?:effective|in\s+(?:force|effect)|takes?\s+effect|(?:comes?|goes?|enters?|came|went|entered)\s+into"
              r"\s+(?:force|effect)|applies|apply|valid)")
 # Being good up to a date ("valid / good / open / available / in effect through"), or
 # ending on one ("expires / sunsets / lapses / ends / terminates / runs out on").
@@ -149,9 +150,9 @@ _DATE_RX = re.compile(DATE, re.IGNORECASE)
 # "The offer applies to events held from 2 March 2026 up to and including 30 April 2026, and
 # lapses after that date": a dated range that the sentence, or the next one ("The offer lapses
 # after 28 February"), says this document lapses after
-_SPAN = re.compile(r"\bfrom\s+(?P<a>" + DATE + r")\s*,?\s+(?:until|till|to|through|thru|up\s+to(?:\s+and\s+including)?)\s+(?P<b>"
+_SPAN = re.compile(r"\b(?:from|between)\s+(?P<a>" + DATE + r")\s*,?\s+(?:until|till|to|through|thru|and|up\s+to(?:\s+and\s+including)?)\s+(?P<b>"
                    + DATE + ")", re.IGNORECASE)
-_LAPSES_AFTER = re.compile(r"\b(?:lapses?|expires?|ends?|stops?|runs?\s+out)\s+(?:after|on|at\s+the\s+end\s+of)\s+(?:that"
+_LAPSES_AFTER = re.compile(r"\b(?:lapses?|expires?|ends?|stops?|runs?\s+out)\s+(?:(?:after|on|at\s+the\s+end\s+of)\s+)?(?:that"
                            r"\s+(?:date|day)|then|\d{1,2}\s+[a-z]+|" + DATE + ")", re.IGNORECASE)
 # "Monday 2 March 2026": a weekday before a date says nothing the date does not
 _WEEKDAY = re.compile(r"\b(?:mon|tues|wednes|thurs|fri|satur|sun)day,?\s+(?=\d|(?:jan|feb|mar|apr|may|jun|jul|aug|sep|oct"

@@ -15,6 +15,7 @@ import pytest
 
 from quarry.core.evidence.graph import PassageFacts
 from quarry.core.evidence.question import CLAIM_SIMILARITY
+from quarry.core.evidence.subjects import DEFAULT_THRESHOLDS
 from quarry.core.evidence.resolve import resolve
 from quarry.core.evidence.statements import statements_batch
 from quarry.core.ingest.pipeline import prepare
@@ -139,3 +140,17 @@ def test_two_formal_documents_dispute_a_question_only_in_what_both_state_on_it()
     d = resolve(ps, STAFF, DAY, query="how much notice does a laser-cutter session need?")
     assert ids["make-rules"] not in {r.passage_id for r in d.rejected}
     assert ids["make-rules"] in {g.passage_id for g in d.governing}
+
+
+def test_a_claim_is_checked_on_other_words_of_the_question_in_a_clause_like_it():
+    # the help page's claim shares "engineer" with the question, the policy's sentence only
+    # "emergency": checked against it only where the two clauses are as alike as one subject's
+    helper = "# Help: it's cold in here\n\nAn engineer will be at your door within 12 hours."
+    claim = "help page says an engineer comes within 12 hours in an emergency, still right?"
+    d, ids = _decide(POLICY, helper, claim, DEFAULT_THRESHOLDS.similarity + 0.05)
+    rejected = {r.passage_id: (r.reason, r.by) for r in d.rejected}
+    assert rejected[ids["warmly-help-boiler"]] == ("subordinate_to", ids["warmly-callout-policy"])
+    assert [g.passage_id for g in d.governing] == [ids["warmly-callout-policy"]]
+    # nearer than a claim's floor but not as alike as one subject's sentences: the claim stays
+    d, ids = _decide(POLICY, helper, claim, (CLAIM_SIMILARITY + DEFAULT_THRESHOLDS.similarity) / 2)
+    assert ids["warmly-help-boiler"] not in {r.passage_id for r in d.rejected}

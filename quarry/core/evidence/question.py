@@ -260,7 +260,8 @@ def checked_claims(answers: set[str], st: ResolutionState, facts: Mapping[str, P
     question quoting a value ("the FAQ says an engineer is with you within four hours, is
     that still right?") that a lower answer ``a`` states is answered by the higher-authority
     survivor ``b`` stating another value of that unit on the same question words, in the
-    clause the embedder puts nearest the claim's (at ``CLAIM_SIMILARITY`` or above): ``a`` is
+    clause the embedder puts nearest the claim's (at ``CLAIM_SIMILARITY`` or above; on other
+    words of the question, at the subject threshold ``Thresholds.similarity``): ``a`` is
     ``subordinate_to`` ``b`` and ``b`` answers, though its own wording ("P1 Emergency: attend
     within 2 hours") shares too few of the question's words to be chosen by them. Nothing
     changes when such a statement of ``b`` states the quoted value (the claim stands), or for
@@ -274,6 +275,7 @@ def checked_claims(answers: set[str], st: ResolutionState, facts: Mapping[str, P
     if not quoted:
         return answers
     q = frozenset(tokenize(query))
+    asked = q - _GENERIC_STEMS
     out = set(answers)
     for a in sorted(answers):
         env = st.by_id[a].envelope
@@ -291,10 +293,14 @@ def checked_claims(answers: set[str], st: ResolutionState, facts: Mapping[str, P
                 if not _not_local(env, x, set(eb.entities)):
                     continue
                 for y in facts[b].statements:
-                    if y.unit != x.unit or not w & stated_stems(y):
+                    if y.unit != x.unit or not (ys := stated_stems(y)) & asked:
                         continue
                     near = similarity(x.clause, y.clause)
-                    if near < CLAIM_SIMILARITY:
+                    # on the claim's own question words, or on others of the question in a
+                    # sentence as like the claim's as one subject's ("fridge temperature within
+                    # two hours of coming out of the cooker" and "cooled ... within 90 minutes
+                    # of leaving the cooker", asked "cooked mince chilled within two hours?")
+                    if near < (CLAIM_SIMILARITY if w & ys else DEFAULT_THRESHOLDS.similarity):
                         continue
                     if same_value(x, y):
                         stands = True

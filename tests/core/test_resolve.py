@@ -858,3 +858,42 @@ def test_a_places_rules_naming_the_value_they_replace_speak_only_for_that_place(
     assert pid(ps, "house-rules") in {s.passage_id for s in general.governing}
     there = resolve(ps, ACME, D(2026, 3, 10), query="access hours for day members at Eastmere")
     assert rejected(there).get(pid(ps, "house-rules")) == ("superseded_by", pid(ps, "eastmere-rules"))
+
+
+def test_a_places_later_rules_take_over_only_at_that_place():
+    # invented: a group of campsites. Birchwood's own rules, in force after the group's site
+    # rules and tagged with a topic the group rules lack, state their own quiet hours without
+    # naming the group's: asked with no site named, the group rules answer; asked about
+    # Birchwood, its later rules do
+    group = doc("site-rules", "# Site rules\n\n## Quiet hours\n\n- Quiet hours run from 22:00 to 07:00 on every site.\n",
+                doc_type="policy", title="Site rules for campers", effective_from=D(2025, 4, 1),
+                entities=("pitchwell", "birchwood", "fernhill", "campers"))
+    local = doc("birchwood-rules", "# Birchwood: local rules\n\nBirchwood sits beside a nature reserve.\n\n"
+                "- Quiet hours run from 21:00 to 08:00 at Birchwood.\n",
+                doc_type="policy", title="Birchwood: local rules for campers", effective_from=D(2026, 1, 5),
+                entities=("birchwood", "campers", "wildlife"))
+    ps = passages(group, local)
+    general = resolve(ps, ACME, D(2026, 3, 10), query="quiet hours on the campsites")
+    assert pid(ps, "site-rules") not in rejected(general)
+    assert pid(ps, "site-rules") in {s.passage_id for s in general.governing}
+    there = resolve(ps, ACME, D(2026, 3, 10), query="quiet hours at Birchwood")
+    assert rejected(there).get(pid(ps, "site-rules"), ("",))[0] in ("subordinate_to", "superseded_by")
+    assert pid(ps, "birchwood-rules") in {s.passage_id for s in there.governing}
+
+
+def test_a_topic_in_a_titles_lower_case_words_is_no_narrower_scope():
+    # invented: a ski hire shop. Two runbooks of one authority, both tagged "lost-property",
+    # disagree on how long unclaimed items are kept; the counter runbook's title lists lost
+    # property among its topics. No policy settles it: the contradiction stays unresolved
+    counter = doc("runbook-counter", "# Counter runbook\n\n## Lost property\n\nUnclaimed lost property is kept "
+                  "for 30 days, then given to charity.\n", doc_type="runbook",
+                  title="Counter runbook - opening, rentals, lost property and complaints",
+                  entities=("snowline", "counter", "rentals", "lost-property"))
+    workshop = doc("runbook-workshop", "# Workshop runbook\n\n## End of day\n\nUnclaimed lost property is kept "
+                   "for 14 days, then given to charity.\n", doc_type="runbook", title="Workshop runbook",
+                   entities=("snowline", "workshop", "boot-fitting", "lost-property"))
+    ps = passages(counter, workshop)
+    d = resolve(ps, ACME, D(2026, 3, 10), query="how long is unclaimed lost property kept?")
+    assert not rejected(d)
+    assert {frozenset(u.passage_ids) for u in d.unresolved} == {frozenset((pid(ps, "runbook-counter"),
+                                                                           pid(ps, "runbook-workshop")))}

@@ -25,18 +25,33 @@ __all__ = ["FORMAL_RANK", "decide_conflicts", "partial_overrides", "withdrawn_ru
 FORMAL_RANK = DEFAULT_AUTHORITY["pricing"]
 
 
+def _title_names(title: str, entities: frozenset[str]) -> frozenset[str]:
+    """The entities a title names as names: capitalised where it writes them ("Farrow Lane:
+    local site rules"), not a topic in its lower-case words ("Reception runbook - opening
+    hours, lost property and member requests"); a title capitalising every word says nothing
+    either way, so each entity it names counts."""
+    named = named_entities(title, entities)
+    words = re.findall(r"[A-Za-z][\w']*", title)
+    if all(w[0].isupper() for w in words if len(w) > 3):
+        return named
+    return frozenset(e for e in named if any(
+        w[:1].isupper() for w in re.findall(r"[A-Za-z][\w']*", title)
+        if tokenize(w) and tokenize(w)[0] in tokenize(e.replace("-", " "))))
+
+
 def _specific(a: Envelope, b: Envelope, asked: frozenset[str] | None = None) -> bool:
     """``a`` is scoped to fewer entities than ``b`` (general = no entities, or more), or
     ``a`` is scoped to an entity the question names that ``b`` is not, and not the reverse
     (the Birch Court page over the campus-wide handbook, for a question about Birch Court),
-    or, both scoped to an entity asked about, ``a``'s title names it and ``b``'s does not
+    or, both scoped to an entity asked about, ``a``'s title names it as a name and ``b``'s does not
     ("Farrow Lane: local site rules" over "Deliveries and site logistics": entity lists mix
-    places with topics, a title says what the document is for)."""
+    places with topics, a title says what the document is for; a topic in a title's lower-case
+    words, "Reception runbook - opening hours, lost property", is no narrower scope)."""
     if a.entities and (not b.entities or set(a.entities) < set(b.entities)):
         return True
     if asked:
         ta, tb = named_entities(a.title, asked), named_entities(b.title, asked)
-        if (ta - tb) & set(a.entities) & set(b.entities) and not tb - ta:
+        if _title_names(a.title, ta - tb) & set(a.entities) & set(b.entities) and not tb - ta:
             return True
     if not asked or (b.entities and set(b.entities) < set(a.entities)):
         return False  # (a passage scoped to part of another's entities is the narrower one, whatever is asked)
@@ -322,6 +337,9 @@ def decide_conflicts(st: ResolutionState, facts: Mapping[str, PassageFacts], ask
                 # at equal authority, both in force: the one that took effect later is the rule now
                 win, lose = (a, b) if _later_effective(ea, eb) else (b, a)
                 ew, el = st.by_id[win].envelope, st.by_id[lose].envelope
+                if asked is not None and (own := _places(ew, st.by_id[win].text) - _places(el, st.by_id[lose].text)) \
+                        and not own & asked:
+                    continue  # a place's own later rules (its title names it) are not the rule elsewhere
                 attacks[lose][win] = (f"recency: {doc_key(ew)} in force from {ew.effective_from.isoformat()} after "
                                       f"{doc_key(el)} from {el.effective_from.isoformat()}")
             elif st.rank[a] == st.rank[b]:

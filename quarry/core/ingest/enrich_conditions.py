@@ -22,7 +22,8 @@ instruction: an imperative sentence ("Watch the settlement status until every pa
 shows sent", "Retry until the webhook succeeds") has no condition unless the condition
 is fronted and so scopes the instruction itself ("While the move is under way, route
 orders to Leeds"). Imperatives are told by spaCy's parse (a base-form root verb without
-a subject).
+a subject); a help page's "Yes." or "No." before its answer is read past first ("No. Stay at
+home until you have been clear of sickness" is an instruction).
 """
 
 from __future__ import annotations

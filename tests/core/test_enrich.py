@@ -898,3 +898,14 @@ def test_these_terms_taking_effect_start_the_document_and_they_replace_a_quoted_
     assert find_supersession(d, sents)[2] == ("Grooming terms (2025)",)
     # another document's subject is no "they" of this one's
     assert find_supersession(d, ["Customers say they replace their dog's collar every year."]) == ((), (), ())
+
+
+def test_a_range_between_two_dates_that_a_notice_outlives_does_not_bound_it():
+    # invented: a pottery studio's holiday notice about courses starting between two dates;
+    # the notice ends on a date of its own, so the range is the courses', not the notice's
+    from quarry.core.ingest.enrich_validity import find_effective
+
+    sents = ["For courses starting between 22 December 2025 and 1 January 2026, free cancellation ends 7 days "
+             "before the first session.", "This notice expires on 2 January 2026."]
+    assert find_effective(sents, "kiln-holiday-notice", "Holiday courses - cancellation", tenant="kiln") == (
+        None, dt.date(2026, 1, 2))

@@ -34,9 +34,8 @@ def _title_names(title: str, entities: frozenset[str]) -> frozenset[str]:
     words = re.findall(r"[A-Za-z][\w']*", title)
     if all(w[0].isupper() for w in words if len(w) > 3):
         return named
-    return frozenset(e for e in named if any(
-        w[:1].isupper() for w in re.findall(r"[A-Za-z][\w']*", title)
-        if tokenize(w) and tokenize(w)[0] in tokenize(e.replace("-", " "))))
+    capitalised = {t for w in words if w[0].isupper() for t in tokenize(w)[:1]}
+    return frozenset(e for e in named if capitalised & set(tokenize(e.replace("-", " "))))
 
 
 def _specific(a: Envelope, b: Envelope, asked: frozenset[str] | None = None) -> bool:

@@ -504,7 +504,7 @@ def sentence_values(doc, *, tenant: str) -> list[Value]:
         else:
             got = _unit_at(doc, j)
         if got is None:
-            if couple and doc[j].tag_ == "NNS":  # "a couple of guests"
+            if couple and j < len(doc) and doc[j].tag_ == "NNS":  # "a couple of guests"
                 span = frozenset(range(tok.i, j))
                 taken.update(span)
                 out.append(Value(span, f"2 {doc[j].lemma_.lower()}", f"count:{doc[j].lemma_.lower()}", 2.0))

@@ -23,8 +23,9 @@ waiver expires after 27 February 2026; every other line of this schedule carries
 document. A range of two dates that the sentence, or the next one, says the document lapses
 after ("These arrangements run from 3 November 2025 until 1 March 2026 and lapse after that
 date"; "... up to and including 28 February 2026. The offer lapses after 28 February") bounds
-it, unless one of the two says the rest goes on. So does a range "between <date> and <date>" that the next sentence says the offer "ends then".
-A subject may follow a fronting clause ("To
+it, unless one of the two says the rest goes on; so does a range "between <date> and <date>"
+that the sentence or the next says the document ends with ("the offer ends then"), not on a date
+of its own. A subject may follow a fronting clause ("To
 bring lapsed members back, the Fenmoor fines amnesty runs from ..."). A weekday before a date
 ("Monday 2 March 2026") is read past.
 """
@@ -152,8 +153,12 @@ _DATE_RX = re.compile(DATE, re.IGNORECASE)
 # after 28 February"), says this document lapses after
 _SPAN = re.compile(r"\b(?:from|between)\s+(?P<a>" + DATE + r")\s*,?\s+(?:until|till|to|through|thru|and|up\s+to(?:\s+and\s+including)?)\s+(?P<b>"
                    + DATE + ")", re.IGNORECASE)
-_LAPSES_AFTER = re.compile(r"\b(?:lapses?|expires?|ends?|stops?|runs?\s+out)\s+(?:(?:after|on|at\s+the\s+end\s+of)\s+)?(?:that"
-                           r"\s+(?:date|day)|then|\d{1,2}\s+[a-z]+|" + DATE + ")", re.IGNORECASE)
+_LAPSES_AFTER = re.compile(r"\b(?:lapses?|expires?|ends?|stops?|runs?\s+out)\s+(?:(?:after|on|at\s+the\s+end\s+of)\s+(?:that"
+                           r"\s+(?:date|day)|then|\d{1,2}\s+[a-z]+|" + DATE + ")|then)", re.IGNORECASE)
+# what a range "between <date> and <date>" must be said to end with: the range itself ("the
+# offer ends then"), not a date of its own ("This notice expires on 2 January 2026" after the
+# arrival dates "between 22 December 2025 and 1 January 2026" the notice is about)
+_LAPSES_THEN = re.compile(r"\b(?:then|that\s+(?:date|day))\W*$", re.IGNORECASE)
 # "Monday 2 March 2026": a weekday before a date says nothing the date does not
 _WEEKDAY = re.compile(r"\b(?:mon|tues|wednes|thurs|fri|satur|sun)day,?\s+(?=\d|(?:jan|feb|mar|apr|may|jun|jul|aug|sep|oct"
                       r"|nov|dec)[a-z]*\b)", re.IGNORECASE)
@@ -232,7 +237,8 @@ def find_effective(sents: list[str], own: str | None = None, title: str = "", *,
             continue
         if span and (start is None or end is None):
             after = _plain(sents[i + 1]) if i + 1 < len(sents) else ""
-            if (_LAPSES_AFTER.search(s, span.end()) or _LAPSES_AFTER.search(after)) \
+            lapse = _LAPSES_AFTER.search(s, span.end()) or _LAPSES_AFTER.search(after)
+            if lapse and (not span.group(0).lower().startswith("between") or _LAPSES_THEN.search(lapse.group(0))) \
                     and not _REST_GOES_ON.search(s) and not _REST_GOES_ON.search(after):  # (one line's waiver)
                 start = start or parse_date(span.group("a"), tenant=tenant)
                 end = end or parse_date(span.group("b"), tenant=tenant)

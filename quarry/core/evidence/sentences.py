@@ -55,6 +55,29 @@ def _heading(line: str) -> bool:
     return line.lstrip().startswith("#")
 
 
+# A paragraph or list item that opens with a label in strong emphasis: "**Complaints.**
+# Acknowledge within three working days", "- **Late pick-up:** collect by 6pm".
+_LEAD_IN = re.compile(r"^[ \t]*(?:[-*+][ \t]+|\d{1,2}[.)][ \t]+)?(?:\*\*|__)([^*_\n]{1,60}?)[ \t]*([.:]?)[ \t]*"
+                      r"(?:\*\*|__)[ \t]*([.:]?)[ \t]+\S", re.MULTILINE)
+_LIST_MARK = re.compile(r"^(?:[-*+]\s+|\d{1,2}[.)]\s+)")
+
+
+def _lead_ins(text: str) -> frozenset[str]:
+    """The labels that open a paragraph or list item in strong emphasis and end with a full
+    stop or a colon: what the sentences after them, on the same line, state values of."""
+    return frozenset(m.group(1).strip() for m in _LEAD_IN.finditer(text)
+                     if (m.group(2) or m.group(3)) and not _is_question(m.group(1)) and len(m.group(1).split()) <= 6)
+
+
+def _label_of(line: str, labels: frozenset[str]) -> str:
+    """The lead-in label ``line`` opens with (emphasis already removed), or ""."""
+    body = _LIST_MARK.sub("", line)
+    for label in labels:
+        if body.startswith(label) and body[len(label):len(label) + 1] in (".", ":"):
+            return label
+    return ""
+
+
 def _sentence_topics(text: str, heading: str = "") -> list[str]:
     """For each sentence of :func:`line_sentences` (same order), the question it answers, or
     "": a question earlier in its own paragraph ("How long is the warranty? Two years from
@@ -62,9 +85,12 @@ def _sentence_topics(text: str, heading: str = "") -> list[str]:
     stays the topic of the lines after it until the next heading or question line. The
     answer to a question often names no subject: the question does. ``heading``, the heading
     the passage sits under (its text does not hold it), is the first topic when it is a
-    question."""
+    question. A paragraph or list item opening with a label in strong emphasis
+    ("**Complaints.** Acknowledge within three working days") is about what the label names:
+    its sentences take the label (no question mark) as their topic."""
     out: list[str] = []
     carried = heading.lstrip("#-* ").strip() if _is_question(heading) else ""
+    labels = _lead_ins(text)
     for line in logical_lines(text):
         sents = [line[a:b] for a, b in sentence_spans(line)]
         if not sents:
@@ -72,6 +98,9 @@ def _sentence_topics(text: str, heading: str = "") -> list[str]:
         if _heading(line) or all(_is_question(s) for s in sents):
             carried = sents[-1].lstrip("#-* ").strip() if _is_question(sents[-1]) else ""
             out += [""] * len(sents)
+            continue
+        if labels and (label := _label_of(line, labels)):
+            out += [label if _LIST_MARK.sub("", s).strip().rstrip(".:") != label else "" for s in sents]
             continue
         topic = carried
         for s in sents:
@@ -86,7 +115,7 @@ def _sentence_topics(text: str, heading: str = "") -> list[str]:
 def numeric_sentences_with_topics(text: str, *, tenant: str,
                                   heading: str = "") -> list[tuple[str, tuple[str, ...], str, str]]:
     """:func:`numeric_sentences_with_headers`, each sentence also with the question it
-    answers (:func:`_sentence_topics`; "" for none) and, for a table row, the head of the
+    answers or the lead-in label it follows (:func:`_sentence_topics`; "" for none) and, for a table row, the head of the
     table's caption (``Table: Security add-on price`` above the table; "" for none): what
     the table's values are of, before a "by", "for" or "from" (:func:`caption_head`)."""
     sents = passage_sentences(text, tenant=tenant)

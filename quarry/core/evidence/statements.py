@@ -465,6 +465,16 @@ def _answering(s: Statement, topic: tuple[tuple[str, ...], tuple[str, ...]]) -> 
                    context=tuple(dict.fromkeys((*nouns, *verbs, *s.context))))
 
 
+def _labelled(s: Statement, topic: tuple[tuple[str, ...], tuple[str, ...]]) -> Statement:
+    """A statement after a lead-in label ("**Complaints.** Acknowledge within 3 days"): the
+    label's nouns join its subject and context; its predicate stays its own."""
+    nouns, _ = topic
+    if not nouns or set(nouns) <= set(s.subject):
+        return s
+    return replace(s, subject=tuple(dict.fromkeys((*nouns, *s.subject))),
+                   context=tuple(dict.fromkeys((*nouns, *s.context))))
+
+
 def _noun_phrases(doc) -> tuple[tuple[str, ...], ...]:
     """The lemmas of each noun phrase of a heading: a head noun with the compounds and
     adjectives before it ("Memo: group deposit and balance terms" gives (memo,),
@@ -531,8 +541,10 @@ def statements_batch(texts: Sequence[str], entities: Sequence[Sequence[str]] = (
             ents = entities[k] if entities else ()
             made = _sentence_statements(doc, ents, header, tenant=tenant,
                                         caption=_caption_nouns(topics[c], ents) if c else ())
-            if q:
+            if q.endswith("?"):
                 made = [_answering(s, topics[q]) for s in made]
+            elif q:
+                made = [_labelled(s, topics[q]) for s in made]
             elif h:
                 made = [_named_by_heading(s, heads[h]) for s in made]
             out[k] += made

@@ -12,9 +12,11 @@ from functools import lru_cache
 from quarry.core.evidence.conflict import same_value
 from quarry.core.evidence.graph import PassageFacts, doc_key
 from quarry.core.evidence.rules import ResolutionState
+from quarry.core.evidence.statements import statements
 from quarry.core.evidence.subjects import _GENERIC_HEADS, DEFAULT_THRESHOLDS, GENERIC_WORDS, same_subject
 from quarry.core.records import Envelope, Passage
 from quarry.core.text.tokenizer import tokenize
+from quarry.core.text.units import logical_lines
 
 _STANDS_IN = ("superseded_by", "condition_ended")
 # cosine to the question by which a survivor must beat every answer the words chose to answer
@@ -23,8 +25,8 @@ _STANDS_IN = ("superseded_by", "condition_ended")
 _MEANING_MARGIN = 0.05
 _TEXT_MARGIN = 1  # on words in the text alone, a passage sharing fewer than the best less this does not answer
 
-__all__ = ["CLAIM_SIMILARITY", "ON_QUESTION", "answer_kinds", "checked_claims", "can_answer", "question_scope", "resumed", "speaks_to", "stated_stems", "without_echoes",
-           "without_outranked"]
+__all__ = ["CLAIM_SIMILARITY", "ON_QUESTION", "answer_kinds", "checked_claims", "can_answer", "question_scope", "resumed", "said_of_others",
+           "speaks_to", "stated_stems", "without_echoes", "without_outranked"]
 
 _PERIODS = r"(?:minutes?|hours?|days?|nights?|weeks?|fortnights?|months?|years?)"
 _NUMBER_WORDS = r"(?:\d+(?:[.,]\d+)?|an?|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|fifteen|twenty|thirty)"
@@ -404,3 +406,51 @@ def question_scope(st: ResolutionState, facts: Mapping[str, PassageFacts], query
                 scope.add(y)
                 todo.append(y)
     return answers, scope
+
+
+@lru_cache(maxsize=1)
+def _function_stems() -> frozenset[str]:
+    """Stems of words that say nothing of what is asked ("when", "be", "next", "after"):
+    spaCy's English stop words."""
+    from spacy.lang.en.stop_words import STOP_WORDS
+
+    return frozenset(tokenize(" ".join(sorted(STOP_WORDS))))
+
+
+def _parts(entity: str) -> tuple[str, ...]:
+    return tuple(w for w in entity.split("-") if w)
+
+
+def _names(sentence: str, toks: frozenset[str], entity: str, as_name: bool) -> bool:
+    """Whether ``sentence`` names ``entity`` by all of its words; ``as_name``: written as a
+    name, each word capitalised ("Holloway Green", not "green")."""
+    parts = _parts(entity)
+    if not parts or not all(w in toks for p in parts for w in tokenize(p)):
+        return False
+    return not as_name or all(re.search(rf"\b{re.escape(p)}", sentence, re.IGNORECASE) and
+                              re.search(rf"\b{re.escape(p[0].upper() + p[1:])}", sentence) for p in parts)
+
+
+def said_of_others(p: Passage, query: str, asked: frozenset[str]) -> bool:
+    """Whether a passage that names an entity the question asks about says what is asked only
+    of other entities: the sentences naming that entity share no word of the question's own
+    (its words less entity names and function words) and state no value, while every
+    sentence sharing one names another entity of the passage as a name. A list item or a
+    paragraph is one sentence here: "Millbank last. No date yet." is all about Millbank. A
+    move plan's "Central next, after a rehearsal ... Holloway Green last, no date yet" says
+    nothing of Holloway Green's rehearsal."""
+    ents = [e for e in p.envelope.entities if _parts(e)]
+    names = frozenset(t for e in (*ents, *asked) for t in tokenize(e.replace("-", " ")))
+    topic = frozenset(tokenize(query)) - names - _function_stems() - _GENERIC_STEMS
+    if not topic:
+        return False
+    sents = [(x, frozenset(tokenize(x))) for x in logical_lines(p.text)]
+    on = [(x, t) for x, t in sents if t & topic]
+    others = [e for e in ents if e not in asked]
+    if not on or not all(any(_names(x, t, e, True) for e in others) for x, t in on):
+        return False
+    for e in sorted(asked):
+        about = [x for x, t in sents if _names(x, t, e, False)]
+        if about and not any(statements(x, tenant=p.tenant) for x in about) and not any(_names(x, t, e, False) for x, t in on):
+            return True
+    return False

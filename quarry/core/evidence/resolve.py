@@ -69,7 +69,7 @@ from quarry.core.evidence.graph import PassageFacts, doc_key, facts_of
 from quarry.core.evidence.conflict import same_value
 from quarry.core.evidence.predicates import MIN_SHARED, predicates
 from quarry.core.evidence.question import (
-    ON_QUESTION, can_answer, checked_claims, question_scope, resumed, speaks_to, stated_stems, without_echoes, without_outranked,
+    ON_QUESTION, can_answer, checked_claims, question_scope, resumed, said_of_others, speaks_to, stated_stems, without_echoes, without_outranked,
 )
 from quarry.core.evidence.sentences import passage_sentences
 from quarry.core.evidence.rules import (
@@ -157,6 +157,8 @@ def resolve(
                                            or named_entities(_written_about(by_id[pid]), scoping))
                   and not ((start := start_of(by_id[pid].envelope)) is not None and start > day)]
     answers, scope = question_scope(st, facts, query, candidates, shown, pairs, groups, relevance)
+    if asked:  # a passage naming the entity asked about, but saying what is asked only of others
+        answers = {pid for pid in answers if not said_of_others(by_id[pid], query, asked)}
     answers |= withdrawing & set(candidates)  # a memo withdrawing the rule asked about answers in its place
 
     def sel(pid: str, reason: str) -> SelectedEvidence:

@@ -183,6 +183,21 @@ def _apart_places(a: Envelope, b: Envelope, text_a: str, text_b: str) -> bool:
     return bool(own_a) and bool(own_b)
 
 
+def _by_place(st: ResolutionState, win: str, lose: str, asked: frozenset[str] | None,
+              is_name: Callable[[str], bool]) -> bool:
+    """Scope may make ``win`` beat ``lose`` of a higher authority only through a place: an
+    entity that sets ``win``'s scope apart (one ``lose`` does not list, or one the question
+    names) written somewhere as a name (``is_name``: "at Elm Court", "does Harbourside"), or
+    while ``win`` lasts only a while (a condition, an end date). Entity lists mix places with
+    topics: a standing help page or runbook tagged with the topic asked about ("hygienist",
+    "deposits") is no local rule, and authority decides."""
+    ew, el = st.by_id[win].envelope, st.by_id[lose].envelope
+    if st.rank[win] >= st.rank[lose] or not _standing(ew):
+        return True
+    apart = (set(ew.entities) - set(el.entities)) | (set(ew.entities) & (asked or frozenset()))
+    return any(is_name(e) for e in sorted(apart))
+
+
 def _interim(env: Envelope) -> bool:
     """A ticket or comment in force until an event: a condition other than "until further
     notice". (Pages and help pages carry conditions read from a sentence about one item,
@@ -255,7 +270,7 @@ def _overriding(st: ResolutionState, win: str, lose: str, replaced: bool) -> str
 def decide_conflicts(st: ResolutionState, facts: Mapping[str, PassageFacts], asked: frozenset[str] | None = None,
                      on: Callable[[object], bool] | None = None,
                      similarity: Callable[[str, str], float] | None = None,
-                     other_parts: frozenset[str] = frozenset(),
+                     other_parts: frozenset[str] = frozenset(), question: str | None = None,
                      ) -> tuple[list[tuple[str, ...]], list[tuple[str, str]]]:
     """Decide conflicts among survivors; returns the undecided groups and every
     conflicting pair (decided or not).
@@ -280,7 +295,8 @@ def decide_conflicts(st: ResolutionState, facts: Mapping[str, PassageFacts], ask
     the turnaround time) decides nothing here; between two formal passages (:data:`FORMAL_RANK`)
     each stating something the question asks about, both statements must (:func:`_conflict_on`). ``similarity`` compares two statements'
     masked clauses (their stored vectors, :func:`.vectors.clause_similarity`; None: the
-    lexical rule alone).
+    lexical rule alone). ``question`` is the question's text: a lower authority wins by
+    scope only through an entity written as a name there or in a passage (:func:`_by_place`).
     """
     alive = sorted(pid for pid in st.by_id if pid not in st.rejected)
     stated = {pid: facts[pid].statements for pid in alive}
@@ -291,6 +307,13 @@ def decide_conflicts(st: ResolutionState, facts: Mapping[str, PassageFacts], ask
         if w not in named:
             named[w] = replaced_values(st.by_id[w].text)
         return _names_a_value(named[w], stated[l])
+    names: dict[str, bool] = {}
+
+    def is_name(e: str) -> bool:  # written as a name in the question or in a passage of the decision
+        if e not in names:
+            names[e] = any(_proper(e, t) for t in (question or "", *(f"{p.envelope.title}\n{p.text}"
+                                                                      for p in st.by_id.values())))
+        return names[e]
     pairs: list[tuple[str, str]] = []
     for i, a in enumerate(alive):
         for b in alive[i + 1:]:
@@ -310,7 +333,8 @@ def decide_conflicts(st: ResolutionState, facts: Mapping[str, PassageFacts], ask
                 continue  # a local rule of as high an authority does not speak to a question naming no entity
             elif (_specific(ea, eb, asked) or _specific(eb, ea, asked)) and not (
                     asked is not None and not asked and ea.entities and eb.entities) \
-                    and not _lists_most_topics(ea, eb, st.rank[a], st.rank[b], asked):
+                    and not _lists_most_topics(ea, eb, st.rank[a], st.rank[b], asked) \
+                    and _by_place(st, *((a, b) if _specific(ea, eb, asked) else (b, a)), asked, is_name):
                 # (a question naming no entity, two scoped passages: a page listing every store
                 # is no narrower than the policy naming the company; authority decides)
                 win, lose = (a, b) if _specific(ea, eb, asked) else (b, a)

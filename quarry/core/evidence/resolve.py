@@ -135,7 +135,7 @@ def resolve(
     elsewhere = frozenset() if query is None else other_parts(query, (e for p in by_id.values()
                                                                      for e in p.envelope.entities))
     groups, pairs = decide_conflicts(st, facts, asked, speaks_to(query) if query is not None else None, similarity,
-                                     elsewhere)
+                                     elsewhere, query)
     in_conflict = {pid for g in groups for pid in g}
     shown = set(by_id) if delivered is None else set(delivered) & set(by_id)
     for pid in sorted(by_id):  # an instruction to disregard the evidence never governs

@@ -1,0 +1,50 @@
+"""Session 29: scope lets a lower authority beat a higher one only through a place written
+as a name ("at Quayside"), or while it lasts a while; a standing help page tagged with the
+topic asked about ("tyres") is no local rule, and authority decides (invented: a chain of
+bike repair shops)."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from quarry.core.evidence.resolve import resolve
+from quarry.core.ingest.pipeline import prepare
+from quarry.core.records import Principal, SourceDocument
+
+pytestmark = pytest.mark.unit
+
+ORG = Principal(tenant="spokeworks", subject="u1", groups=frozenset({"all-staff"}))
+DAY = dt.date(2026, 3, 10)
+
+
+def doc(doc_id: str, text: str, **kw) -> SourceDocument:
+    base = dict(doc_id=doc_id, tenant="spokeworks", acl=("all-staff",), text=text)
+    base.update(kw)
+    return SourceDocument(**base)
+
+
+def rejected(d) -> dict[str, tuple[str, str | None]]:
+    return {r.passage_id.split("@")[0]: (r.reason, (r.by or "").split("@")[0] or None) for r in d.rejected}
+
+
+PRICES = doc("price-list", "Fitting a new inner tube costs GBP 15 per wheel.", doc_type="pricing",
+             title="Workshop prices", entities=("spokeworks", "servicing", "brakes"))
+
+
+def test_a_help_page_tagged_with_the_topic_asked_does_not_beat_the_price_list():
+    faq = doc("customer-faq", "Fitting a new inner tube costs GBP 12 per wheel.", doc_type="help",
+              title="Customer questions", entities=("spokeworks", "tyres", "servicing"))
+    ps, _ = prepare([PRICES, faq])
+    d = resolve(ps, ORG, valid_at=DAY, query="how much do the tyres people charge to fit an inner tube?")
+    assert rejected(d) == {"customer-faq": ("subordinate_to", "price-list")}
+
+
+def test_a_page_for_a_place_written_as_a_name_still_beats_it_there():
+    page = doc("quayside-page", "At Quayside, fitting a new inner tube costs GBP 12 per wheel while the "
+               "workshop is in the pop-up unit.", doc_type="page", title="Quayside pop-up workshop",
+               entities=("quayside", "servicing"))
+    ps, _ = prepare([PRICES, page])
+    d = resolve(ps, ORG, valid_at=DAY, query="how much is an inner tube fitted at Quayside?")
+    assert rejected(d) == {"price-list": ("subordinate_to", "quayside-page")}

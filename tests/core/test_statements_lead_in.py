@@ -49,3 +49,10 @@ def test_labelled_wiki_line_conflicts_with_the_policy() -> None:
     # the same wiki line without its label says nothing of refunds
     bare = statements("Pay within five days of the request.")
     assert conflict(tuple(bare), tuple(policy)) is None
+
+
+def test_a_list_items_words_before_a_colon_are_its_label():
+    (first, *_) = statements("- Collection, Monday to Friday: 09:00 to 12:00 and 14:00 to 17:00.")
+    assert {"collection", "monday", "friday"} <= set(first.subject)
+    topics = [t for _, _, t, _ in numeric_sentences_with_topics("Note: the fee is GBP 15.\n", tenant="crumbwell")]
+    assert topics == [""]  # a paragraph's colon is no list item's label

@@ -69,13 +69,19 @@ def _lead_ins(text: str) -> frozenset[str]:
                      if (m.group(2) or m.group(3)) and not _is_question(m.group(1)) and len(m.group(1).split()) <= 6)
 
 
+# A list item's words before a colon: "- Drop-off and collection, Monday to Saturday: 09:00 to 12:00".
+_ITEM_LABEL = re.compile(r"(?:[-*+]|\d{1,2}[.)])\s+([A-Z][^:\d?!.]{1,60}):\s+\S")
+
+
 def _label_of(line: str, labels: frozenset[str]) -> str:
-    """The lead-in label ``line`` opens with (emphasis already removed), or ""."""
+    """The lead-in label ``line`` opens with (emphasis already removed; a list item's words
+    before a colon count too), or ""."""
     body = _LIST_MARK.sub("", line)
     for label in labels:
         if body.startswith(label) and body[len(label):len(label) + 1] in (".", ":"):
             return label
-    return ""
+    m = _ITEM_LABEL.match(line)
+    return m.group(1).strip() if m and len(m.group(1).split()) <= 8 else ""
 
 
 def _sentence_topics(text: str, heading: str = "") -> list[str]:
@@ -86,8 +92,9 @@ def _sentence_topics(text: str, heading: str = "") -> list[str]:
     answer to a question often names no subject: the question does. ``heading``, the heading
     the passage sits under (its text does not hold it), is the first topic when it is a
     question. A paragraph or list item opening with a label in strong emphasis
-    ("**Complaints.** Acknowledge within three working days") is about what the label names:
-    its sentences take the label (no question mark) as their topic."""
+    ("**Complaints.** Acknowledge within three working days"), or a list item opening with
+    words before a colon ("- Drop-off and collection: 09:00 to 12:00"), is about what the
+    label names: its sentences take the label (no question mark) as their topic."""
     out: list[str] = []
     carried = heading.lstrip("#-* ").strip() if _is_question(heading) else ""
     labels = _lead_ins(text)
@@ -99,7 +106,7 @@ def _sentence_topics(text: str, heading: str = "") -> list[str]:
             carried = sents[-1].lstrip("#-* ").strip() if _is_question(sents[-1]) else ""
             out += [""] * len(sents)
             continue
-        if labels and (label := _label_of(line, labels)):
+        if label := _label_of(line, labels):
             out += [label if _LIST_MARK.sub("", s).strip().rstrip(".:") != label else "" for s in sents]
             continue
         topic = carried

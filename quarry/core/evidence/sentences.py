@@ -10,7 +10,8 @@ from functools import lru_cache
 
 from quarry.core.text.units import line_sentences, logical_lines, sentence_spans
 
-__all__ = ["caption_head", "may_state_value", "numeric_sentences_with_headers", "numeric_sentences_with_topics", "passage_sentences"]
+__all__ = ["caption_head", "clock_words", "may_state_value", "numeric_sentences_with_headers", "numeric_sentences_with_topics",
+           "passage_sentences"]
 
 _NUMBER_WORDS = frozenset("one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
                           "sixteen seventeen eighteen nineteen twenty thirty forty fifty sixty seventy eighty ninety "
@@ -166,3 +167,40 @@ def may_state_value(sentence: str) -> bool:
         if not _LETTER.search(run, 0, first):
             return True
     return _NUMBER_WORD.search(s) is not None
+
+
+_HOURS = {w: k for k, w in enumerate("one two three four five six seven eight nine ten eleven twelve".split(), 1)}
+_HOUR = r"(?:half\s+past\s+|quarter\s+past\s+)?(?:" + "|".join(_HOURS) + r")"
+# Words that may follow a range of clock times ("nine until one *at* weekends"); any other word
+# makes the numbers counts of it ("six to eight *days*", "one to two *bookings*").
+_AFTER_CLOCK = frozenset("""in on at and or every each from for daily weekdays weekends outside except during then but
+when while the monday tuesday wednesday thursday friday saturday sunday mondays tuesdays wednesdays thursdays
+fridays saturdays sundays""".split())
+_CLOCK_RANGE = re.compile(rf"\b(?:(from)\s+)?({_HOUR})\s+(until|till|to)\s+({_HOUR})\b(?!['’-])(\s*[\w]*)", re.I)
+
+
+def _clock_of(words: str) -> str:
+    """A spelled hour as a clock time by the business-hours convention: seven to eleven in
+    the morning, twelve at noon, one to six in the afternoon ("half past five" is 17:30)."""
+    parts = words.lower().split()
+    hour = _HOURS[parts[-1]]
+    minutes = 30 if parts[0] == "half" else 15 if parts[0] == "quarter" else 0
+    return f"{hour + 12 if hour <= 6 else hour:02d}:{minutes:02d}"
+
+
+def clock_words(sentence: str) -> str:
+    """``sentence`` with each range of clock times written in words and without "am" or "pm"
+    ("from eight until twelve and two until six", "half past nine till five") written as
+    clock times (08:00 until 12:00 ...): hours are read as business hours (:func:`_clock_of`).
+    A range joined by "to" needs a "from" before it, and no range is read where a word that
+    could be a counted noun follows ("six to eight days", "from one to two bookings")."""
+    if not any(w in sentence.lower() for w in ("until", "till", " to ")):
+        return sentence
+
+    def put(m: re.Match) -> str:
+        after = m.group(5).strip().lower()
+        if (m.group(3).lower() == "to" and not m.group(1)) or (after and after not in _AFTER_CLOCK):
+            return m.group(0)
+        lead = f"{m.group(1)} " if m.group(1) else ""
+        return f"{lead}{_clock_of(m.group(2))} {m.group(3)} {_clock_of(m.group(4))}{m.group(5)}"
+    return _CLOCK_RANGE.sub(put, sentence)

@@ -34,7 +34,7 @@ from functools import lru_cache
 from quarry.core.evidence.anchors import predicate_key, table_anchor, value_anchor
 from quarry.core.evidence.quantities import (CURRENCY_CODES, DAY_COUNT_WORDS, TIMEZONES, Value, is_code_token,
                                             names_duration, sentence_values)
-from quarry.core.evidence.sentences import numeric_sentences_with_topics
+from quarry.core.evidence.sentences import clock_words, numeric_sentences_with_topics
 from quarry.core.evidence.statement import Statement
 from quarry.core.evidence.subjects import CANON, GENERIC_WORDS, concept
 from quarry.core.text.nlp import pipeline
@@ -525,7 +525,7 @@ def statements_batch(texts: Sequence[str], entities: Sequence[Sequence[str]] = (
         heading = headings[k].strip() if headings else ""
         for s, header, topic, caption in numeric_sentences_with_topics(text, tenant=tenant, heading=heading):
             owners.append(k)
-            sents.append(s)
+            sents.append(clock_words(s))
             headers.append(header)
             asked.append(topic)
             titled.append("" if topic or heading.endswith("?") else heading)

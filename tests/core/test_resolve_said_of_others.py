@@ -57,3 +57,13 @@ def test_the_move_plan_does_not_govern_a_question_on_another_places_rehearsal():
     assert p.passage_id not in {s.passage_id for s in d.governing}
     d = resolve([p], ORG, valid_at=dt.date(2026, 3, 1), query="When is the BoulderPass rehearsal for Quarry Street?")
     assert p.passage_id in {s.passage_id for s in d.governing}
+
+
+def test_the_last_word_of_a_name_names_the_one_entity_ending_with_it():
+    text = MOVE.replace("Millbank last", "The Millbank Annexe last")
+    doc = SourceDocument(doc_id="cl-move", tenant="cragline", acl=("all-staff",), doc_type="page", text=text,
+                         title="Moving to BoulderPass", entities=(*PLACES[:3], "millbank-annexe", "dockside"))
+    ps, _ = prepare([doc])
+    (p,) = [p for p in ps if "rehearsal" in p.text]
+    query = "annexe BoulderPass cutover rehearsal"  # "the annexe": no other entity ends with it
+    assert said_of_others(p, query, named_entities(query, p.envelope.entities))

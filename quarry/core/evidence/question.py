@@ -438,8 +438,16 @@ def said_of_others(p: Passage, query: str, asked: frozenset[str]) -> bool:
     sentence sharing one names another entity of the passage as a name. A list item or a
     paragraph is one sentence here: "Millbank last. No date yet." is all about Millbank. A
     move plan's "Central next, after a rehearsal ... Holloway Green last, no date yet" says
-    nothing of Holloway Green's rehearsal."""
+    nothing of Holloway Green's rehearsal. The question may name an entity by the last word
+    of its name where no other entity of the passage ends with it ("the range")."""
     ents = [e for e in p.envelope.entities if _parts(e)]
+    # "the range" names the one entity whose name ends with that word (Hazelmere Range)
+    q = frozenset(tokenize(query))
+    heads: dict[str, list[str]] = {}
+    for e in ents:
+        if len(_parts(e)) > 1:
+            heads.setdefault(tokenize(_parts(e)[-1])[0] if tokenize(_parts(e)[-1]) else "", []).append(e)
+    asked = asked | {one[0] for h, one in heads.items() if h and h in q and len(one) == 1}
     names = frozenset(t for e in (*ents, *asked) for t in tokenize(e.replace("-", " ")))
     topic = frozenset(tokenize(query)) - names - _function_stems() - _GENERIC_STEMS
     if not topic:

@@ -67,3 +67,15 @@ def test_the_last_word_of_a_name_names_the_one_entity_ending_with_it():
     (p,) = [p for p in ps if "rehearsal" in p.text]
     query = "annexe BoulderPass cutover rehearsal"  # "the annexe": no other entity ends with it
     assert said_of_others(p, query, named_entities(query, p.envelope.entities))
+
+
+def test_a_topic_entity_is_no_place_and_a_table_of_places_still_answers():
+    # invented: a gym's price table; "prices" is a topic tag, written as no name
+    text = "## Passes\n\n| Item | Price |\n| --- | --- |\n| Day pass, Quarry Street | GBP 9 a visit |\n" \
+           "| Day pass, Millbank | GBP 11 a visit |\n"
+    doc = SourceDocument(doc_id="cl-prices", tenant="cragline", acl=("all-staff",), doc_type="pricing", text=text,
+                         title="Prices", entities=("cragline", "quarry-street", "millbank", "prices", "day-passes"))
+    ps, _ = prepare([doc])
+    (p,) = [p for p in ps if "Day pass" in p.text]
+    query = "day pass prices per visit"
+    assert not said_of_others(p, query, named_entities(query, p.envelope.entities))

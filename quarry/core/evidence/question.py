@@ -16,7 +16,7 @@ from quarry.core.evidence.statements import statements
 from quarry.core.evidence.subjects import _GENERIC_HEADS, DEFAULT_THRESHOLDS, GENERIC_WORDS, same_subject
 from quarry.core.records import Envelope, Passage
 from quarry.core.text.tokenizer import tokenize
-from quarry.core.text.units import logical_lines
+from quarry.core.text.units import logical_lines, sentence_spans
 
 _STANDS_IN = ("superseded_by", "condition_ended")
 # cosine to the question by which a survivor must beat every answer the words chose to answer
@@ -432,11 +432,12 @@ def _names(sentence: str, toks: frozenset[str], entity: str, as_name: bool) -> b
 
 
 def said_of_others(p: Passage, query: str, asked: frozenset[str]) -> bool:
-    """Whether a passage that names an entity the question asks about says what is asked only
+    """Whether a passage that names, as a name, an entity the question asks about says what is asked only
     of other entities: the sentences naming that entity share no word of the question's own
     (its words less entity names and function words) and state no value, while every
-    sentence sharing one names another entity of the passage as a name. A list item or a
-    paragraph is one sentence here: "Millbank last. No date yet." is all about Millbank. A
+    sentence sharing one names another entity of the passage as a name. A sentence naming no
+    entity goes on about the one before it in its paragraph or list item: "Millbank last. No
+    date yet." is all about Millbank. A
     move plan's "Central next, after a rehearsal ... Holloway Green last, no date yet" says
     nothing of Holloway Green's rehearsal. The question may name an entity by the last word
     of its name where no other entity of the passage ends with it ("the range")."""
@@ -452,13 +453,23 @@ def said_of_others(p: Passage, query: str, asked: frozenset[str]) -> bool:
     topic = frozenset(tokenize(query)) - names - _function_stems() - _GENERIC_STEMS
     if not topic:
         return False
-    sents = [(x, frozenset(tokenize(x))) for x in logical_lines(p.text)]
+    sents: list[tuple[str, frozenset[str]]] = []
+    for line in logical_lines(p.text):  # a sentence naming no entity goes on about the one before
+        first = True
+        for a, b in sentence_spans(line):
+            x = line[a:b]
+            t = frozenset(tokenize(x))
+            if sents and not first and not any(_names(x, t, e, False) for e in (*ents, *asked)):
+                sents[-1] = (f"{sents[-1][0]} {x}", sents[-1][1] | t)
+            else:
+                sents.append((x, t))
+            first = False
     on = [(x, t) for x, t in sents if t & topic]
     others = [e for e in ents if e not in asked]
     if not on or not all(any(_names(x, t, e, True) for e in others) for x, t in on):
         return False
     for e in sorted(asked):
-        about = [x for x, t in sents if _names(x, t, e, False)]
+        about = [x for x, t in sents if _names(x, t, e, True)]  # a place, written as a name
         if about and not any(statements(x, tenant=p.tenant) for x in about) and not any(_names(x, t, e, False) for x, t in on):
             return True
     return False

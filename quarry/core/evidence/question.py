@@ -432,23 +432,23 @@ def _names(sentence: str, toks: frozenset[str], entity: str, as_name: bool) -> b
 
 
 def said_of_others(p: Passage, query: str, asked: frozenset[str]) -> bool:
-    """Whether a passage that names, as a name, an entity the question asks about says what is asked only
-    of other entities: the sentences naming that entity share no word of the question's own
-    (its words less entity names and function words) and state no value, while every
-    sentence sharing one names another entity of the passage as a name. A sentence naming no
-    entity goes on about the one before it in its paragraph or list item: "Millbank last. No
-    date yet." is all about Millbank. A
-    move plan's "Central next, after a rehearsal ... Holloway Green last, no date yet" says
-    nothing of Holloway Green's rehearsal. The question may name an entity by the last word
-    of its name where no other entity of the passage ends with it ("the range")."""
+    """Whether a passage that names, as a name, an entity the question asks about says what is
+    asked only of other entities: the sentences naming that entity share no word of the
+    question's own (its words less entity names and function words) and state no value, while
+    every sentence sharing one names another entity of the passage as a name. A sentence
+    naming no entity goes on about the one before it in its paragraph or list item ("Millbank
+    last. No date yet." is all about Millbank). A move plan's "Central next, after a rehearsal
+    ... Holloway Green last, no date yet" says nothing of Holloway Green's rehearsal. The
+    question may name an entity by the last word of its name where no other entity of the
+    passage ends with it ("the range")."""
     ents = [e for e in p.envelope.entities if _parts(e)]
     # "the range" names the one entity whose name ends with that word (Hazelmere Range)
     q = frozenset(tokenize(query))
     heads: dict[str, list[str]] = {}
     for e in ents:
-        if len(_parts(e)) > 1:
-            heads.setdefault(tokenize(_parts(e)[-1])[0] if tokenize(_parts(e)[-1]) else "", []).append(e)
-    asked = asked | {one[0] for h, one in heads.items() if h and h in q and len(one) == 1}
+        if len(_parts(e)) > 1 and (last := tokenize(_parts(e)[-1])):
+            heads.setdefault(last[0], []).append(e)
+    asked = asked | {one[0] for h, one in heads.items() if h in q and len(one) == 1}
     names = frozenset(t for e in (*ents, *asked) for t in tokenize(e.replace("-", " ")))
     topic = frozenset(tokenize(query)) - names - _function_stems() - _GENERIC_STEMS
     if not topic:
@@ -470,6 +470,7 @@ def said_of_others(p: Passage, query: str, asked: frozenset[str]) -> bool:
         return False
     for e in sorted(asked):
         about = [x for x, t in sents if _names(x, t, e, True)]  # a place, written as a name
-        if about and not any(statements(x, tenant=p.tenant) for x in about) and not any(_names(x, t, e, False) for x, t in on):
+        if about and not any(statements(x, tenant=p.tenant) for x in about) \
+                and not any(_names(x, t, e, False) for x, t in on):
             return True
     return False

@@ -51,6 +51,7 @@ REGISTRY: dict[str, str] = {
     "core/evidence/quantities.py:_measured": SINGLETON,  # no key: the fixed dimension whitelist
     "core/text/morphology.py:_tables": WORD,  # the spaCy pipeline's lemma tables, by pipeline name
     "core/evidence/question.py:_measures": WORD,
+    "core/evidence/question.py:_function_stems": SINGLETON,  # no key: spaCy's fixed stop-word list, stemmed
     "core/evidence/quantities.py:_clock": TENANT,  # (text, ..., tenant); tested below
     "core/evidence/statements.py:_statements_cached": TENANT,  # (text, ..., tenant); tested below
     "core/evidence/sentences.py:passage_sentences": TENANT,  # (text, ..., tenant); tested below

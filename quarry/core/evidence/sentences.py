@@ -78,7 +78,7 @@ def _label_of(line: str, labels: frozenset[str]) -> str:
     """The lead-in label ``line`` opens with (emphasis already removed; a list item's words
     before a colon count too), or ""."""
     body = _LIST_MARK.sub("", line)
-    for label in labels:
+    for label in sorted(labels, key=lambda x: (-len(x), x)):  # the longest first, in a fixed order
         if body.startswith(label) and body[len(label):len(label) + 1] in (".", ":"):
             return label
     m = _ITEM_LABEL.match(line)

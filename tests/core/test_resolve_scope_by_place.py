@@ -48,3 +48,20 @@ def test_a_page_for_a_place_written_as_a_name_still_beats_it_there():
     ps, _ = prepare([PRICES, page])
     d = resolve(ps, ORG, valid_at=DAY, query="how much is an inner tube fitted at Quayside?")
     assert rejected(d) == {"price-list": ("subordinate_to", "quayside-page")}
+
+
+# Session 30: of one authority, a policy tagged with the topic asked about ("wheel builds") is no
+# narrower than a place's local rules; the place, written as a name, makes the local rules narrower.
+BUILDS = doc("builds-policy", "A customer collects a finished wheel build within 14 days.", doc_type="policy",
+             title="Wheel builds and repairs policy",
+             entities=("spokeworks", "quayside", "millgate", "wheel-builds", "repairs"))
+QUAYSIDE_RULES = doc("quayside-rules", "At Quayside a customer collects a finished wheel build within 7 days: "
+                     "the unit has no storage.", doc_type="policy", title="Quayside - local rules for wheel builds",
+                     entities=("quayside", "storage", "parking"))
+
+
+def test_a_topic_asked_about_does_not_make_the_policy_narrower_than_a_places_rules():
+    ps, _ = prepare([BUILDS, QUAYSIDE_RULES])
+    d = resolve(ps, ORG, valid_at=DAY, query="how long do we keep a finished wheel build at Quayside?")
+    assert rejected(d) == {"builds-policy": ("subordinate_to", "quayside-rules")}
+    assert {s.passage_id.split("@")[0] for s in d.governing} == {"quayside-rules"}

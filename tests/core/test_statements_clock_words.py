@@ -31,3 +31,23 @@ def test_spelled_opening_hours_are_clock_times(text, times):
 ])
 def test_counts_are_not_clock_times(text):
     assert clock_words(text) == text
+
+
+# Session 30: an hour "o'clock" is a clock time, by the part of the day it names or else by the
+# afternoon for one to six (it was read as a count of "o'clock"); seven to eleven, either way in
+# use ("open until eight o'clock", a first tee at "eight o'clock in the winter"), is left unread
+@pytest.mark.parametrize("text, times", [
+    ("A stay can be cancelled free of charge up to six o'clock the evening before.", ["18:00"]),
+    ("Cats are collected after 9 o'clock in the morning.", ["09:00"]),
+    ("Grooming starts at two o'clock.", ["14:00"]),
+    ("Visiting ends at eight o'clock in the evening.", ["20:00"]),
+])
+def test_an_hour_oclock_is_a_clock_time(text, times):
+    found = statements(text)
+    assert [s.value for s in found if s.unit == "time_of_day"] == times
+    assert not [s for s in found if "clock" in s.unit]
+
+
+def test_an_hour_oclock_that_could_be_either_is_not_read():
+    assert clock_words("On Thursdays the cattery stays open until eight o'clock.") == \
+        "On Thursdays the cattery stays open until eight o'clock."

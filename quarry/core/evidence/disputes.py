@@ -296,7 +296,9 @@ def decide_conflicts(st: ResolutionState, facts: Mapping[str, PassageFacts], ask
     each stating something the question asks about, both statements must (:func:`_conflict_on`). ``similarity`` compares two statements'
     masked clauses (their stored vectors, :func:`.vectors.clause_similarity`; None: the
     lexical rule alone). ``question`` is the question's text: a lower authority wins by
-    scope only through an entity written as a name there or in a passage (:func:`_by_place`).
+    scope only through an entity written as a name there or in a passage (:func:`_by_place`),
+    and of the entities asked about only those written as names (places, not topics) make a
+    passage narrower than another (:func:`_specific`).
     """
     alive = sorted(pid for pid in st.by_id if pid not in st.rejected)
     stated = {pid: facts[pid].statements for pid in alive}
@@ -314,6 +316,14 @@ def decide_conflicts(st: ResolutionState, facts: Mapping[str, PassageFacts], ask
             names[e] = any(_proper(e, t) for t in (question or "", *(f"{p.envelope.title}\n{p.text}"
                                                                       for p in st.by_id.values())))
         return names[e]
+    asked_places: list[frozenset[str] | None] = []
+
+    def places() -> frozenset[str] | None:  # the entities asked about that are written as names
+        # (a question naming "eye tests" and "Kestrel Arcade" asks about a place and a topic:
+        # the eye tests policy, tagged with the topic, is no narrower than Kestrel Arcade's rules)
+        if not asked_places:
+            asked_places.append(None if asked is None else frozenset(e for e in asked if is_name(e)))
+        return asked_places[0]
     pairs: list[tuple[str, str]] = []
     for i, a in enumerate(alive):
         for b in alive[i + 1:]:
@@ -331,13 +341,13 @@ def decide_conflicts(st: ResolutionState, facts: Mapping[str, PassageFacts], ask
                 attacks[lose][win] = f"untrusted instruction in {doc_key(st.by_id[lose].envelope)}"
             elif asked is not None and not asked and _local_rule(ea, eb, st.rank[a], st.rank[b]):
                 continue  # a local rule of as high an authority does not speak to a question naming no entity
-            elif (_specific(ea, eb, asked) or _specific(eb, ea, asked)) and not (
+            elif (_specific(ea, eb, places()) or _specific(eb, ea, places())) and not (
                     asked is not None and not asked and ea.entities and eb.entities) \
-                    and not _lists_most_topics(ea, eb, st.rank[a], st.rank[b], asked) \
-                    and _by_place(st, *((a, b) if _specific(ea, eb, asked) else (b, a)), asked, is_name):
+                    and not _lists_most_topics(ea, eb, st.rank[a], st.rank[b], places()) \
+                    and _by_place(st, *((a, b) if _specific(ea, eb, places()) else (b, a)), asked, is_name):
                 # (a question naming no entity, two scoped passages: a page listing every store
                 # is no narrower than the policy naming the company; authority decides)
-                win, lose = (a, b) if _specific(ea, eb, asked) else (b, a)
+                win, lose = (a, b) if _specific(ea, eb, places()) else (b, a)
                 ew = st.by_id[win].envelope
                 if (asked is not None and not asked & set(ew.entities)) or other_parts & set(ew.entities):
                     continue  # the exception is another entity's (or another part's: Pier B's, asked about Pier A)

@@ -25,7 +25,7 @@ _STANDS_IN = ("superseded_by", "condition_ended")
 _MEANING_MARGIN = 0.05
 _TEXT_MARGIN = 1  # on words in the text alone, a passage sharing fewer than the best less this does not answer
 
-__all__ = ["CLAIM_SIMILARITY", "ON_QUESTION", "answer_kinds", "checked_claims", "can_answer", "question_scope", "resumed", "said_of_others",
+__all__ = ["CLAIM_SIMILARITY", "ON_QUESTION", "answer_kinds", "asked_stems", "checked_claims", "can_answer", "question_scope", "resumed", "said_of_others",
            "speaks_to", "stated_stems", "without_echoes", "without_outranked"]
 
 _PERIODS = r"(?:minutes?|hours?|days?|nights?|weeks?|fortnights?|months?|years?)"
@@ -406,6 +406,11 @@ def question_scope(st: ResolutionState, facts: Mapping[str, PassageFacts], query
                 scope.add(y)
                 todo.append(y)
     return answers, scope
+
+
+def asked_stems(query: str) -> frozenset[str]:
+    """What the question asks about: its stems less function words and generic words."""
+    return frozenset(tokenize(query)) - _function_stems() - _GENERIC_STEMS
 
 
 @lru_cache(maxsize=1)

@@ -7,6 +7,8 @@ may read:
 1. **Effective dates.** ``effective_from`` after ``valid_at``: ``not_yet_effective``.
    ``effective_to`` before it: ``no_longer_effective``. A passage without effective
    dates has validity ``unknown``; it is reported as such, never assumed current nor out.
+   For a question, a passage whose sentences on it state a rule that a date fronting its
+   paragraph starts after ``valid_at`` is ``not_yet_effective`` too (:func:`.rules.later_rules`).
 2. **Supersession.** ``supersedes``/``superseded_by`` (a doc id: every version; or a
    ``doc_id@version`` key) defeat the older passage once the newer one is in force
    (not outside its dates, and not starting after ``valid_at``). A later version of the
@@ -69,11 +71,11 @@ from quarry.core.evidence.graph import PassageFacts, doc_key, facts_of
 from quarry.core.evidence.conflict import same_value
 from quarry.core.evidence.predicates import MIN_SHARED, predicates
 from quarry.core.evidence.question import (
-    ON_QUESTION, can_answer, checked_claims, question_scope, resumed, said_of_others, speaks_to, stated_stems, without_echoes, without_outranked,
+    ON_QUESTION, asked_stems, can_answer, checked_claims, question_scope, resumed, said_of_others, speaks_to, stated_stems, without_echoes, without_outranked,
 )
 from quarry.core.evidence.sentences import passage_sentences
 from quarry.core.evidence.rules import (
-    Rejection, ResolutionState, rank_of, effective_dates, start_of, stopping_conditions, supersession,
+    Rejection, ResolutionState, rank_of, effective_dates, later_rules, start_of, stopping_conditions, supersession,
 )
 from quarry.core.evidence.statements import statements
 from quarry.core.evidence.subjects import same_subject
@@ -122,6 +124,8 @@ def resolve(
     effective_dates(st)
     supersession(st, by_doc)
     stopping_conditions(st, by_doc)
+    if query is not None:  # the rule asked about may start later than the passage stating it
+        later_rules(st, asked_stems(query))
     # the statements' stored vectors (the tenant's embedder, at build time) compare clauses
     similarity = clause_similarity(facts.values())
     asked = None

@@ -14,10 +14,11 @@ from quarry.core.evidence.conditions import Terms, condition_met, entity_stems, 
 from quarry.core.evidence.graph import best_passage, doc_key, event_cue, heading_words, passage_cue
 from quarry.core.evidence.titles import names_title
 from quarry.core.records import DEFAULT_AUTHORITY, Envelope, Event, Passage, RejectReason
+from quarry.core.text.rule_dates import sentence_starts
 from quarry.core.text.tokenizer import identifiers, tokenize
 
-__all__ = ["Rejection", "ResolutionState", "rank_of", "effective_dates", "start_of", "stopping_conditions",
-           "supersession"]
+__all__ = ["Rejection", "ResolutionState", "rank_of", "effective_dates", "later_rules", "start_of",
+           "stopping_conditions", "supersession"]
 
 
 @dataclass
@@ -91,6 +92,32 @@ def effective_dates(st: ResolutionState) -> None:
         elif e.effective_to is not None and e.effective_to < st.day:
             st.reject(pid, "no_longer_effective", None,
                       f"effective_to {e.effective_to.isoformat()} is before valid_at {st.day.isoformat()}")
+
+
+MIN_ON_RULE = 2  # words of the question a sentence must hold to be what the question asks about
+
+
+def later_rules(st: ResolutionState, asked: frozenset[str]) -> None:
+    """Rule 1 for one question: a passage in force whose sentences on the question (those
+    holding the most of ``asked``, the question's content stems, and at least
+    :data:`MIN_ON_RULE`) all state a rule whose own date, fronting its paragraph, is after
+    ``valid_at`` is ``not_yet_effective`` for it (:mod:`quarry.core.text.rule_dates`). A
+    memo that moves the mowing start to 06:30 from 1 April, and has the fuel store checked
+    from now on, does not answer "can we mow at 06:30?" in March; it answers "when is the
+    store checked?". Sentences saying what stays as it is take no part."""
+    for pid, p in sorted(st.by_id.items()):
+        if pid in st.rejected:
+            continue
+        marked = [(len(asked & frozenset(tokenize(s.sentence))), s) for s in sentence_starts(p.text, tenant=p.tenant)
+                  if s.kind != "stays"]
+        best = max((n for n, _ in marked), default=0)
+        if best < MIN_ON_RULE:
+            continue
+        top = [s for n, s in marked if n == best]
+        if all(s.kind == "dated" and s.start is not None and s.start > st.day for s in top):
+            start = min(s.start for s in top)
+            st.reject(pid, "not_yet_effective", None, f"the rule it states on the question starts {start.isoformat()}, "
+                      f"after valid_at {st.day.isoformat()}")
 
 
 def _supersedes(newer: Envelope, older: Envelope) -> str | None:

@@ -188,12 +188,44 @@ def _clock_of(words: str) -> str:
     return f"{hour + 12 if hour <= 6 else hour:02d}:{minutes:02d}"
 
 
+# "six o'clock the evening before", "at 9 o'clock in the morning"
+_OCLOCK = re.compile(rf"\b({_HOUR}|1[0-2]|[1-9])\s+o['’]clock\b(?=(\s+(?:in\s+|on\s+)?the\s+(morning|afternoon|evening))?)", re.I)
+
+
+def _oclock(m: re.Match) -> str:
+    """An hour on the clock ("six o'clock") as a clock time: by the part of the day it names;
+    else one to six is in the afternoon and twelve is noon, while seven to eleven stays as
+    written ("open until eight o'clock" and "eight o'clock in the winter", a first tee time,
+    are both said)."""
+    word = m.group(1).lower()
+    hour = int(word) if word.isdigit() else None
+    if hour is None:
+        clock = _clock_of(word)
+        hour = int(clock[:2]) % 12 or 12
+        minutes = clock[3:]
+    else:
+        minutes = "00"
+    part = (m.group(3) or "").lower()
+    if part == "morning":
+        h = hour % 12
+    elif part in ("afternoon", "evening"):
+        h = hour % 12 + 12
+    elif hour <= 6 or hour == 12:
+        h = hour + 12 if hour <= 6 else hour
+    else:
+        return m.group(0)
+    return f"{h:02d}:{minutes}"
+
+
 def clock_words(sentence: str) -> str:
     """``sentence`` with each range of clock times written in words and without "am" or "pm"
     ("from eight until twelve and two until six", "half past nine till five") written as
     clock times (08:00 until 12:00 ...): hours are read as business hours (:func:`_clock_of`).
     A range joined by "to" needs a "from" before it, and no range is read where a word that
-    could be a counted noun follows ("six to eight days", "from one to two bookings")."""
+    could be a counted noun follows ("six to eight days", "from one to two bookings"). An hour
+    "o'clock" is a clock time too ("six o'clock the evening before" is 18:00)."""
+    if "clock" in sentence.lower():
+        sentence = _OCLOCK.sub(_oclock, sentence)
     if not any(w in sentence.lower() for w in ("until", "till", " to ")):
         return sentence
 

@@ -74,7 +74,8 @@ def enrich(doc: SourceDocument, pipeline: str = DEFAULT_PIPELINE) -> SourceDocum
         found["supersedes_titles"] = titles
     if not doc.superseded_by and by:
         found["superseded_by"] = by
-    start, end = find_effective(sents, doc.doc_id, doc.title, tenant=doc.tenant, published=doc.published_at) if doc.effective_from is None or doc.effective_to is None else (None, None)
+    start, end = find_effective(sents, doc.doc_id, doc.title, tenant=doc.tenant, published=doc.published_at,
+                                text=doc.text) if doc.effective_from is None or doc.effective_to is None else (None, None)
     if doc.effective_from is None and start is not None:
         found["effective_from"] = start
     if doc.effective_to is None and end is not None:

@@ -36,8 +36,10 @@ import datetime as dt
 import re
 
 from quarry.core.ingest.enrich_supersession import SUPERSEDES_VERB, doc_ids_in, pronoun_ids
+from quarry.core.evidence.sentences import may_state_value
 from quarry.core.text.markdown import plain_sentence
-from quarry.core.text.nlp import DATE, parse_date
+from quarry.core.text.rule_dates import sentence_starts
+from quarry.core.text.nlp import DATE, MONTH_NAMES, parse_date
 from quarry.core.text.tokenizer import tokenize
 
 __all__ = ["find_effective"]
@@ -166,7 +168,8 @@ _WEEKDAY = re.compile(r"\b(?:mon|tues|wednes|thurs|fri|satur|sun)day,?\s+(?=\d|(
 # ("The rule in section 3 of the 'Object handling and care standard' ... is retired with effect
 # from 2 March 2026"); not this document itself
 _OTHERS_RULE = re.compile(r"\b(?:rule|section|clause|paragraph|part|" + _DOC_NOUN + r")s?\b", re.IGNORECASE)
-_SELF_HEAD = re.compile(r"^\W*(?:this|it|these)\b", re.IGNORECASE)
+_SELF_HEAD = re.compile(r"^\W*(?:this|it|these|they)\b", re.IGNORECASE)
+_SUBJECT_AFTER_DATE = re.compile(r"^(?:onwards?|on)\b[\s,]*", re.IGNORECASE)
 # "From 2 March 2026 the weekly swabbing rule in section 4 of the policy no longer applies":
 # another's rule retired from the date that fronts the sentence
 _RETIRES = re.compile(r"\bno\s+longer\s+(?:applies|apply|binds|holds)\b|\b(?:is|are)\s+(?:now\s+)?(?:retired|withdrawn"
@@ -221,12 +224,17 @@ def _after_lead(s: str) -> str:
 
 
 def find_effective(sents: list[str], own: str | None = None, title: str = "", *,
-                   tenant: str, published: dt.date | None = None) -> tuple[dt.date | None, dt.date | None]:
+                   tenant: str, published: dt.date | None = None,
+                   text: str | None = None) -> tuple[dt.date | None, dt.date | None]:
     """(effective_from, effective_to) this document states; ``own`` is its doc id, so a
     sentence ending another document from a date makes this one effective then; a
     sentence whose subject is what the ``title`` names ("The allowance is valid through
-    ...", in "Wellbeing allowance 2025") speaks of this document. ``tenant`` owns the text."""
+    ...", in "Wellbeing allowance 2025") speaks of this document. ``tenant`` owns the text.
+    A date fronting a rule that replaces or retires another document's rule is this
+    document's start unless another part of ``text`` (the document, when given) acts at
+    once: then that date is the rule's (:mod:`quarry.core.text.rule_dates`)."""
     start = end = None
+    rule = False  # the start is a rule's fronted date
     named = frozenset(tokenize(title))
     previous = ""
     for i, raw in enumerate(sents):
@@ -260,6 +268,7 @@ def find_effective(sents: list[str], own: str | None = None, title: str = "", *,
         if start is None and _THIS_REPLACES.search(s) and (
                 (m := _FRONTED_FROM.search(s)) or (m := _FRONTED_FROM.search(_plain(before)))):
             start = parse_date(m.group("date"), tenant=tenant)
+            rule = True
         # "With effect from 1 March 2026 this standard stands in for ...": the date fronts the
         # sentence whose subject, this document, replaces another
         if start is None and (m := _FRONTED_FROM.search(s)) and _THIS_REPLACES.match(s[m.end():].lstrip(" ,")):
@@ -267,11 +276,13 @@ def find_effective(sents: list[str], own: str | None = None, title: str = "", *,
         if start is None and (m := _FRONTED_FROM.search(s)) and (r := _RETIRES.search(s, m.end())) and (
                 _OTHERS_RULE.search(s, m.end(), r.start()) and not _SELF_HEAD.match(s[m.end():].lstrip(" ,"))):
             start = parse_date(m.group("date"), tenant=tenant)  # another's rule retired from the date: this one's starts
+            rule = True
         if start is None and (r := _IN_PLACE_OF.search(s)) and _OTHERS_RULE.search(r.group("what")) \
                 and not _THIS_DOC.search(r.group("what")) and (
                 (m := _FRONTED_FROM.search(s)) or (not _DATE_RX.search(s) and (m := _FRONTED_FROM.search(_plain(before))))):
             d = parse_date(m.group("date"), tenant=tenant)  # a rule taking another's place from the date
             start = None if d is None or _acts_before(sents, d, published, tenant) else d
+            rule = not _SELF_HEAD.match(_SUBJECT_AFTER_DATE.sub("", s[m.end():].lstrip(" ,")))  # ("they are used at ... instead of"
         if start is None and (m := _FRONTED_FROM.search(s)) and _OWN_RULES.match(s[m.end():].lstrip(" ,")):
             d = parse_date(m.group("date"), tenant=tenant)
             start = None if d is None or _acts_before(sents, d, published, tenant) else d
@@ -293,4 +304,37 @@ def find_effective(sents: list[str], own: str | None = None, title: str = "", *,
                 start = start or d
                 if end is None and (m2 := _AND_UNTIL.search(s, m.end()) or _RANGE_END.match(s, m.end())):
                     end = parse_date(m2.group("date"), tenant=tenant)
+    if rule and start is not None and text is not None and _acts_at_once(text, tenant):
+        start = None
     return start, end
+
+
+# a memo's address lines and what it says of itself ("please keep this memo within the team")
+_ADDRESS = re.compile(r"^\W*(?:from|to|cc|date|subject|re)\s*:", re.IGNORECASE)
+_OF_ITSELF = re.compile(r"\bth(?:is|ese)\s+(?:memo|email|letter|note|notice|document)s?\b", re.IGNORECASE)
+
+
+# a paragraph set apart by a short label: "Separately:", "For the diary:", "Weekly arrears report:"
+_ITEM = re.compile(r"^\s*(?:[-*+]\s|\d+[.)]\s|\|)")  # a list item or table row (a table's "Monday to Saturday: 07:00")
+_LABELLED = re.compile(r"^\W*(?:[\w'-]+\s+){0,3}[\w'-]+:\s")
+# a day and month, with or without a year ("before 1 April"): a date, not a value
+_DAY_MONTH = re.compile(r"\b\d{1,2}(?:st|nd|rd|th)?\s+(?:of\s+)?(?:" + MONTH_NAMES + r")\b\.?(?:,?\s+\d{4})?"
+                        r"|\b(?:" + MONTH_NAMES + r")\.?\s+\d{1,2}(?:st|nd|rd|th)?\b(?:,?\s+\d{4})?", re.IGNORECASE)
+
+
+def _acts_at_once(text: str, tenant: str) -> bool:
+    """Whether, besides its dated rule, the document states a rule with a value that acts
+    at once: a sentence saying so ("From now on the store is checked every Friday before
+    15:00"), or, after the dated rule, a paragraph (not a list item) set apart by a short
+    label stating a value ("Supervision: on the first Tuesday of each month at 14:00"). Background before the
+    rule ("pouches more than a year old were found") and the rule's own detail ("To help,
+    the marshals note each group's time at the 9th green") do not act at once."""
+    dated = False
+    for s in sentence_starts(text, tenant=tenant):
+        dated = dated or s.kind == "dated"
+        if _OF_ITSELF.search(s.sentence):
+            continue
+        if s.kind == "now" or (dated and s.kind == "other" and _LABELLED.match(s.sentence) and not _ITEM.match(s.sentence)
+                               and not _ADDRESS.match(s.sentence) and may_state_value(_DAY_MONTH.sub(" ", s.sentence))):
+            return True
+    return False

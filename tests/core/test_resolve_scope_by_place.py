@@ -65,3 +65,55 @@ def test_a_topic_asked_about_does_not_make_the_policy_narrower_than_a_places_rul
     d = resolve(ps, ORG, valid_at=DAY, query="how long do we keep a finished wheel build at Quayside?")
     assert rejected(d) == {"builds-policy": ("subordinate_to", "quayside-rules")}
     assert {s.passage_id.split("@")[0] for s in d.governing} == {"quayside-rules"}
+
+
+# Session 30: a place named by its name alone, without the kind of place ("at Quayside" for
+# "quayside-workshop"): the question asks about it, so its local rules are narrower there
+@pytest.mark.parametrize("text, named", [
+    ("how long do we keep a wheel build at Quayside?", {"quayside-workshop"}),
+    ("is the Quayside workshop open on Sundays?", {"quayside-workshop"}),  # (named whole, too)
+    ("Quayside staff ask about wheel builds", set()),  # the first word of a sentence is no name
+    ("parking on Quayside Road for collections", set()),  # part of a longer name: another place
+    ("how long at Millgate?", set()),  # two entities share the name: neither is meant
+])
+def test_a_place_named_by_its_name_alone(text, named):
+    from quarry.core.evidence.conditions import named_by_head
+    ents = ("spokeworks", "quayside-workshop", "millgate-store", "millgate-yard", "wheel-builds")
+    assert named_by_head(text, ents) == named
+
+
+def test_the_local_rules_of_a_place_named_alone_beat_the_general_policy_there():
+    rules = doc("quayside-rules", "At Quayside a customer collects a finished wheel build within 7 days: "
+                "the unit has no storage.", doc_type="policy", title="Quayside Workshop - local rules for wheel builds",
+                entities=("quayside-workshop", "storage", "parking"))
+    builds = doc("builds-policy", "A customer collects a finished wheel build within 14 days.", doc_type="policy",
+                 title="Wheel builds and repairs policy",
+                 entities=("spokeworks", "quayside-workshop", "millgate-store", "wheel-builds", "repairs", "storage"))
+    ps, _ = prepare([builds, rules])
+    d = resolve(ps, ORG, valid_at=DAY, query="how long do we keep a finished wheel build at Quayside?")
+    assert rejected(d) == {"builds-policy": ("subordinate_to", "quayside-rules")}
+
+
+def test_a_page_that_lasts_a_while_is_still_about_the_topic_it_is_tagged_with():
+    # a recall page in force while the recall is open: for a question on its topic it is the
+    # exception to the policy, although no place is named
+    page = doc("pump-recall", "While the Airflo pump recall is open, a track pump is lent only against a GBP 20 "
+               "deposit.", doc_type="page", title="Recall of the Airflo track pumps",
+               entities=("track-pumps", "airflo"), condition="while the airflo pump recall is open")
+    policy = doc("loans-policy", "A track pump is lent against a GBP 5 deposit.", doc_type="policy",
+                 title="Loans and track pumps policy", entities=("spokeworks", "quayside-workshop", "loans"))
+    ps, _ = prepare([policy, page])
+    d = resolve(ps, ORG, valid_at=DAY, query="what deposit do we take for lending a track pump?")
+    assert rejected(d) == {"loans-policy": ("subordinate_to", "pump-recall")}
+
+
+
+@pytest.mark.parametrize("title, entity, named", [
+    ("Wheel builds policy", "wheel-builds", False),  # a topic that only opens the title
+    ("Quayside Workshop - local rules", "quayside-workshop", True),
+    ("Local rules at Quayside Workshop", "quayside-workshop", True),
+    ("Servicing and wheel builds", "wheel-builds", False),
+])
+def test_a_title_names_a_compound_place_only_with_every_word_capitalised(title, entity, named):
+    from quarry.core.evidence.disputes import _title_names
+    assert bool(_title_names(title, frozenset({entity}))) is named

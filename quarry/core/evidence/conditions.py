@@ -132,6 +132,36 @@ def named_entities(text: str, entities: Iterable[str]) -> frozenset[str]:
     return frozenset(out)
 
 
+# what kind of place an entity's last word says it is: "copperbeech-course", "kilnworth-pool"
+PLACE_NOUNS = frozenset("""course pool lane road street hall barn farm church chapel centre center library wharf quay
+site branch store park house court yard works arcade square market surgery clinic campus school museum gallery station
+depot marina pier dock terminal airport office studio theatre gym rink ground grounds estate workshop shop
+hotel cafe ward""".split())
+
+
+def named_by_head(text: str, entities: Iterable[str]) -> frozenset[str]:
+    """Places ``text`` names by their name alone, without the kind of place: "at Copperbeech"
+    for "copperbeech-course", "Kilnworth" for "kilnworth-pool". The name is written as one,
+    capitalised inside a sentence and not as part of a longer name ("Hollins Green Community
+    Centre"), and no other entity has it."""
+    heads: dict[str, list[str]] = {}
+    for e in set(entities):
+        parts = e.split("-")
+        if len(parts) >= 2 and parts[-1] in PLACE_NOUNS and parts[0] not in PLACE_NOUNS:
+            heads.setdefault(" ".join(parts[:-1]), []).append(e)
+    for e in set(entities):  # a head that is itself an entity, or another's first word, is not unique
+        parts = e.split("-")
+        for h in list(heads):
+            if e not in heads[h] and (e == h.replace(" ", "-") or parts[0] == h.split()[0]):
+                heads.pop(h)
+    out = set()
+    for h, (e, *more) in heads.items():
+        name = r"[\s-]+".join(w[0].upper() + re.escape(w[1:]) for w in h.split())
+        if not more and re.search(rf"(?<=[\w,] ){name}\b(?![\s-]+[A-Z])", text):  # ("Kestle Street" is another place)
+            out.add(e)
+    return frozenset(out)
+
+
 # an entity naming one part of a kind by a letter or a number: "pier-b", "line-4", "route-n9"
 _ONE_PART = re.compile(r"([a-z]+)-([a-z]?\d+[a-z]?|[a-z])")
 

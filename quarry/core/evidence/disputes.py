@@ -8,7 +8,7 @@ import datetime as dt
 import re
 from collections.abc import Callable, Mapping, Sequence
 
-from quarry.core.evidence.conditions import _OPEN_ENDED, named_entities
+from quarry.core.evidence.conditions import _OPEN_ENDED, named_by_head, named_entities
 from quarry.core.evidence.conflict import conflict, conflicts, same_value
 from quarry.core.evidence.graph import PassageFacts, doc_key
 from quarry.core.evidence.rules import ResolutionState, start_of
@@ -28,14 +28,18 @@ FORMAL_RANK = DEFAULT_AUTHORITY["pricing"]
 def _title_names(title: str, entities: frozenset[str]) -> frozenset[str]:
     """The entities a title names as names: capitalised where it writes them ("Farrow Lane:
     local site rules"), not a topic in its lower-case words ("Reception runbook - opening
-    hours, lost property and member requests"); a title capitalising every word says nothing
-    either way, so each entity it names counts."""
+    hours, lost property and member requests", nor a topic that only opens it, "Wheel builds
+    policy"); a title capitalising every word says nothing either way, so each entity it names
+    counts."""
     named = named_entities(title, entities)
     words = re.findall(r"[A-Za-z][\w']*", title)
     if all(w[0].isupper() for w in words if len(w) > 3):
         return named
     capitalised = {t for w in words if w[0].isupper() for t in tokenize(w)[:1]}
-    return frozenset(e for e in named if capitalised & set(tokenize(e.replace("-", " "))))
+    # every word of a compound entity capitalised: the title's first word is capitalised anyway
+    # ("Wheel builds policy" names no place "wheel-builds"; "Farrow Lane: local rules" does)
+    return frozenset(e for e in named if (parts := tokenize(e.replace("-", " "))) and (
+        set(parts) <= capitalised if len(parts) > 1 else capitalised & set(parts)))
 
 
 def _specific(a: Envelope, b: Envelope, asked: frozenset[str] | None = None) -> bool:
@@ -223,6 +227,11 @@ def _names(text: str, env: Envelope, topic: frozenset[str]) -> bool:
     return any((x, y) in pairs and z in _DOC_NOUNS for x, y, z in zip(words, words[1:], words[2:]))
 
 
+def _bounded(e: Envelope) -> bool:
+    """A passage in force only for a while: a stopping condition, or an end date."""
+    return e.condition is not None or e.effective_to is not None
+
+
 def _local_rule(a: Envelope, b: Envelope, rank_a: int, rank_b: int) -> bool:
     """One of two scoped passages of one authority is the other's local rule: scoped to at
     most half of the other's entities (the Torbury station times within the check-in
@@ -298,7 +307,8 @@ def decide_conflicts(st: ResolutionState, facts: Mapping[str, PassageFacts], ask
     lexical rule alone). ``question`` is the question's text: a lower authority wins by
     scope only through an entity written as a name there or in a passage (:func:`_by_place`),
     and of the entities asked about only those written as names (places, not topics) make a
-    passage narrower than another (:func:`_specific`).
+    passage narrower than another (:func:`_specific`), unless one of the two lasts only a
+    while (a condition or an end date: a recall page is about the topics it is tagged with).
     """
     alive = sorted(pid for pid in st.by_id if pid not in st.rejected)
     stated = {pid: facts[pid].statements for pid in alive}
@@ -311,10 +321,12 @@ def decide_conflicts(st: ResolutionState, facts: Mapping[str, PassageFacts], ask
         return _names_a_value(named[w], stated[l])
     names: dict[str, bool] = {}
 
+    known = {x for p in st.by_id.values() for x in p.envelope.entities}
+
     def is_name(e: str) -> bool:  # written as a name in the question or in a passage of the decision
-        if e not in names:
-            names[e] = any(_proper(e, t) for t in (question or "", *(f"{p.envelope.title}\n{p.text}"
-                                                                      for p in st.by_id.values())))
+        if e not in names:  # (whole, or by its name alone: "at Copperbeech")
+            names[e] = any(_proper(e, t) or e in named_by_head(t, known) for t in (
+                question or "", *(f"{p.envelope.title}\n{p.text}" for p in st.by_id.values())))
         return names[e]
     asked_places: list[frozenset[str] | None] = []
 
@@ -324,6 +336,11 @@ def decide_conflicts(st: ResolutionState, facts: Mapping[str, PassageFacts], ask
         if not asked_places:
             asked_places.append(None if asked is None else frozenset(e for e in asked if is_name(e)))
         return asked_places[0]
+
+    def scoping(ea: Envelope, eb: Envelope) -> frozenset[str] | None:
+        # a passage that lasts a while (a condition, an end date: the headset recall page) is
+        # about the topics it is tagged with; between standing passages only places count
+        return asked if _bounded(ea) or _bounded(eb) else places()
     pairs: list[tuple[str, str]] = []
     for i, a in enumerate(alive):
         for b in alive[i + 1:]:
@@ -341,13 +358,13 @@ def decide_conflicts(st: ResolutionState, facts: Mapping[str, PassageFacts], ask
                 attacks[lose][win] = f"untrusted instruction in {doc_key(st.by_id[lose].envelope)}"
             elif asked is not None and not asked and _local_rule(ea, eb, st.rank[a], st.rank[b]):
                 continue  # a local rule of as high an authority does not speak to a question naming no entity
-            elif (_specific(ea, eb, places()) or _specific(eb, ea, places())) and not (
+            elif (_specific(ea, eb, (sa := scoping(ea, eb))) or _specific(eb, ea, sa)) and not (
                     asked is not None and not asked and ea.entities and eb.entities) \
-                    and not _lists_most_topics(ea, eb, st.rank[a], st.rank[b], places()) \
-                    and _by_place(st, *((a, b) if _specific(ea, eb, places()) else (b, a)), asked, is_name):
+                    and not _lists_most_topics(ea, eb, st.rank[a], st.rank[b], sa) \
+                    and _by_place(st, *((a, b) if _specific(ea, eb, sa) else (b, a)), asked, is_name):
                 # (a question naming no entity, two scoped passages: a page listing every store
                 # is no narrower than the policy naming the company; authority decides)
-                win, lose = (a, b) if _specific(ea, eb, places()) else (b, a)
+                win, lose = (a, b) if _specific(ea, eb, sa) else (b, a)
                 ew = st.by_id[win].envelope
                 if (asked is not None and not asked & set(ew.entities)) or other_parts & set(ew.entities):
                     continue  # the exception is another entity's (or another part's: Pier B's, asked about Pier A)

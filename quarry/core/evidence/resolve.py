@@ -65,7 +65,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Mapping, Sequence
 
-from quarry.core.evidence.conditions import named_entities, other_parts
+from quarry.core.evidence.conditions import named_by_head, named_entities, other_parts
 from quarry.core.evidence.disputes import decide_conflicts, partial_overrides, withdrawn_rules
 from quarry.core.evidence.graph import PassageFacts, doc_key, facts_of
 from quarry.core.evidence.conflict import same_value
@@ -131,7 +131,8 @@ def resolve(
     asked = None
     withdrawing: set[str] = set()
     if query is not None:  # a rule replaced or withdrawn in part, where the question asks about it
-        asked = named_entities(query, (e for p in by_id.values() for e in p.envelope.entities))
+        known = {e for p in by_id.values() for e in p.envelope.entities}
+        asked = named_entities(query, known) | named_by_head(query, known)  # ("at Copperbeech": the course)
         q_stems = frozenset(tokenize(query))
         partial_overrides(st, facts, speaks_to(query), lambda s: len(q_stems & stated_stems(s)), similarity)
         withdrawing = withdrawn_rules(st, facts, query, lambda t: passage_sentences(t, tenant=principal.tenant), asked)

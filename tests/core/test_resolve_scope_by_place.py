@@ -107,13 +107,3 @@ def test_a_page_that_lasts_a_while_is_still_about_the_topic_it_is_tagged_with():
     assert rejected(d) == {"loans-policy": ("subordinate_to", "pump-recall")}
 
 
-
-@pytest.mark.parametrize("title, entity, named", [
-    ("Wheel builds policy", "wheel-builds", False),  # a topic that only opens the title
-    ("Quayside Workshop - local rules", "quayside-workshop", True),
-    ("Local rules at Quayside Workshop", "quayside-workshop", True),
-    ("Servicing and wheel builds", "wheel-builds", False),
-])
-def test_a_title_names_a_compound_place_only_with_every_word_capitalised(title, entity, named):
-    from quarry.core.evidence.disputes import _title_names
-    assert bool(_title_names(title, frozenset({entity}))) is named

@@ -28,18 +28,14 @@ FORMAL_RANK = DEFAULT_AUTHORITY["pricing"]
 def _title_names(title: str, entities: frozenset[str]) -> frozenset[str]:
     """The entities a title names as names: capitalised where it writes them ("Farrow Lane:
     local site rules"), not a topic in its lower-case words ("Reception runbook - opening
-    hours, lost property and member requests", nor a topic that only opens it, "Wheel builds
-    policy"); a title capitalising every word says nothing either way, so each entity it names
-    counts."""
+    hours, lost property and member requests"); a title capitalising every word says nothing
+    either way, so each entity it names counts."""
     named = named_entities(title, entities)
     words = re.findall(r"[A-Za-z][\w']*", title)
     if all(w[0].isupper() for w in words if len(w) > 3):
         return named
     capitalised = {t for w in words if w[0].isupper() for t in tokenize(w)[:1]}
-    # every word of a compound entity capitalised: the title's first word is capitalised anyway
-    # ("Wheel builds policy" names no place "wheel-builds"; "Farrow Lane: local rules" does)
-    return frozenset(e for e in named if (parts := tokenize(e.replace("-", " "))) and (
-        set(parts) <= capitalised if len(parts) > 1 else capitalised & set(parts)))
+    return frozenset(e for e in named if capitalised & set(tokenize(e.replace("-", " "))))
 
 
 def _specific(a: Envelope, b: Envelope, asked: frozenset[str] | None = None) -> bool:

@@ -23,7 +23,9 @@ may read:
 4. **Conflicts.** Survivors of different documents that attach different values to the
    same subject (:mod:`.conflict`) are compared by *scope* first (an entity-specific
    passage outranks a general one: it survived 1-3, so it is in force), then by
-   *authority* (the configurable table, ``DEFAULT_AUTHORITY``). The loser is
+   *authority* (the configurable table, ``DEFAULT_AUTHORITY``); of the entities the question
+   names, only places (written as names, or by their name alone: "at Copperbeech") make a passage
+   narrower, unless one of the two lasts only a while (a condition, an end date). The loser is
    ``subordinate_to`` the winner (``superseded_by`` when the winner names the loser's value
    as the one it replaces); equal authority leaves both ``unresolved``. A local rule (one
    authority, scoped to at most half of the other's entities) does not dispute the general

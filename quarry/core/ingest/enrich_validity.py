@@ -38,7 +38,7 @@ import re
 from quarry.core.ingest.enrich_supersession import SUPERSEDES_VERB, doc_ids_in, pronoun_ids
 from quarry.core.evidence.sentences import may_state_value
 from quarry.core.text.markdown import plain_sentence
-from quarry.core.text.rule_dates import sentence_starts
+from quarry.core.text.rule_dates import LIST_ITEM, sentence_starts
 from quarry.core.text.nlp import DATE, MONTH_NAMES, parse_date
 from quarry.core.text.tokenizer import tokenize
 
@@ -315,7 +315,6 @@ _OF_ITSELF = re.compile(r"\bth(?:is|ese)\s+(?:memo|email|letter|note|notice|docu
 
 
 # a paragraph set apart by a short label: "Separately:", "For the diary:", "Weekly arrears report:"
-_ITEM = re.compile(r"^\s*(?:[-*+]\s|\d+[.)]\s|\|)")  # a list item or table row (a table's "Monday to Saturday: 07:00")
 _LABELLED = re.compile(r"^\W*(?:[\w'-]+\s+){0,3}[\w'-]+:\s")
 # a day and month, with or without a year ("before 1 April"): a date, not a value
 _DAY_MONTH = re.compile(r"\b\d{1,2}(?:st|nd|rd|th)?\s+(?:of\s+)?(?:" + MONTH_NAMES + r")\b\.?(?:,?\s+\d{4})?"
@@ -334,7 +333,7 @@ def _acts_at_once(text: str, tenant: str) -> bool:
         dated = dated or s.kind == "dated"
         if _OF_ITSELF.search(s.sentence):
             continue
-        if s.kind == "now" or (dated and s.kind == "other" and _LABELLED.match(s.sentence) and not _ITEM.match(s.sentence)
+        if s.kind == "now" or (dated and s.kind == "other" and _LABELLED.match(s.sentence) and not LIST_ITEM.match(s.sentence)
                                and not _ADDRESS.match(s.sentence) and may_state_value(_DAY_MONTH.sub(" ", s.sentence))):
             return True
     return False

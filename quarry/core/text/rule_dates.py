@@ -29,7 +29,7 @@ from quarry.core.text.markdown import plain_sentence
 from quarry.core.text.nlp import DATE, parse_date
 from quarry.core.text.units import logical_lines, sentence_spans
 
-__all__ = ["SentenceStart", "sentence_starts"]
+__all__ = ["LIST_ITEM", "SentenceStart", "sentence_starts"]
 
 Kind = Literal["dated", "stays", "now", "other"]
 
@@ -47,7 +47,7 @@ _STAYS = re.compile(r"\b(?:still|unchanged|as\s+before|as\s+now|as\s+(?:they|it)
 # what the dated rule replaces: "This is in place of the 07:00 start", "Hourly testing takes the place of ..."
 _REPLACES = re.compile(r"\b(?:in\s+place\s+of|takes?\s+the\s+place\s+of|instead\s+of|replac(?:es|ing)|supersed(?:es|ing))\b",
                        re.IGNORECASE)
-_ITEM = re.compile(r"^\s*(?:[-*+]\s|\d+[.)]\s|\|)")
+LIST_ITEM = re.compile(r"^\s*(?:[-*+]\s|\d+[.)]\s|\|)")  # a list item or a table row
 
 
 class SentenceStart(NamedTuple):
@@ -89,7 +89,7 @@ def sentence_starts(text: str, *, tenant: str) -> list[SentenceStart]:
             dates.append(_fronted(s, tenant, last))
             last = dates[-1] or last
         first = next((d for d in dates if d is not None), None)
-        if first is None and carried is not None and _ITEM.match(line):
+        if first is None and carried is not None and LIST_ITEM.match(line):
             first = carried
         current: dt.date | None = first  # sentences before the date are its paragraph's (the background)
         now = False
@@ -113,6 +113,6 @@ def sentence_starts(text: str, *, tenant: str) -> list[SentenceStart]:
                 out.append(SentenceStart(s, None, "other"))
         if first is not None and line.rstrip().endswith(":"):
             carried = current
-        elif not _ITEM.match(line):
+        elif not LIST_ITEM.match(line):
             carried = None
     return out

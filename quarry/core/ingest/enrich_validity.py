@@ -282,7 +282,8 @@ def find_effective(sents: list[str], own: str | None = None, title: str = "", *,
                 (m := _FRONTED_FROM.search(s)) or (not _DATE_RX.search(s) and (m := _FRONTED_FROM.search(_plain(before))))):
             d = parse_date(m.group("date"), tenant=tenant)  # a rule taking another's place from the date
             start = None if d is None or _acts_before(sents, d, published, tenant) else d
-            rule = not _SELF_HEAD.match(_SUBJECT_AFTER_DATE.sub("", s[m.end():].lstrip(" ,")))  # ("they are used at ... instead of"
+            # ("they are used at ... instead of": the document itself, not one of its rules)
+            rule = not _SELF_HEAD.match(_SUBJECT_AFTER_DATE.sub("", s[m.end():].lstrip(" ,")))
         if start is None and (m := _FRONTED_FROM.search(s)) and _OWN_RULES.match(s[m.end():].lstrip(" ,")):
             d = parse_date(m.group("date"), tenant=tenant)
             start = None if d is None or _acts_before(sents, d, published, tenant) else d

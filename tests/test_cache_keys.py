@@ -56,6 +56,7 @@ REGISTRY: dict[str, str] = {
     "core/evidence/statements.py:_statements_cached": TENANT,  # (text, ..., tenant); tested below
     "core/evidence/sentences.py:passage_sentences": TENANT,  # (text, ..., tenant); tested below
     "core/evidence/predicates.py:predicates": TENANT,  # (text, ..., tenant); tested below
+    "core/text/rule_dates.py:sentence_starts": TENANT,  # (text, ..., tenant); tested below
     "core/rank/features.py:_TERMS": TENANT,  # (tenant, passage id, heading, text); tested below
 }
 
@@ -141,7 +142,7 @@ _A, _B = "acme", "globex"
 def _lru_caches():
     """(name, the lru_cache'd function, a call of it for one tenant) for each text cache."""
     from quarry.core.evidence import predicates, quantities, sentences, statements
-    from quarry.core.text import nlp
+    from quarry.core.text import nlp, rule_dates
 
     marker = f"zq{time.monotonic_ns()}"  # a text no earlier test processed
     return [
@@ -150,12 +151,15 @@ def _lru_caches():
         ("passage_sentences", sentences.passage_sentences,
          lambda t: sentences.passage_sentences(f"The {marker} is owned by Ops. It is 3 pm.", tenant=t)),
         ("predicates", predicates.predicates, lambda t: predicates.predicates(f"The {marker} is owned by Ops.", tenant=t)),
+        ("sentence_starts", rule_dates.sentence_starts,
+         lambda t: rule_dates.sentence_starts(f"From 2 March 2026 the {marker} opens at 9.", tenant=t)),
         ("_statements_cached", statements._statements_cached,
          lambda t: statements.statements(f"The {marker} limit is 90 days.", tenant=t)),
     ]
 
 
-@pytest.mark.parametrize("name", ["parse_date", "_clock", "passage_sentences", "predicates", "_statements_cached"])
+@pytest.mark.parametrize("name", ["parse_date", "_clock", "passage_sentences", "predicates", "_statements_cached",
+                                  "sentence_starts"])
 def test_text_cache_entry_of_one_tenant_is_not_a_hit_for_another(name):
     (fn, call), = [(f, c) for n, f, c in _lru_caches() if n == name]
     call(_A)  # tenant A's entry (or a hit on A's own earlier one)

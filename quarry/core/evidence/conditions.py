@@ -42,6 +42,7 @@ are the resolver's part, not this module's.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -144,16 +145,15 @@ def named_by_head(text: str, entities: Iterable[str]) -> frozenset[str]:
     for "copperbeech-course", "Kilnworth" for "kilnworth-pool". The name is written as one,
     capitalised inside a sentence and not as part of a longer name ("Hollins Green Community
     Centre"), and no other entity has it."""
+    ents = set(entities)
+    firsts = Counter(e.split("-")[0] for e in ents)
     heads: dict[str, list[str]] = {}
-    for e in set(entities):
+    for e in ents:
         parts = e.split("-")
         if len(parts) >= 2 and parts[-1] in PLACE_NOUNS and parts[0] not in PLACE_NOUNS:
             heads.setdefault(" ".join(parts[:-1]), []).append(e)
-    for e in set(entities):  # a head that is itself an entity, or another's first word, is not unique
-        parts = e.split("-")
-        for h in list(heads):
-            if e not in heads[h] and (e == h.replace(" ", "-") or parts[0] == h.split()[0]):
-                heads.pop(h)
+    # a head that is itself an entity, or another entity's first word, is not unique
+    heads = {h: es for h, es in heads.items() if h.replace(" ", "-") not in ents and firsts[h.split()[0]] == 1}
     out = set()
     for h, (e, *more) in heads.items():
         name = r"[\s-]+".join(w[0].upper() + re.escape(w[1:]) for w in h.split())

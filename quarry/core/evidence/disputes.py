@@ -317,12 +317,15 @@ def decide_conflicts(st: ResolutionState, facts: Mapping[str, PassageFacts], ask
         return _names_a_value(named[w], stated[l])
     names: dict[str, bool] = {}
 
-    known = {x for p in st.by_id.values() for x in p.envelope.entities}
+    texts = (question or "", *(f"{p.envelope.title}\n{p.text}" for p in st.by_id.values()))
+    headed: list[frozenset[str]] = []  # places written by their name alone ("at Copperbeech"), read once
 
     def is_name(e: str) -> bool:  # written as a name in the question or in a passage of the decision
-        if e not in names:  # (whole, or by its name alone: "at Copperbeech")
-            names[e] = any(_proper(e, t) or e in named_by_head(t, known) for t in (
-                question or "", *(f"{p.envelope.title}\n{p.text}" for p in st.by_id.values())))
+        if e not in names:
+            if not headed:
+                known = {x for p in st.by_id.values() for x in p.envelope.entities}
+                headed.append(frozenset().union(*(named_by_head(t, known) for t in texts)))
+            names[e] = e in headed[0] or any(_proper(e, t) for t in texts)
         return names[e]
     asked_places: list[frozenset[str] | None] = []
 

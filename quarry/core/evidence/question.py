@@ -455,7 +455,7 @@ def said_of_others(p: Passage, query: str, asked: frozenset[str]) -> bool:
             heads.setdefault(last[0], []).append(e)
     asked = asked | {one[0] for h, one in heads.items() if h in q and len(one) == 1}
     names = frozenset(t for e in (*ents, *asked) for t in tokenize(e.replace("-", " ")))
-    topic = frozenset(tokenize(query)) - names - _function_stems() - _GENERIC_STEMS
+    topic = asked_stems(query) - names
     if not topic:
         return False
     sents: list[tuple[str, frozenset[str]]] = []

@@ -179,12 +179,16 @@ fridays saturdays sundays""".split())
 _CLOCK_RANGE = re.compile(rf"\b(?:(from)\s+)?({_HOUR})\s+(until|till|to)\s+({_HOUR})\b(?!['’-])(\s*[\w]*)", re.I)
 
 
+def _hour_of(words: str) -> tuple[int, int]:
+    """A spelled hour as (hour on the dial, minutes): "half past five" is (5, 30)."""
+    parts = words.lower().split()
+    return _HOURS[parts[-1]], 30 if parts[0] == "half" else 15 if parts[0] == "quarter" else 0
+
+
 def _clock_of(words: str) -> str:
     """A spelled hour as a clock time by the business-hours convention: seven to eleven in
     the morning, twelve at noon, one to six in the afternoon ("half past five" is 17:30)."""
-    parts = words.lower().split()
-    hour = _HOURS[parts[-1]]
-    minutes = 30 if parts[0] == "half" else 15 if parts[0] == "quarter" else 0
+    hour, minutes = _hour_of(words)
     return f"{hour + 12 if hour <= 6 else hour:02d}:{minutes:02d}"
 
 
@@ -197,14 +201,8 @@ def _oclock(m: re.Match) -> str:
     else one to six is in the afternoon and twelve is noon, while seven to eleven stays as
     written ("open until eight o'clock" and "eight o'clock in the winter", a first tee time,
     are both said)."""
-    word = m.group(1).lower()
-    hour = int(word) if word.isdigit() else None
-    if hour is None:
-        clock = _clock_of(word)
-        hour = int(clock[:2]) % 12 or 12
-        minutes = clock[3:]
-    else:
-        minutes = "00"
+    word = m.group(1)
+    hour, minutes = (int(word), 0) if word.isdigit() else _hour_of(word)
     part = (m.group(3) or "").lower()
     if part == "morning":
         h = hour % 12
@@ -214,7 +212,7 @@ def _oclock(m: re.Match) -> str:
         h = hour + 12 if hour <= 6 else hour
     else:
         return m.group(0)
-    return f"{h:02d}:{minutes}"
+    return f"{h:02d}:{minutes:02d}"
 
 
 def clock_words(sentence: str) -> str:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from functools import lru_cache
 from typing import Literal, NamedTuple
 
 from quarry.core.text.markdown import plain_sentence
@@ -65,36 +66,39 @@ _THAT_DATE = re.compile(r"^\W*(?:from|with\s+effect\s+from|as\s+(?:of|from)|star
                         r"\s+(?:date|day)\b", re.IGNORECASE)
 
 
-def _fronted(sentence: str, tenant: str, last: dt.date | None) -> dt.date | None:
-    if last is not None and _THAT_DATE.match(plain_sentence(sentence)):
+def _fronted(plain: str, tenant: str, last: dt.date | None) -> dt.date | None:
+    """The date fronting a sentence (its plain text), or the last one for "From that date"."""
+    if last is not None and _THAT_DATE.match(plain):
         return last
-    m = _FRONTED.match(plain_sentence(sentence))
+    m = _FRONTED.match(plain)
     if m is None or (m.group("lead") and len(m.group("lead").split()) > MAX_LEAD_WORDS):
         return None
     return parse_date(m.group("date"), tenant=tenant)
 
 
-def sentence_starts(text: str, *, tenant: str) -> list[SentenceStart]:
+@lru_cache(maxsize=20_000)
+def sentence_starts(text: str, *, tenant: str) -> tuple[SentenceStart, ...]:
     """Every sentence of ``text`` (paragraphs, list items and table rows as
     :func:`~quarry.core.text.units.logical_lines` splits them), labelled with the date its
     rule starts when a date fronts its paragraph. ``tenant`` owns the text (dates are read
-    in its conventions)."""
+    in its conventions). Memoised per ``tenant``: resolution reads it for every passage of
+    every question."""
     out: list[SentenceStart] = []
     carried: dt.date | None = None  # a dated paragraph ending in a colon dates the list after it
     last: dt.date | None = None  # the last date fronting a paragraph
     for line in logical_lines(text):
         sents = [line[a:b] for a, b in sentence_spans(line)]
+        plains = [plain_sentence(s) for s in sents]
         dates = []
-        for s in sents:
-            dates.append(_fronted(s, tenant, last))
+        for plain in plains:
+            dates.append(_fronted(plain, tenant, last))
             last = dates[-1] or last
         first = next((d for d in dates if d is not None), None)
         if first is None and carried is not None and LIST_ITEM.match(line):
             first = carried
         current: dt.date | None = first  # sentences before the date are its paragraph's (the background)
         now = False
-        for s, d in zip(sents, dates):
-            plain = plain_sentence(s)
+        for s, plain, d in zip(sents, plains, dates):
             if d is not None:
                 current, now = d, False
                 out.append(SentenceStart(s, d, "dated"))
@@ -115,4 +119,4 @@ def sentence_starts(text: str, *, tenant: str) -> list[SentenceStart]:
             carried = current
         elif not LIST_ITEM.match(line):
             carried = None
-    return out
+    return tuple(out)
